@@ -1,0 +1,79 @@
+//! Request-body parsing with errors that name the field, instead of axum's plain-text rejections.
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::http::StatusCode;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// Largest request body accepted, in bytes.
+pub const BODY_BYTES_MAX: usize = 64 * 1024;
+
+/// Decodes a JSON body into `T`, mapping every failure to an `ApiError` naming the field.
+pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    let bytes = body.map_err(|rejection| ApiError {
+        status: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            StatusCode::PAYLOAD_TOO_LARGE
+        } else {
+            StatusCode::BAD_REQUEST
+        },
+        code: if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            "body_too_large"
+        } else {
+            "unreadable_body"
+        },
+        message: format!("{rejection} (limit {BODY_BYTES_MAX} bytes)"),
+        field: None,
+    })?;
+    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        let field = field_of(&path, &inner.to_string());
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            code: if field.is_some() { "invalid_field" } else { "invalid_json" },
+            message: inner.to_string(),
+            field,
+        }
+    })?;
+    deserializer.end().map_err(|error| ApiError {
+        status: StatusCode::BAD_REQUEST,
+        code: "invalid_json",
+        message: format!("trailing data after the JSON body: {error}"),
+        field: None,
+    })?;
+    Ok(value)
+}
+
+/// The field an error is about: serde's path when it has one, else the name serde quotes in
+/// "unknown field `x`" / "missing field `x`".
+fn field_of(path: &str, message: &str) -> Option<String> {
+    if !path.is_empty() && path != "." {
+        return Some(path.to_string());
+    }
+    let quoted = message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("missing field `"))?;
+    quoted.split('`').next().map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::agent::AgentSpec;
+
+    fn parse(json: &str) -> Result<AgentSpec, ApiError> {
+        parse_json(Ok(Bytes::copy_from_slice(json.as_bytes())))
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(parse(r#"{"name":"a"}"#).unwrap_err().field.as_deref(), Some("interval_ms"));
+        let unknown = parse(r#"{"name":"a","interval_ms":1000,"colour":1}"#).unwrap_err();
+        assert_eq!(unknown.field.as_deref(), Some("colour"));
+        let wrong_type = parse(r#"{"name":"a","interval_ms":"soon"}"#).unwrap_err();
+        assert_eq!(wrong_type.field.as_deref(), Some("interval_ms"));
+        assert_eq!(parse("{").unwrap_err().code, "invalid_json");
+        assert!(parse(r#"{"name":"a","interval_ms":1000}"#).is_ok());
+    }
+}

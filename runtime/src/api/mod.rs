@@ -1,0 +1,72 @@
+//! The HTTP API. Handlers translate HTTP to shell calls and back; no business rule lives here.
+//!
+//! Served by hyper's HTTP/1 connection builder over accepted `tokio::net` streams (not
+//! `axum::serve`), so that under `--cfg madsim` the same bytes cross the simulated network.
+
+mod agents;
+mod body;
+pub mod client;
+mod error;
+mod events;
+
+use std::sync::Arc;
+
+use axum::extract::DefaultBodyLimit;
+use axum::routing::get;
+use axum::{Json, Router};
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+pub use body::BODY_BYTES_MAX;
+pub use error::ApiError;
+
+use crate::shell::Shell;
+
+/// Most connections served at once; further clients wait in the listen backlog.
+pub const CONNECTIONS_MAX: usize = 1_024;
+/// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
+const ACCEPT_RETRY_MS: u64 = 100;
+
+/// All routes of the API.
+pub fn router(shell: Arc<Shell>) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/agents", get(agents::list).post(agents::create))
+        .route("/v1/agents/{id}", get(agents::show))
+        .route("/v1/events", get(events::list))
+        .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
+        .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        .with_state(shell)
+}
+
+async fn health() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+/// Accepts connections forever, one task per connection.
+pub async fn serve(listener: TcpListener, router: Router) {
+    let permits = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+    loop {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        let stream = match listener.accept().await {
+            Ok((stream, _peer)) => stream,
+            Err(error) => {
+                tracing::warn!(%error, "accept failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(ACCEPT_RETRY_MS)).await;
+                continue;
+            }
+        };
+        let service = TowerToHyperService::new(router.clone());
+        tokio::spawn(async move {
+            let connection = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = connection.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+}

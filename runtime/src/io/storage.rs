@@ -1,0 +1,49 @@
+//! The disk seam: where the runtime's redb database lives.
+//!
+//! Production keeps state in a file; the simulator hands in a `redb::StorageBackend` over its
+//! simulated disk (writes volatile until `sync_data`, torn on crash). The store never knows which.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where to open the database.
+pub enum StorageLocation {
+    /// A redb file on the real file system (created if absent).
+    File(PathBuf),
+    /// Any redb backend, e.g. the simulator's `SimDisk`. Consumed by the open.
+    Backend(Box<dyn redb::StorageBackend>),
+}
+
+impl fmt::Debug for StorageLocation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StorageLocation::File(path) => f.debug_tuple("File").field(path).finish(),
+            StorageLocation::Backend(backend) => f.debug_tuple("Backend").field(backend).finish(),
+        }
+    }
+}
+
+/// Adapts a boxed backend to redb's generic `create_with_backend`.
+#[derive(Debug)]
+pub(crate) struct BoxedBackend(pub(crate) Box<dyn redb::StorageBackend>);
+
+impl redb::StorageBackend for BoxedBackend {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write(offset, data)
+    }
+    fn close(&self) -> Result<(), std::io::Error> {
+        self.0.close()
+    }
+}

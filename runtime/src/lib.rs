@@ -1,0 +1,12 @@
+//! Vigil: a heartbeat runtime that keeps a fleet of LLM agents alive and wakes them safely.
+//!
+//! Map of the crate (see docs/ARCHITECTURE.md): `engine` is the pure state machine; `store` the
+//! redb event log; `shell` joins them under one lock; `node` is the start-up path; `api` the HTTP
+//! surface; `io` the seams (clock, storage) the simulator substitutes.
+
+pub mod api;
+pub mod engine;
+pub mod io;
+pub mod node;
+pub mod shell;
+pub mod store;

@@ -1,0 +1,96 @@
+//! `vigil`: the heartbeat runtime's one binary.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use vigil::engine::agent::AgentSpec;
+use vigil::engine::Command;
+use vigil::io::clock::SystemClock;
+use vigil::io::storage::StorageLocation;
+use vigil::node::{Node, NodeConfig};
+
+/// Database file name inside the data directory.
+const DATABASE_FILE: &str = "vigil.redb";
+
+#[derive(Parser)]
+#[command(name = "vigil", version, about = "Keeps a fleet of LLM agents alive and wakes them safely.")]
+struct Cli {
+    #[command(subcommand)]
+    command: CliCommand,
+}
+
+#[derive(Subcommand)]
+enum CliCommand {
+    /// Run the runtime: recover state from the data directory, fire timers, serve the HTTP API.
+    Serve {
+        /// Address of the HTTP API (port 0 picks a free port; the chosen one is printed).
+        #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:7070")]
+        listen: SocketAddr,
+        /// Directory holding the database (created if absent).
+        #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
+        data_dir: PathBuf,
+        /// On an empty database, register three demo agents (5 s, 7 s and 11 s timers) so that
+        /// something visibly happens.
+        #[arg(long)]
+        demo: bool,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")?;
+    match cli.command {
+        CliCommand::Serve {
+            listen,
+            data_dir,
+            demo,
+        } => runtime.block_on(serve(listen, data_dir, demo)),
+    }
+}
+
+async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&data_dir)
+        .with_context(|| format!("could not create data directory {}", data_dir.display()))?;
+    let node = Node::start(NodeConfig {
+        listen_addr: listen,
+        storage: StorageLocation::File(data_dir.join(DATABASE_FILE)),
+        clock: SystemClock::shared(),
+        on_commit: None,
+    })
+    .await?;
+    if demo && node.shell().agents().1.is_empty() {
+        for (name, interval_ms) in [("demo-5s", 5_000), ("demo-7s", 7_000), ("demo-11s", 11_000)] {
+            let spec = AgentSpec {
+                name: name.into(),
+                interval_ms,
+            };
+            node.shell().execute(Command::CreateAgent(spec))?;
+        }
+    }
+    // The first stdout line is the contract with scripts and tests that start `vigil serve`.
+    println!(
+        "vigil listening on http://{} (data: {})",
+        node.local_addr(),
+        data_dir.display()
+    );
+    eprintln!(
+        "try: curl -s http://{0}/v1/agents | curl -s 'http://{0}/v1/events?after=0'  (Ctrl-C stops)",
+        node.local_addr()
+    );
+    tokio::signal::ctrl_c().await.context("could not wait for Ctrl-C")?;
+    tracing::info!("stopping");
+    node.stop();
+    Ok(())
+}

@@ -1,0 +1,125 @@
+//! The durable store: the event log in redb.
+//!
+//! Every commit uses redb's immediate durability (fsync before `commit` returns), so an event the
+//! store has accepted survives any crash (invariant 4). The engine's state is not stored beside
+//! the log: it is rebuilt by replaying the log (`recovery`), so the two can never disagree.
+
+pub mod recovery;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use crate::engine::event::Event;
+use crate::io::storage::{BoxedBackend, StorageLocation};
+
+/// seq -> JSON-encoded `Event`.
+const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+
+/// Largest page of events one read returns.
+pub const EVENTS_PAGE_MAX: usize = 1_000;
+
+/// Why the store could not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("could not open the database: {0}; check the data directory and its permissions")]
+    Open(#[source] redb::DatabaseError),
+    #[error("storage failure: {0}")]
+    Storage(#[from] redb::Error),
+    #[error("event log is corrupt at seq {seq}: {reason}")]
+    Corrupt { seq: u64, reason: String },
+    #[error("append out of order: log head is {head}, first new event is {first}")]
+    OutOfOrder { head: u64, first: u64 },
+}
+
+/// The runtime's database handle.
+#[derive(Debug)]
+pub struct Store {
+    db: Database,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `location`. redb repairs an image left by a
+    /// crash here, before any read.
+    pub fn open(location: StorageLocation) -> Result<Store, StoreError> {
+        let db = match location {
+            StorageLocation::File(path) => Database::create(path),
+            StorageLocation::Backend(backend) => {
+                Database::builder().create_with_backend(BoxedBackend(backend))
+            }
+        }
+        .map_err(StoreError::Open)?;
+        let store = Store { db };
+        // Create the table up front so that readers never meet a missing table.
+        let tx = store.db.begin_write().map_err(redb::Error::from)?;
+        tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        tx.commit().map_err(redb::Error::from)?;
+        Ok(store)
+    }
+
+    /// Appends `events` in one durable transaction. They must continue the log exactly.
+    pub fn append(&self, events: &[Event]) -> Result<(), StoreError> {
+        let Some(first) = events.first() else {
+            return Ok(());
+        };
+        let tx = self.db.begin_write().map_err(redb::Error::from)?;
+        {
+            let mut table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+            let head = table
+                .last()
+                .map_err(redb::Error::from)?
+                .map_or(0, |(k, _)| k.value());
+            if first.seq != head + 1 {
+                return Err(StoreError::OutOfOrder {
+                    head,
+                    first: first.seq,
+                });
+            }
+            for (offset, event) in events.iter().enumerate() {
+                debug_assert_eq!(event.seq, first.seq + offset as u64, "batch must be contiguous");
+                let bytes = serde_json::to_vec(event).expect("events always serialize");
+                table
+                    .insert(event.seq, bytes.as_slice())
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        tx.commit().map_err(redb::Error::from)?;
+        Ok(())
+    }
+
+    /// Sequence number of the newest stored event (0 when the log is empty).
+    pub fn head_seq(&self) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        let head = table.last().map_err(redb::Error::from)?;
+        Ok(head.map_or(0, |(k, _)| k.value()))
+    }
+
+    /// Up to `limit` (at most `EVENTS_PAGE_MAX`) events with `seq > after`, in order.
+    pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        let limit = limit.min(EVENTS_PAGE_MAX);
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        let mut events = Vec::new();
+        for entry in table.range(after.saturating_add(1)..).map_err(redb::Error::from)? {
+            if events.len() >= limit {
+                break;
+            }
+            let (key, value) = entry.map_err(redb::Error::from)?;
+            events.push(decode(key.value(), value.value())?);
+        }
+        Ok(events)
+    }
+}
+
+fn decode(seq: u64, bytes: &[u8]) -> Result<Event, StoreError> {
+    let event: Event = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        seq,
+        reason: e.to_string(),
+    })?;
+    if event.seq != seq {
+        return Err(StoreError::Corrupt {
+            seq,
+            reason: format!("stored under {seq} but says seq {}", event.seq),
+        });
+    }
+    Ok(event)
+}
