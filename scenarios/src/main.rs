@@ -1,1 +1,176 @@
-fn main() {}
+//! `vigil-sim`: run, replay and sweep Vigil's simulation scenarios from a seed.
+//!
+//! Must be built with `RUSTFLAGS="--cfg madsim"` (`cargo xtask sim ...` does this, into its own
+//! target directory `target/sim`).
+
+#[cfg(not(madsim))]
+fn main() {
+    eprintln!(
+        "vigil-sim runs the simulator, which needs a build with RUSTFLAGS=\"--cfg madsim\".\n\
+         Use `cargo xtask sim run --scenario smoke` (or `just sim smoke`), which builds it into target/sim."
+    );
+    std::process::exit(2);
+}
+
+#[cfg(madsim)]
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
+
+#[cfg(madsim)]
+mod cli {
+    use std::io::{IsTerminal, Write};
+    use std::process::ExitCode;
+
+    use clap::{Parser, Subcommand};
+    use vigil_scenarios::run::{find, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions, SCENARIOS};
+
+    #[derive(Parser)]
+    #[command(name = "vigil-sim", about = "Deterministic simulation of the Vigil runtime: same seed, same trace.")]
+    struct Cli {
+        #[command(subcommand)]
+        command: Command,
+    }
+
+    #[derive(Subcommand)]
+    enum Command {
+        /// Run one seed of a scenario and print its verdict line.
+        Run {
+            #[arg(long, default_value = "smoke")]
+            scenario: String,
+            /// The seed; random (and printed) when absent.
+            #[arg(long, env = "VIGIL_SEED")]
+            seed: Option<u64>,
+            /// Run the seed twice and fail unless the two whole traces are identical.
+            #[arg(long)]
+            check_determinism: bool,
+            /// Print the whole trace (one JSON record per line) before the verdict.
+            #[arg(long)]
+            trace: bool,
+        },
+        /// Re-run a seed with its whole trace printed: `vigil-sim replay SEED SCENARIO`.
+        Replay { seed: u64, scenario: String },
+        /// Run many seeds on all cores; list the failing ones.
+        Sweep {
+            #[arg(long, default_value = "smoke")]
+            scenario: String,
+            /// How many seeds.
+            #[arg(long, default_value_t = 100)]
+            seeds: u64,
+            /// First seed.
+            #[arg(long, default_value_t = 0)]
+            start: u64,
+            /// Parallel runs (default: all cores).
+            #[arg(long)]
+            jobs: Option<usize>,
+            /// Run every seed twice and compare the whole traces.
+            #[arg(long)]
+            check_determinism: bool,
+        },
+        /// List the scenarios.
+        List,
+    }
+
+    pub fn main() -> ExitCode {
+        match Cli::parse().command {
+            Command::Run { scenario, seed, check_determinism, trace } => {
+                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
+                let seed = seed.unwrap_or_else(random_seed);
+                println!("running scenario={} seed={seed}", scenario.name);
+                run_one(scenario, seed, check_determinism, trace)
+            }
+            Command::Replay { seed, scenario } => {
+                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
+                run_one(scenario, seed, false, true)
+            }
+            Command::Sweep { scenario, seeds, start, jobs, check_determinism } => {
+                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
+                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                run_sweep(scenario, SweepOptions { start, seeds, jobs, check_determinism })
+            }
+            Command::List => {
+                for scenario in SCENARIOS {
+                    println!("{:<12} {}", scenario.name, scenario.summary);
+                }
+                ExitCode::SUCCESS
+            }
+        }
+    }
+
+    fn scenario_named(name: &str) -> Option<&'static Scenario> {
+        let found = find(name);
+        if found.is_none() {
+            let known: Vec<_> = SCENARIOS.iter().map(|s| s.name).collect();
+            eprintln!("unknown scenario {name:?}; known scenarios: {}", known.join(", "));
+        }
+        found
+    }
+
+    /// A seed for a run the user did not seed. Drawn from the OS once, printed, and from then on
+    /// the run is fully determined by it.
+    fn random_seed() -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+        hasher.write_u64(std::process::id().into());
+        hasher.finish() % 1_000_000_000
+    }
+
+    fn run_one(scenario: &'static Scenario, seed: u64, check_determinism: bool, trace: bool) -> ExitCode {
+        let outcome = if check_determinism { run_seed_twice(scenario, seed) } else { run_seed(scenario, seed) };
+        if trace {
+            for record in &outcome.records {
+                println!("{}", record.line());
+            }
+        }
+        finish(&outcome)
+    }
+
+    fn finish(outcome: &Outcome) -> ExitCode {
+        if let Some(report) = outcome.failure_report() {
+            print!("{report}");
+        }
+        println!("{}", outcome.result_line());
+        if outcome.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    }
+
+    fn run_sweep(scenario: &'static Scenario, options: SweepOptions) -> ExitCode {
+        let interactive = std::io::stderr().is_terminal();
+        let started = vigil_scenarios::wall_clock::Stopwatch::start();
+        let progress = |done: u64, failed: u64, outcome: &Outcome| {
+            let wall_s = started.elapsed_ms().max(1) as f64 / 1_000.0;
+            let sim_hours = done as f64 * scenario.virtual_ms as f64 / 3_600_000.0;
+            let line = format!(
+                "[{done:>5}/{}] failed={failed} sim_h/wall_s={:.0}",
+                options.seeds,
+                sim_hours / wall_s
+            );
+            if !outcome.passed() {
+                eprintln!("\nseed {} FAILED: {}", outcome.seed, outcome.violation.as_ref().map_or("", |(_, v)| v.invariant));
+            }
+            let step = (options.seeds / 10).max(1);
+            if interactive {
+                eprint!("\r{line}");
+                let _ = std::io::stderr().flush();
+            } else if done % step == 0 || done == options.seeds {
+                eprintln!("{line}");
+            }
+        };
+        let summary = sweep(scenario, options, &progress);
+        if interactive {
+            eprintln!();
+        }
+        for outcome in &summary.failed {
+            let (t_ms, violation) = outcome.violation.as_ref().expect("failed outcomes have a violation");
+            println!(
+                "FAILED seed={} invariant={} t={}s replay: cargo xtask replay {} {}",
+                outcome.seed,
+                violation.invariant,
+                t_ms / 1_000,
+                outcome.seed,
+                scenario.name
+            );
+        }
+        println!("{}", summary.result_line());
+        if summary.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+    }
+}

@@ -1,1 +1,15 @@
+//! The simulated world Vigil's runtime runs in.
+//!
+//! Pure parts (clock, disk, trace, oracle) build everywhere and are unit-tested in the normal
+//! build; the harness that drives madsim nodes exists only under `--cfg madsim`.
 
+pub mod check;
+pub mod clock;
+pub mod disk;
+pub mod recorder;
+pub mod trace;
+
+#[cfg(madsim)]
+pub mod harness;
+#[cfg(madsim)]
+pub mod workload;

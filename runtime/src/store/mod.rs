@@ -20,7 +20,7 @@ pub const EVENTS_PAGE_MAX: usize = 1_000;
 /// Why the store could not do what was asked.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("could not open the database: {0}; check the data directory and its permissions")]
+    #[error("could not open the database: {0}")]
     Open(#[source] redb::DatabaseError),
     #[error("storage failure: {0}")]
     Storage(#[from] redb::Error),

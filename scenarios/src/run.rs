@@ -1,0 +1,230 @@
+//! Running scenarios: one seed, a determinism check, and sweeps over many seeds.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use vigil_world::check::Violation;
+use vigil_world::harness::simulate;
+use vigil_world::recorder::Recorder;
+use vigil_world::trace::{trace_hash, TraceRecord};
+
+use crate::wall_clock::Stopwatch;
+
+/// Trace records shown before a failure report's verdict.
+pub const REPORT_TAIL_RECORDS: usize = 50;
+
+type ScenarioFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// A named scenario.
+pub struct Scenario {
+    pub name: &'static str,
+    /// One line for `vigil-sim list`.
+    pub summary: &'static str,
+    /// Simulated length of one run.
+    pub virtual_ms: u64,
+    body: fn(u64, Recorder) -> ScenarioFuture,
+}
+
+/// Every scenario, in the order `list` shows them.
+pub static SCENARIOS: &[Scenario] = &[Scenario {
+    name: "smoke",
+    summary: "1 node, 10 agents, 24 h; random crashes with torn writes, clock jumps both ways; quiet last hour",
+    virtual_ms: crate::smoke::SAFETY_MS + crate::smoke::QUIET_MS,
+    body: |seed, recorder| Box::pin(crate::smoke::run(seed, recorder)),
+}];
+
+/// The scenario called `name`.
+pub fn find(name: &str) -> Option<&'static Scenario> {
+    SCENARIOS.iter().find(|s| s.name == name)
+}
+
+/// The result of one seed.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub scenario: &'static str,
+    pub seed: u64,
+    pub records: Vec<TraceRecord>,
+    pub violation: Option<(u64, Violation)>,
+    pub trace_hash: String,
+    pub virtual_ms: u64,
+    pub wall_ms: u64,
+}
+
+impl Outcome {
+    /// Whether every invariant held.
+    pub fn passed(&self) -> bool {
+        self.violation.is_none()
+    }
+
+    /// The one-line summary every run ends with.
+    pub fn result_line(&self) -> String {
+        format!(
+            "seed={} scenario={} verdict={} trace_hash={} events={} virtual_s={} wall_ms={}",
+            self.seed,
+            self.scenario,
+            if self.passed() { "pass" } else { "fail" },
+            self.trace_hash,
+            self.records.len(),
+            self.virtual_ms / 1_000,
+            self.wall_ms
+        )
+    }
+
+    /// The failure report: the invariant, when, the last trace records, how to replay.
+    pub fn failure_report(&self) -> Option<String> {
+        let (t_ms, violation) = self.violation.as_ref()?;
+        let mut report = String::new();
+        let skip = self.records.len().saturating_sub(REPORT_TAIL_RECORDS);
+        report.push_str(&format!("--- last {} trace records ---\n", self.records.len() - skip));
+        for record in &self.records[skip..] {
+            report.push_str(&record.line());
+            report.push('\n');
+        }
+        report.push_str(&format!(
+            "--- FAILED: invariant `{}` violated at virtual t={}.{:03}s ---\n{}\nseed: {}\nreplay: cargo xtask replay {} {}\n",
+            violation.invariant,
+            t_ms / 1_000,
+            t_ms % 1_000,
+            violation.detail,
+            self.seed,
+            self.seed,
+            self.scenario
+        ));
+        Some(report)
+    }
+}
+
+/// Runs `scenario` once for `seed`.
+pub fn run_seed(scenario: &'static Scenario, seed: u64) -> Outcome {
+    let stopwatch = Stopwatch::start();
+    // Generous: a run that needs more virtual time than twice its length is stuck.
+    let time_limit = Duration::from_millis(scenario.virtual_ms * 2);
+    let body = scenario.body;
+    let result = simulate(seed, time_limit, move |recorder| body(seed, recorder));
+    Outcome {
+        scenario: scenario.name,
+        seed,
+        trace_hash: trace_hash(&result.records),
+        records: result.records,
+        violation: result.violation,
+        virtual_ms: result.virtual_ms,
+        wall_ms: stopwatch.elapsed_ms(),
+    }
+}
+
+/// Runs `seed` twice and fails the outcome unless the two whole traces are identical.
+pub fn run_seed_twice(scenario: &'static Scenario, seed: u64) -> Outcome {
+    let stopwatch = Stopwatch::start();
+    let first = run_seed(scenario, seed);
+    let mut second = run_seed(scenario, seed);
+    second.wall_ms = stopwatch.elapsed_ms();
+    if second.violation.is_none() {
+        if let Some(detail) = first_difference(&first.records, &second.records) {
+            let t_ms = second.records.last().map_or(0, |r| r.t_ms);
+            second.violation = Some((t_ms, Violation { invariant: "same_seed_same_trace", detail }));
+        }
+    }
+    second
+}
+
+/// Where two traces part, if they do.
+pub fn first_difference(a: &[TraceRecord], b: &[TraceRecord]) -> Option<String> {
+    let index = a.iter().zip(b).position(|(x, y)| x != y).or_else(|| {
+        (a.len() != b.len()).then(|| a.len().min(b.len()))
+    })?;
+    let show = |records: &[TraceRecord]| records.get(index).map_or("<end of trace>".into(), |r| r.line());
+    Some(format!(
+        "traces differ at record {index} (lengths {} and {}):\n  first:  {}\n  second: {}",
+        a.len(),
+        b.len(),
+        show(a),
+        show(b)
+    ))
+}
+
+/// Summary of a sweep.
+#[derive(Debug, Clone)]
+pub struct SweepSummary {
+    pub scenario: &'static str,
+    pub seeds: u64,
+    pub failed: Vec<Outcome>,
+    pub wall_ms: u64,
+    pub virtual_ms_total: u64,
+}
+
+impl SweepSummary {
+    /// The line every sweep ends with.
+    pub fn result_line(&self) -> String {
+        format!(
+            "sweep scenario={} seeds={} passed={} failed={} wall_ms={}",
+            self.scenario,
+            self.seeds,
+            self.seeds - self.failed.len() as u64,
+            self.failed.len(),
+            self.wall_ms
+        )
+    }
+}
+
+/// Options of a sweep.
+#[derive(Debug, Clone, Copy)]
+pub struct SweepOptions {
+    pub start: u64,
+    pub seeds: u64,
+    pub jobs: usize,
+    pub check_determinism: bool,
+}
+
+/// Runs seeds `start..start+seeds` on `jobs` threads. `progress` is called after each seed with
+/// (done, failed, outcome) from the thread that ran it.
+pub fn sweep(
+    scenario: &'static Scenario,
+    options: SweepOptions,
+    progress: &(dyn Fn(u64, u64, &Outcome) + Sync),
+) -> SweepSummary {
+    let stopwatch = Stopwatch::start();
+    let next = AtomicU64::new(0);
+    let done = AtomicU64::new(0);
+    let failed = Mutex::new(Vec::new());
+    let virtual_ms_total = AtomicU64::new(0);
+    let jobs = options.jobs.max(1);
+    // Worker threads only hand out seeds; each seed still runs alone in its own simulation.
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| loop {
+                let index = next.fetch_add(1, Ordering::SeqCst);
+                if index >= options.seeds {
+                    return;
+                }
+                let seed = options.start + index;
+                let outcome = if options.check_determinism {
+                    run_seed_twice(scenario, seed)
+                } else {
+                    run_seed(scenario, seed)
+                };
+                virtual_ms_total.fetch_add(outcome.virtual_ms, Ordering::SeqCst);
+                let failed_count = {
+                    let mut failed = failed.lock().expect("sweep lock");
+                    if !outcome.passed() {
+                        failed.push(outcome.clone());
+                    }
+                    failed.len() as u64
+                };
+                let done_count = done.fetch_add(1, Ordering::SeqCst) + 1;
+                progress(done_count, failed_count, &outcome);
+            });
+        }
+    });
+    let mut failed = failed.into_inner().expect("sweep lock");
+    failed.sort_by_key(|o| o.seed);
+    SweepSummary {
+        scenario: scenario.name,
+        seeds: options.seeds,
+        failed,
+        wall_ms: stopwatch.elapsed_ms(),
+        virtual_ms_total: virtual_ms_total.load(Ordering::SeqCst),
+    }
+}

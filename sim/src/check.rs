@@ -1,0 +1,388 @@
+//! The oracle: checks invariants against the trace as it is written (docs/invariants.md).
+//!
+//! It sees only what a trace record says, never the runtime's memory, so what it checks is what
+//! an outside observer could have seen: durable commits, recoveries, API answers.
+
+use std::collections::BTreeMap;
+
+use vigil::engine::event::{Event, EventKind};
+use vigil::node::WALL_RECHECK_MS;
+
+use crate::trace::{event_digest, TraceEvent, TraceRecord};
+
+/// How late a due timer may fire on a steady node: the timer loop's recheck period plus one
+/// second for the API answer to reach the workload. A node counts as steady once it has been up
+/// and its wall clock has not jumped for this long.
+pub const TIMER_LAG_MS_MAX: u64 = WALL_RECHECK_MS + 1_000;
+
+/// A broken invariant: its name (as in docs/invariants.md) and what was seen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub detail: String,
+}
+
+fn violation(invariant: &'static str, detail: String) -> Result<(), Violation> {
+    Err(Violation { invariant, detail })
+}
+
+#[derive(Debug, Clone)]
+struct AgentSchedule {
+    name: String,
+    interval_ms: u64,
+    first_fire_at_ms: u64,
+    last_due_at_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct NodeState {
+    /// Virtual ms at which the node last finished recovery; `None` while down.
+    up_since_ms: Option<u64>,
+    /// Virtual ms of the node's last clock jump.
+    last_jump_ms: Option<u64>,
+    /// Largest wall time the node is known to have read (from events and probes).
+    wall_seen_ms_max: u64,
+}
+
+/// Invariant state built from the trace so far.
+#[derive(Debug, Default)]
+pub struct Checker {
+    /// Digest of every durable event, by `seq - 1`.
+    log: Vec<u64>,
+    agents: BTreeMap<u64, AgentSchedule>,
+    /// Agent creations the API acknowledged: name -> agent id.
+    acked: BTreeMap<String, u64>,
+    nodes: BTreeMap<&'static str, NodeState>,
+    quiet_since_ms: Option<u64>,
+    quiet_probes_checked: u32,
+}
+
+impl Checker {
+    /// A checker that has seen nothing.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks one record; the first broken invariant is returned.
+    pub fn observe(&mut self, record: &TraceRecord) -> Result<(), Violation> {
+        let t_ms = record.t_ms;
+        match &record.event {
+            TraceEvent::Committed { event } => self.committed(record.node, event),
+            TraceEvent::Crashed { .. } => {
+                self.node(record.node).up_since_ms = None;
+                Ok(())
+            }
+            TraceEvent::Recovered { head_seq, digests } => {
+                self.recovered(*head_seq, digests)?;
+                self.node(record.node).up_since_ms = Some(t_ms);
+                Ok(())
+            }
+            TraceEvent::RecoveryFailed { error } => violation(
+                "durable_events_survive",
+                format!("the node could not recover its disk: {error}"),
+            ),
+            TraceEvent::Fault { description } if description.starts_with("clock_jump") => {
+                self.node(record.node).last_jump_ms = Some(t_ms);
+                Ok(())
+            }
+            TraceEvent::AckedCreate { name, agent, seq } => self.acked_create(name, *agent, *seq),
+            TraceEvent::Probe { target, now_ms, agents } => self.probe(target, t_ms, *now_ms, agents),
+            TraceEvent::StreamPage { after, events } => self.stream_page(*after, events),
+            TraceEvent::QuietPhase => {
+                self.quiet_since_ms = Some(t_ms);
+                Ok(())
+            }
+            TraceEvent::RunStarted { .. }
+            | TraceEvent::Fault { .. }
+            | TraceEvent::Restarted
+            | TraceEvent::Violation { .. } => Ok(()),
+        }
+    }
+
+    /// Checks what can only be judged at the end of the run (liveness in the quiet phase).
+    pub fn finish(&self) -> Result<(), Violation> {
+        if self.quiet_since_ms.is_some() && self.quiet_probes_checked == 0 {
+            return violation(
+                "quiet_phase_liveness",
+                "no probe of the quiet phase found the node up and steady: the runtime did not \
+                 come back or did not answer"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+
+    /// How many durable events the checker knows of.
+    pub fn durable_events(&self) -> u64 {
+        self.log.len() as u64
+    }
+
+    fn node(&mut self, node: &'static str) -> &mut NodeState {
+        self.nodes.entry(node).or_default()
+    }
+
+    fn committed(&mut self, node: &'static str, event: &Event) -> Result<(), Violation> {
+        let expected = self.log.len() as u64 + 1;
+        if event.seq != expected {
+            return violation(
+                "events_gap_free",
+                format!("committed seq {} but the durable log ends at {}", event.seq, expected - 1),
+            );
+        }
+        let state = self.node(node);
+        state.wall_seen_ms_max = state.wall_seen_ms_max.max(event.at_ms);
+        match &event.kind {
+            EventKind::AgentCreated {
+                agent,
+                name,
+                interval_ms,
+                first_fire_at_ms,
+            } => {
+                self.agents.insert(
+                    agent.0,
+                    AgentSchedule {
+                        name: name.clone(),
+                        interval_ms: *interval_ms,
+                        first_fire_at_ms: *first_fire_at_ms,
+                        last_due_at_ms: None,
+                    },
+                );
+            }
+            EventKind::TimerFired {
+                agent,
+                due_at_ms,
+                next_fire_at_ms,
+                ..
+            } => {
+                let Some(schedule) = self.agents.get_mut(&agent.0) else {
+                    return violation("events_gap_free", format!("timer fired for unknown agent {agent}"));
+                };
+                if schedule.last_due_at_ms.is_some_and(|last| last >= *due_at_ms) {
+                    return violation(
+                        "timer_not_duplicated",
+                        format!(
+                            "agent {agent} fired slot {due_at_ms} after slot {}",
+                            schedule.last_due_at_ms.unwrap_or_default()
+                        ),
+                    );
+                }
+                let on_grid = due_at_ms
+                    .checked_sub(schedule.first_fire_at_ms)
+                    .is_some_and(|d| d % schedule.interval_ms == 0);
+                if !on_grid || *next_fire_at_ms != due_at_ms + schedule.interval_ms {
+                    return violation(
+                        "timer_not_duplicated",
+                        format!("agent {agent} fired off its grid: slot {due_at_ms}, next {next_fire_at_ms}"),
+                    );
+                }
+                if event.at_ms < *due_at_ms || event.at_ms >= *next_fire_at_ms {
+                    return violation(
+                        "timer_not_lost",
+                        format!("agent {agent} fire at {} does not stand for its latest slot {due_at_ms}", event.at_ms),
+                    );
+                }
+                schedule.last_due_at_ms = Some(*due_at_ms);
+            }
+        }
+        self.log.push(event_digest(event));
+        Ok(())
+    }
+
+    fn recovered(&mut self, head_seq: u64, digests: &[(u64, u64)]) -> Result<(), Violation> {
+        for (index, known) in self.log.iter().enumerate() {
+            let seq = index as u64 + 1;
+            match digests.get(index) {
+                Some(&(s, digest)) if s == seq && digest == *known => {}
+                Some(&(s, digest)) => {
+                    return violation(
+                        "durable_events_survive",
+                        format!("after the crash seq {seq} reads back as seq {s} digest {digest:016x}, was {known:016x}"),
+                    )
+                }
+                None => {
+                    return violation(
+                        "durable_events_survive",
+                        format!(
+                            "after the crash the log ends at seq {head_seq}; durable events {seq}..={} are gone",
+                            self.log.len()
+                        ),
+                    )
+                }
+            }
+        }
+        if digests.len() > self.log.len() {
+            // Every commit is observed before control returns to the scheduler, so an event on
+            // disk that was never reported means the observer and the disk disagree.
+            return violation(
+                "durable_events_survive",
+                format!("after the crash the log holds {} events never reported committed", digests.len() - self.log.len()),
+            );
+        }
+        Ok(())
+    }
+
+    fn acked_create(&mut self, name: &str, agent: u64, seq: u64) -> Result<(), Violation> {
+        match self.agents.get(&agent) {
+            Some(schedule) if schedule.name == name && seq as usize <= self.log.len() => {
+                self.acked.insert(name.to_string(), agent);
+                Ok(())
+            }
+            _ => violation(
+                "acked_writes_survive",
+                format!("API acknowledged agent {name:?} as {agent} at seq {seq}, which is not in the durable log"),
+            ),
+        }
+    }
+
+    fn probe(
+        &mut self,
+        node: &'static str,
+        t_ms: u64,
+        now_ms: u64,
+        agents: &[(u64, String, u64)],
+    ) -> Result<(), Violation> {
+        for (name, id) in &self.acked {
+            if !agents.iter().any(|(a, n, _)| a == id && n == name) {
+                return violation(
+                    "acked_writes_survive",
+                    format!("acknowledged agent {name:?} ({id}) is missing from the agent list"),
+                );
+            }
+        }
+        let state = self.node(node);
+        state.wall_seen_ms_max = state.wall_seen_ms_max.max(now_ms);
+        let wall_seen_ms_max = state.wall_seen_ms_max;
+        let steady = state.up_since_ms.is_some_and(|up| up + TIMER_LAG_MS_MAX <= t_ms)
+            && state.last_jump_ms.is_none_or(|jump| jump + TIMER_LAG_MS_MAX <= t_ms);
+        for (agent, _, next_fire_at_ms) in agents {
+            let Some(schedule) = self.agents.get(agent) else {
+                return violation("acked_writes_survive", format!("agent {agent} listed but never created"));
+            };
+            if *next_fire_at_ms > wall_seen_ms_max + schedule.interval_ms + TIMER_LAG_MS_MAX {
+                return violation(
+                    "timer_not_lost",
+                    format!(
+                        "agent {agent}'s next slot {next_fire_at_ms} is more than one interval ({}) past the latest wall time the node has read ({wall_seen_ms_max})",
+                        schedule.interval_ms
+                    ),
+                );
+            }
+            if steady && next_fire_at_ms + TIMER_LAG_MS_MAX < now_ms {
+                return violation(
+                    "timer_not_lost",
+                    format!("agent {agent}'s slot {next_fire_at_ms} is overdue by {} ms on a steady node (wall {now_ms})", now_ms - next_fire_at_ms),
+                );
+            }
+        }
+        if steady && self.quiet_since_ms.is_some() {
+            self.quiet_probes_checked += 1;
+        }
+        Ok(())
+    }
+
+    fn stream_page(&self, after: u64, events: &[(u64, u64)]) -> Result<(), Violation> {
+        for (offset, &(seq, digest)) in events.iter().enumerate() {
+            if seq != after + 1 + offset as u64 {
+                return violation(
+                    "stream_resume_exact",
+                    format!("feed after {after} yielded seq {seq} at position {offset}"),
+                );
+            }
+            match self.log.get(seq as usize - 1) {
+                Some(known) if *known == digest => {}
+                Some(_) => {
+                    return violation("stream_resume_exact", format!("feed yielded seq {seq} with a different body than was committed"))
+                }
+                None => return violation("stream_resume_exact", format!("feed yielded seq {seq}, never committed")),
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil::engine::agent::AgentId;
+
+    fn record(t_ms: u64, event: TraceEvent) -> TraceRecord {
+        TraceRecord { t_ms, node: "vigil-1", event }
+    }
+
+    fn created(seq: u64) -> TraceEvent {
+        TraceEvent::Committed {
+            event: Event {
+                seq,
+                at_ms: 0,
+                kind: EventKind::AgentCreated {
+                    agent: AgentId(1),
+                    name: "a".into(),
+                    interval_ms: 1_000,
+                    first_fire_at_ms: 1_000,
+                },
+            },
+        }
+    }
+
+    fn fired(seq: u64, at_ms: u64, due_at_ms: u64) -> TraceEvent {
+        TraceEvent::Committed {
+            event: Event {
+                seq,
+                at_ms,
+                kind: EventKind::TimerFired {
+                    agent: AgentId(1),
+                    due_at_ms,
+                    missed_slots: 0,
+                    next_fire_at_ms: due_at_ms + 1_000,
+                },
+            },
+        }
+    }
+
+    #[test]
+    fn a_gap_in_commits_is_caught() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        let err = checker.observe(&record(1, fired(3, 1_000, 1_000))).unwrap_err();
+        assert_eq!(err.invariant, "events_gap_free");
+    }
+
+    #[test]
+    fn a_slot_fired_twice_is_caught() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, fired(2, 1_000, 1_000))).unwrap();
+        let err = checker.observe(&record(2, fired(3, 1_500, 1_000))).unwrap_err();
+        assert_eq!(err.invariant, "timer_not_duplicated");
+    }
+
+    #[test]
+    fn a_lost_durable_event_is_caught_at_recovery() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, fired(2, 1_000, 1_000))).unwrap();
+        let TraceEvent::Committed { event } = created(1) else { unreachable!() };
+        let recovered = TraceEvent::Recovered { head_seq: 1, digests: vec![(1, event_digest(&event))] };
+        let err = checker.observe(&record(2, recovered)).unwrap_err();
+        assert_eq!(err.invariant, "durable_events_survive");
+    }
+
+    #[test]
+    fn an_overdue_timer_on_a_steady_node_is_caught_but_not_right_after_a_restart() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        let up = TraceEvent::Recovered { head_seq: 1, digests: checker.log.iter().map(|d| (1, *d)).collect() };
+        checker.observe(&record(10, up)).unwrap();
+        let probe = |now_ms| TraceEvent::Probe { target: "vigil-1", now_ms, agents: vec![(1, "a".into(), 1_000)] };
+        checker.observe(&record(100, probe(9_000))).unwrap();
+        let err = checker.observe(&record(100_000, probe(9_000))).unwrap_err();
+        assert_eq!(err.invariant, "timer_not_lost");
+    }
+
+    #[test]
+    fn quiet_phase_without_a_steady_probe_fails_liveness() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, TraceEvent::QuietPhase)).unwrap();
+        assert_eq!(checker.finish().unwrap_err().invariant, "quiet_phase_liveness");
+    }
+}

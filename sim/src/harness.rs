@@ -1,0 +1,249 @@
+//! The harness: runs one seed of a scenario on madsim, with runtime nodes that are the
+//! production `Node` on a `SimClock` and a `SimDisk`, killed and restarted on their surviving
+//! disk. Only built under `--cfg madsim`.
+
+use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use madsim::runtime::{Handle, NodeHandle, Runtime};
+use rand::Rng;
+use vigil::engine::event::Event;
+use vigil::io::clock::SharedClock;
+use vigil::io::storage::StorageLocation;
+use vigil::node::{Node, NodeConfig};
+use vigil::shell::CommitObserver;
+use vigil::store::EVENTS_PAGE_MAX;
+
+use crate::check::Violation;
+use crate::clock::SimClock;
+use crate::disk::SimDisk;
+use crate::recorder::Recorder;
+use crate::trace::{event_digest, TraceEvent, TraceRecord};
+
+/// Port every simulated runtime node serves its API on.
+pub const RUNTIME_PORT: u16 = 7070;
+/// Stack of the thread that runs one seed (redb and hyper nest deeply in debug builds).
+const SEED_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+/// How often a waiting supervisor looks whether an invariant broke, so a failing run stops soon.
+const STOP_CHECK_MS: u64 = 60_000;
+
+/// Virtual time since the start of the current simulation.
+pub fn elapsed() -> Duration {
+    madsim::time::TimeHandle::current().elapsed()
+}
+
+/// Virtual time since the start of the current simulation, in ms.
+pub fn elapsed_ms() -> u64 {
+    elapsed().as_millis() as u64
+}
+
+/// Virtual wall time at the start of the run (madsim picks it from the seed), Unix ms.
+fn epoch_wall_ms() -> u64 {
+    let now = madsim::time::TimeHandle::current().now_time();
+    let since_epoch = now.duration_since(UNIX_EPOCH).expect("virtual time is after 1970");
+    since_epoch.as_millis() as u64 - elapsed_ms()
+}
+
+/// Sleeps until virtual `t_ms`, waking early (returning `false`) if an invariant broke.
+pub async fn sleep_until_ms(recorder: &Recorder, t_ms: u64) -> bool {
+    loop {
+        if recorder.failed() {
+            return false;
+        }
+        let now_ms = elapsed_ms();
+        if now_ms >= t_ms {
+            return true;
+        }
+        let step_ms = (t_ms - now_ms).min(STOP_CHECK_MS);
+        tokio::time::sleep(Duration::from_millis(step_ms)).await;
+    }
+}
+
+/// One runtime node: the production start-up path on this node's clock and disk.
+pub struct RuntimeNode {
+    pub name: &'static str,
+    pub addr: SocketAddr,
+    pub clock: Arc<SimClock>,
+    pub disk: Arc<SimDisk>,
+    handle: NodeHandle,
+    up: bool,
+}
+
+impl RuntimeNode {
+    /// Creates the node and starts the runtime on it (an empty disk on first start).
+    pub fn start(recorder: &Recorder, name: &'static str, ip: IpAddr, skew_ms: i64, lying_fsync: bool) -> Self {
+        let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
+        let disk = Arc::new(SimDisk::new(lying_fsync));
+        let addr = SocketAddr::new(ip, RUNTIME_PORT);
+        let init = {
+            let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
+            move || run_node(name, addr, clock.clone(), disk.clone(), recorder.clone())
+        };
+        let handle = Handle::current().create_node().name(name).ip(ip).init(init).build();
+        RuntimeNode {
+            name,
+            addr,
+            clock,
+            disk,
+            handle,
+            up: true,
+        }
+    }
+
+    /// Whether the node is running.
+    pub fn is_up(&self) -> bool {
+        self.up
+    }
+
+    /// Kills the node: every task and all memory gone, the disk keeps its synced image plus a
+    /// seeded subset of unsynced writes, possibly torn.
+    pub fn crash(&mut self, recorder: &Recorder, rng: &mut impl Rng) {
+        assert!(self.up, "crashing a node that is down");
+        Handle::current().kill(self.handle.id());
+        let report = self.disk.crash(rng);
+        self.up = false;
+        recorder.record(
+            self.name,
+            TraceEvent::Crashed {
+                pending_ops: report.pending_ops,
+                kept_ops: report.kept_ops,
+                torn_ops: report.torn_ops,
+                lost_bytes: report.lost_bytes,
+            },
+        );
+    }
+
+    /// Starts the runtime again on the surviving disk.
+    pub fn restart(&mut self, recorder: &Recorder) {
+        assert!(!self.up, "restarting a node that is up");
+        recorder.record(self.name, TraceEvent::Restarted);
+        Handle::current().restart(self.handle.id());
+        self.up = true;
+    }
+
+    /// Moves the node's wall clock.
+    pub fn jump_clock(&self, recorder: &Recorder, delta_ms: i64) {
+        let offset_ms = self.clock.jump(delta_ms);
+        recorder.record(
+            self.name,
+            TraceEvent::Fault {
+                description: format!("clock_jump delta_ms={delta_ms} offset_ms={offset_ms}"),
+            },
+        );
+    }
+}
+
+/// The body of a runtime node: start the production node, report what it recovered, run until
+/// killed.
+async fn run_node(name: &'static str, addr: SocketAddr, clock: Arc<SimClock>, disk: Arc<SimDisk>, recorder: Recorder) {
+    let observer: CommitObserver = {
+        let recorder = recorder.clone();
+        Arc::new(move |events: &[Event]| {
+            for event in events {
+                recorder.record(name, TraceEvent::Committed { event: event.clone() });
+            }
+        })
+    };
+    let config = NodeConfig {
+        listen_addr: addr,
+        storage: StorageLocation::Backend(Box::new(disk.backend())),
+        clock: clock as SharedClock,
+        on_commit: Some(observer),
+    };
+    let node = match Node::start(config).await {
+        Ok(node) => node,
+        Err(error) => {
+            recorder.record(name, TraceEvent::RecoveryFailed { error: error.to_string() });
+            return;
+        }
+    };
+    match read_whole_log(&node) {
+        Ok(digests) => {
+            let head_seq = digests.last().map_or(0, |(seq, _)| *seq);
+            recorder.record(name, TraceEvent::Recovered { head_seq, digests });
+        }
+        Err(error) => recorder.record(name, TraceEvent::RecoveryFailed { error }),
+    }
+    std::future::pending::<()>().await;
+}
+
+/// The recovered log as (seq, digest), read back through the store as any reader would.
+fn read_whole_log(node: &Node) -> Result<Vec<(u64, u64)>, String> {
+    let mut digests = Vec::new();
+    loop {
+        let after = digests.last().map_or(0, |(seq, _)| *seq);
+        let (page, _head) = node.shell().events_after(after, EVENTS_PAGE_MAX).map_err(|e| e.to_string())?;
+        if page.is_empty() {
+            return Ok(digests);
+        }
+        digests.extend(page.iter().map(|e| (e.seq, event_digest(e))));
+    }
+}
+
+/// What one simulated run produced.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    pub seed: u64,
+    pub records: Vec<TraceRecord>,
+    /// The first broken invariant and its virtual time (a panic counts as one).
+    pub violation: Option<(u64, Violation)>,
+    pub virtual_ms: u64,
+}
+
+/// Runs `scenario` for `seed` on a fresh madsim runtime in a fresh thread (so no thread-local
+/// state leaks between runs: the determinism check relies on it). Panics become violations.
+pub fn simulate<F, Fut>(seed: u64, time_limit: Duration, scenario: F) -> RunResult
+where
+    F: FnOnce(Recorder) -> Fut + Send + 'static,
+    Fut: Future<Output = ()> + 'static,
+{
+    // A fresh OS thread per run: madsim's runtime is thread-bound, and std keeps per-thread
+    // state (hash keys, RNG seeds) that would otherwise carry from one run into the next.
+    let thread = std::thread::Builder::new()
+        .name(format!("seed-{seed}"))
+        .stack_size(SEED_THREAD_STACK_BYTES)
+        .spawn(move || {
+            let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
+            runtime.set_time_limit(time_limit);
+            let recorder = Recorder::new(elapsed);
+            let body = {
+                let recorder = recorder.clone();
+                async move {
+                    scenario(recorder.clone()).await;
+                    recorder.finish();
+                    elapsed_ms()
+                }
+            };
+            // A panic anywhere in the simulated world (runtime code included) is a failed run
+            // with its trace kept, not a crashed sweep.
+            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(body)));
+            let records = recorder.records();
+            match outcome {
+                Ok(virtual_ms) => RunResult {
+                    seed,
+                    records,
+                    violation: recorder.violation(),
+                    virtual_ms,
+                },
+                Err(payload) => {
+                    let virtual_ms = records.last().map_or(0, |r| r.t_ms);
+                    let detail = payload
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "panic with a non-string payload".into());
+                    let violation = Violation { invariant: "no_panic", detail };
+                    RunResult {
+                        seed,
+                        records,
+                        violation: Some((virtual_ms, violation)),
+                        virtual_ms,
+                    }
+                }
+            }
+        })
+        .expect("could not spawn a simulation thread");
+    thread.join().expect("the simulation thread catches its own panics")
+}

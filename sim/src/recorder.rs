@@ -1,0 +1,105 @@
+//! The recorder: appends to the trace and runs the oracle on every record, so the first broken
+//! invariant stops the run at the virtual instant it broke.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use crate::check::{Checker, Violation};
+use crate::trace::{TraceEvent, TraceRecord};
+
+#[derive(Debug)]
+struct Inner {
+    records: Vec<TraceRecord>,
+    checker: Checker,
+    violation: Option<(u64, Violation)>,
+}
+
+/// Shared by every node and the harness of one run. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Recorder {
+    inner: Arc<Mutex<Inner>>,
+    elapsed: fn() -> Duration,
+}
+
+impl Recorder {
+    /// An empty trace; `elapsed` reads virtual time since the start of the run.
+    pub fn new(elapsed: fn() -> Duration) -> Self {
+        Recorder {
+            inner: Arc::new(Mutex::new(Inner {
+                records: Vec::new(),
+                checker: Checker::new(),
+                violation: None,
+            })),
+            elapsed,
+        }
+    }
+
+    fn inner(&self) -> MutexGuard<'_, Inner> {
+        // A panic inside the simulated world may poison the lock; the trace up to it is still
+        // the best evidence there is, so keep reading it.
+        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Appends one record and checks it. After the first violation nothing more is recorded.
+    pub fn record(&self, node: &'static str, event: TraceEvent) {
+        let t_ms = (self.elapsed)().as_millis() as u64;
+        let mut inner = self.inner();
+        if inner.violation.is_some() {
+            return;
+        }
+        let record = TraceRecord { t_ms, node, event };
+        let verdict = inner.checker.observe(&record);
+        inner.records.push(record);
+        if let Err(violation) = verdict {
+            inner.records.push(TraceRecord {
+                t_ms,
+                node,
+                event: TraceEvent::Violation {
+                    invariant: violation.invariant,
+                    detail: violation.detail.clone(),
+                },
+            });
+            inner.violation = Some((t_ms, violation));
+        }
+    }
+
+    /// Runs the end-of-run checks (liveness) and records their verdict.
+    pub fn finish(&self) {
+        let t_ms = (self.elapsed)().as_millis() as u64;
+        let mut inner = self.inner();
+        if inner.violation.is_some() {
+            return;
+        }
+        if let Err(violation) = inner.checker.finish() {
+            inner.records.push(TraceRecord {
+                t_ms,
+                node: "sim",
+                event: TraceEvent::Violation {
+                    invariant: violation.invariant,
+                    detail: violation.detail.clone(),
+                },
+            });
+            inner.violation = Some((t_ms, violation));
+        }
+    }
+
+    /// The first violation and its virtual time, if any.
+    pub fn violation(&self) -> Option<(u64, Violation)> {
+        self.inner().violation.clone()
+    }
+
+    /// Whether the run must stop.
+    pub fn failed(&self) -> bool {
+        self.inner().violation.is_some()
+    }
+
+    /// Durable runtime events known to the oracle.
+    pub fn durable_events(&self) -> u64 {
+        self.inner().checker.durable_events()
+    }
+
+    /// The whole trace so far.
+    pub fn records(&self) -> Vec<TraceRecord> {
+        self.inner().records.clone()
+    }
+}

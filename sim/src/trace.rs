@@ -1,0 +1,69 @@
+//! The trace: the ordered record of everything that happened in a run, and its hash.
+//!
+//! Records are (virtual ms, node, event). The determinism check compares whole traces, record by
+//! record; the hash summarizes one for the result line.
+
+use serde::Serialize;
+use vigil::engine::event::Event;
+use vigil_faults::stream::fnv1a64;
+
+/// One line of the trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TraceRecord {
+    /// Virtual time since the start of the run, ms.
+    pub t_ms: u64,
+    /// The node it happened on (or `sim` for the harness itself).
+    pub node: &'static str,
+    pub event: TraceEvent,
+}
+
+/// What a trace record says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum TraceEvent {
+    /// The run's parameters, first record of every trace.
+    RunStarted { seed: u64, scenario: String, plan: String },
+    /// A runtime event became durable (reported by the node's commit observer).
+    Committed { event: Event },
+    /// A fault struck.
+    Fault { description: String },
+    /// The node was killed; what its disk kept of the unsynced writes.
+    Crashed { pending_ops: usize, kept_ops: usize, torn_ops: usize, lost_bytes: u64 },
+    /// The node was started again on its surviving disk.
+    Restarted,
+    /// The node finished recovery; the whole recovered log, as (seq, digest) pairs.
+    Recovered { head_seq: u64, digests: Vec<(u64, u64)> },
+    /// The node could not start on its disk.
+    RecoveryFailed { error: String },
+    /// The workload got a 2xx for creating an agent.
+    AckedCreate { name: String, agent: u64, seq: u64 },
+    /// The workload read the agent list of node `target`: its wall clock and each agent's next slot.
+    Probe { target: &'static str, now_ms: u64, agents: Vec<(u64, String, u64)> },
+    /// The workload read a page of the event feed after `after`: (seq, digest) of each event.
+    StreamPage { after: u64, events: Vec<(u64, u64)> },
+    /// The safety phase ended; faults are healed from here on.
+    QuietPhase,
+    /// An invariant was violated; the run stops here.
+    Violation { invariant: &'static str, detail: String },
+}
+
+impl TraceRecord {
+    /// The record as one line of text (what is hashed and printed).
+    pub fn line(&self) -> String {
+        serde_json::to_string(self).expect("trace records always serialize")
+    }
+}
+
+/// A stable digest of one runtime event: equal events, equal digests, on any build.
+pub fn event_digest(event: &Event) -> u64 {
+    fnv1a64(&serde_json::to_vec(event).expect("events always serialize"))
+}
+
+/// The hash of a whole trace, as 16 hex digits.
+pub fn trace_hash(records: &[TraceRecord]) -> String {
+    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
+    for record in records {
+        hash = (hash ^ fnv1a64(record.line().as_bytes())).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
