@@ -1,1 +1,122 @@
-fn main() {}
+//! The project's workflows as one portable program, so a fresh machine needs nothing but cargo.
+//! The justfile's recipes call these; README and CI use them directly.
+//!
+//!   cargo xtask run                      vigil serve --demo on ./vigil-data (release build)
+//!   cargo xtask test                     every test: workspace tests, then the simulation suite
+//!   cargo xtask sim <vigil-sim args>     build the simulator (--cfg madsim, target/sim) and run it
+//!   cargo xtask sweep <scenario> <seeds> sweep seeds 0..seeds of a scenario on all cores
+//!   cargo xtask replay <seed> <scenario> re-run one seed with its whole trace
+//!   cargo xtask bench-smoke [runs]       median wall time of one smoke seed (release)
+
+use std::env;
+use std::path::PathBuf;
+use std::process::{exit, Command};
+
+/// The simulator's own target directory: the `--cfg madsim` build never invalidates the normal
+/// one and vice versa.
+const SIM_TARGET_DIR: &str = "target/sim";
+
+fn main() {
+    let args: Vec<String> = env::args().skip(1).collect();
+    let Some((task, rest)) = args.split_first() else {
+        usage();
+    };
+    env::set_current_dir(workspace_root()).expect("cannot enter the workspace root");
+    match task.as_str() {
+        "run" => {
+            let mut serve = vec!["run", "--release", "-p", "vigil", "--", "serve", "--demo"];
+            serve.extend(rest.iter().map(String::as_str));
+            cargo(&serve, false);
+        }
+        "test" => test(),
+        "sim" => sim(rest),
+        "sweep" => {
+            let scenario = rest.first().map_or("smoke", String::as_str);
+            let seeds = rest.get(1).map_or("100", String::as_str);
+            sim(&strings(&["sweep", "--scenario", scenario, "--seeds", seeds]));
+        }
+        "replay" => {
+            let (Some(seed), Some(scenario)) = (rest.first(), rest.get(1)) else {
+                eprintln!("usage: cargo xtask replay <seed> <scenario>");
+                exit(2);
+            };
+            sim(&strings(&["replay", seed, scenario]));
+        }
+        "bench-smoke" => bench_smoke(rest.first().map_or(7, |n| n.parse().expect("runs must be a number"))),
+        _ => usage(),
+    }
+}
+
+fn usage() -> ! {
+    eprintln!("usage: cargo xtask <run|test|sim|sweep|replay|bench-smoke> [args]  (see xtask/src/main.rs)");
+    exit(2);
+}
+
+fn strings(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn workspace_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace")
+        .to_path_buf()
+}
+
+/// Runs cargo with `args`; `simulated` builds with `--cfg madsim` into `target/sim`.
+fn cargo(args: &[&str], simulated: bool) {
+    let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    command.args(args);
+    if simulated {
+        let flags = env::var("RUSTFLAGS").unwrap_or_default();
+        command.env("RUSTFLAGS", format!("{flags} --cfg madsim").trim().to_string());
+        command.env("CARGO_TARGET_DIR", SIM_TARGET_DIR);
+    }
+    let status = command.status().expect("could not run cargo");
+    if !status.success() {
+        exit(status.code().unwrap_or(1));
+    }
+}
+
+fn build_sim() {
+    cargo(&["build", "--release", "-p", "vigil-scenarios", "--bin", "vigil-sim"], true);
+}
+
+fn sim_binary() -> PathBuf {
+    PathBuf::from(SIM_TARGET_DIR).join("release").join("vigil-sim")
+}
+
+fn sim(args: &[String]) {
+    build_sim();
+    let status = Command::new(sim_binary()).args(args).status().expect("could not run vigil-sim");
+    exit(status.code().unwrap_or(1));
+}
+
+fn test() {
+    eprintln!("==> 1/2 workspace tests (real tokio, real disk)");
+    cargo(&["test", "--workspace"], false);
+    eprintln!("==> 2/2 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
+    cargo(&["test", "--release", "-p", "vigil-scenarios"], true);
+    eprintln!("==> all tests passed");
+}
+
+fn bench_smoke(runs: usize) {
+    build_sim();
+    let mut wall_ms: Vec<u64> = (0..runs as u64)
+        .map(|seed| {
+            let output = Command::new(sim_binary())
+                .args(["run", "--scenario", "smoke", "--seed", &seed.to_string()])
+                .output()
+                .expect("could not run vigil-sim");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let line = stdout.lines().last().unwrap_or_default().to_string();
+            println!("{line}");
+            line.split_whitespace()
+                .find_map(|field| field.strip_prefix("wall_ms="))
+                .and_then(|v| v.parse().ok())
+                .expect("result line has wall_ms")
+        })
+        .collect();
+    wall_ms.sort_unstable();
+    println!("smoke: median wall_ms={} over {runs} seeds (min {}, max {})", wall_ms[runs / 2], wall_ms[0], wall_ms[runs - 1]);
+}

@@ -30,7 +30,11 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        let field = field_of(&path, &inner.to_string());
+        // Syntax errors are about the document, not a field; data errors name one.
+        let field = match inner.classify() {
+            serde_json::error::Category::Data => field_of(&path, &inner.to_string()),
+            _ => None,
+        };
         ApiError {
             status: StatusCode::BAD_REQUEST,
             code: if field.is_some() { "invalid_field" } else { "invalid_json" },
@@ -50,7 +54,7 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
 /// The field an error is about: serde's path when it has one, else the name serde quotes in
 /// "unknown field `x`" / "missing field `x`".
 fn field_of(path: &str, message: &str) -> Option<String> {
-    if !path.is_empty() && path != "." {
+    if !path.is_empty() && path != "." && path != "?" {
         return Some(path.to_string());
     }
     let quoted = message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("missing field `"))?;
