@@ -62,7 +62,9 @@ async fn get(client: &ApiClient, path: &str) -> (u16, Value) {
 fn assert_error(answer: &(u16, Value), status: u16, code: &str, field: Option<&str>) {
     assert_eq!(answer.0, status, "{}", answer.1);
     assert_eq!(answer.1["error"]["code"], code, "{}", answer.1);
-    assert!(answer.1["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    assert!(answer.1["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
     match field {
         Some(field) => assert_eq!(answer.1["error"]["field"], field, "{}", answer.1),
         None => assert!(answer.1["error"].get("field").is_none(), "{}", answer.1),
@@ -72,8 +74,16 @@ fn assert_error(answer: &(u16, Value), status: u16, code: &str, field: Option<&s
 #[tokio::test]
 async fn agents_can_be_created_listed_and_shown() {
     let (node, client, _clock) = start("agents").await;
-    assert_eq!(get(&client, "/v1/health").await, (200, json!({"status": "ok"})));
-    let (status, created) = post(&client, "/v1/agents", json!({"name": "scout", "interval_ms": 60_000})).await;
+    assert_eq!(
+        get(&client, "/v1/health").await,
+        (200, json!({"status": "ok"}))
+    );
+    let (status, created) = post(
+        &client,
+        "/v1/agents",
+        json!({"name": "scout", "interval_ms": 60_000}),
+    )
+    .await;
     assert_eq!(status, 201, "{created}");
     assert_eq!(created["seq"], 1);
     assert_eq!(created["agent"]["id"], 1);
@@ -83,7 +93,12 @@ async fn agents_can_be_created_listed_and_shown() {
     assert_eq!(listing["agents"].as_array().unwrap().len(), 1);
     assert_eq!(get(&client, "/v1/agents/1").await.1["name"], "scout");
     assert_error(&get(&client, "/v1/agents/2").await, 404, "not_found", None);
-    assert_error(&get(&client, "/v1/agents/abc").await, 400, "invalid_field", Some("id"));
+    assert_error(
+        &get(&client, "/v1/agents/abc").await,
+        400,
+        "invalid_field",
+        Some("id"),
+    );
     node.stop();
 }
 
@@ -91,29 +106,81 @@ async fn agents_can_be_created_listed_and_shown() {
 async fn bad_agent_input_is_refused_naming_the_field_and_changes_nothing() {
     let (node, client, _clock) = start("bad-input").await;
     let cases = [
-        (json!({"interval_ms": 60_000}), "invalid_field", Some("name")),
+        (
+            json!({"interval_ms": 60_000}),
+            "invalid_field",
+            Some("name"),
+        ),
         (json!({"name": "a"}), "invalid_field", Some("interval_ms")),
-        (json!({"name": "a", "interval_ms": 999}), "invalid_field", Some("interval_ms")),
-        (json!({"name": "a", "interval_ms": "soon"}), "invalid_field", Some("interval_ms")),
-        (json!({"name": "", "interval_ms": 60_000}), "invalid_field", Some("name")),
-        (json!({"name": "no spaces", "interval_ms": 60_000}), "invalid_field", Some("name")),
-        (json!({"name": "a", "interval_ms": 60_000, "colour": "red"}), "invalid_field", Some("colour")),
+        (
+            json!({"name": "a", "interval_ms": 999}),
+            "invalid_field",
+            Some("interval_ms"),
+        ),
+        (
+            json!({"name": "a", "interval_ms": "soon"}),
+            "invalid_field",
+            Some("interval_ms"),
+        ),
+        (
+            json!({"name": "", "interval_ms": 60_000}),
+            "invalid_field",
+            Some("name"),
+        ),
+        (
+            json!({"name": "no spaces", "interval_ms": 60_000}),
+            "invalid_field",
+            Some("name"),
+        ),
+        (
+            json!({"name": "a", "interval_ms": 60_000, "colour": "red"}),
+            "invalid_field",
+            Some("colour"),
+        ),
     ];
     for (body, code, field) in cases {
         assert_error(&post(&client, "/v1/agents", body).await, 400, code, field);
     }
     let not_json = client
-        .request(hyper::Method::POST, "/v1/agents", Some(b"{not json".to_vec()))
+        .request(
+            hyper::Method::POST,
+            "/v1/agents",
+            Some(b"{not json".to_vec()),
+        )
         .await
         .unwrap();
-    assert_error(&(not_json.status.as_u16(), not_json.json().unwrap()), 400, "invalid_json", None);
+    assert_error(
+        &(not_json.status.as_u16(), not_json.json().unwrap()),
+        400,
+        "invalid_json",
+        None,
+    );
     let huge = json!({"name": "a", "interval_ms": 60_000, "pad": "x".repeat(BODY_BYTES_MAX)});
-    assert_error(&post(&client, "/v1/agents", huge).await, 413, "body_too_large", None);
+    assert_error(
+        &post(&client, "/v1/agents", huge).await,
+        413,
+        "body_too_large",
+        None,
+    );
     // None of it reached the log.
     assert_eq!(get(&client, "/v1/events").await.1["head_seq"], 0);
 
-    assert_eq!(post(&client, "/v1/agents", json!({"name": "a", "interval_ms": 60_000})).await.0, 201);
-    let duplicate = post(&client, "/v1/agents", json!({"name": "a", "interval_ms": 5_000})).await;
+    assert_eq!(
+        post(
+            &client,
+            "/v1/agents",
+            json!({"name": "a", "interval_ms": 60_000})
+        )
+        .await
+        .0,
+        201
+    );
+    let duplicate = post(
+        &client,
+        "/v1/agents",
+        json!({"name": "a", "interval_ms": 5_000}),
+    )
+    .await;
     assert_error(&duplicate, 409, "name_taken", Some("name"));
     assert_error(&get(&client, "/v1/nowhere").await, 404, "not_found", None);
     node.stop();
@@ -122,7 +189,12 @@ async fn bad_agent_input_is_refused_naming_the_field_and_changes_nothing() {
 #[tokio::test]
 async fn timers_fire_on_the_nodes_clock_and_the_feed_pages_resume_exactly() {
     let (node, client, clock) = start("timers").await;
-    post(&client, "/v1/agents", json!({"name": "a", "interval_ms": 1_000})).await;
+    post(
+        &client,
+        "/v1/agents",
+        json!({"name": "a", "interval_ms": 1_000}),
+    )
+    .await;
     // Jump 3.5 intervals ahead: one fire stands for the missed slots, never the backlog.
     clock.0.store(START_MS + 3_500, Ordering::SeqCst);
     let mut page = Value::Null;
@@ -145,10 +217,33 @@ async fn timers_fire_on_the_nodes_clock_and_the_feed_pages_resume_exactly() {
     assert_eq!(all["events"][0]["seq"], 1);
     let (_, rest) = get(&client, "/v1/events?after=1&limit=1000").await;
     assert_eq!(rest["events"][0]["seq"], 2);
-    assert_eq!(get(&client, "/v1/events?after=2").await.1["events"], json!([]));
-    assert_error(&get(&client, "/v1/events?after=x").await, 400, "invalid_field", Some("after"));
-    assert_error(&get(&client, "/v1/events?limit=0").await, 400, "invalid_field", Some("limit"));
-    assert_error(&get(&client, "/v1/events?limit=1001").await, 400, "invalid_field", Some("limit"));
-    assert_error(&get(&client, "/v1/events?since=1").await, 400, "invalid_field", Some("since"));
+    assert_eq!(
+        get(&client, "/v1/events?after=2").await.1["events"],
+        json!([])
+    );
+    assert_error(
+        &get(&client, "/v1/events?after=x").await,
+        400,
+        "invalid_field",
+        Some("after"),
+    );
+    assert_error(
+        &get(&client, "/v1/events?limit=0").await,
+        400,
+        "invalid_field",
+        Some("limit"),
+    );
+    assert_error(
+        &get(&client, "/v1/events?limit=1001").await,
+        400,
+        "invalid_field",
+        Some("limit"),
+    );
+    assert_error(
+        &get(&client, "/v1/events?since=1").await,
+        400,
+        "invalid_field",
+        Some("since"),
+    );
     node.stop();
 }

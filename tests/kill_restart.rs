@@ -20,7 +20,9 @@ fn serve(data_dir: &Path) -> (Child, SocketAddr) {
         .spawn()
         .expect("vigil serve starts");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
     let addr = line
         .split("http://")
         .nth(1)
@@ -48,7 +50,11 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
                     match client.post_json("/v1/agents", &body).await {
                         Ok(answer) if answer.status.as_u16() == 201 => {
                             let json = answer.json().unwrap();
-                            acked.push((json["agent"]["id"].as_u64().unwrap(), body["name"].clone(), json["seq"].as_u64().unwrap()));
+                            acked.push((
+                                json["agent"]["id"].as_u64().unwrap(),
+                                body["name"].clone(),
+                                json["seq"].as_u64().unwrap(),
+                            ));
                         }
                         _ => return acked,
                     }
@@ -59,7 +65,9 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
         .collect();
     // Kill once a good number of writes were acknowledged, with writers still going.
     loop {
-        let head = client.get("/v1/events").await.unwrap().json().unwrap()["head_seq"].as_u64().unwrap();
+        let head = client.get("/v1/events").await.unwrap().json().unwrap()["head_seq"]
+            .as_u64()
+            .unwrap();
         if head >= 200 {
             break;
         }
@@ -71,7 +79,11 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
     for writer in writers {
         acked.extend(writer.await.unwrap());
     }
-    assert!(acked.len() >= 200, "only {} writes were acknowledged before the kill", acked.len());
+    assert!(
+        acked.len() >= 200,
+        "only {} writes were acknowledged before the kill",
+        acked.len()
+    );
 
     let (mut child, addr) = serve(&data_dir);
     let client = ApiClient::new(addr);
@@ -86,7 +98,12 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
     // The log is gap-free from 1 and holds each acknowledged creation at its seq.
     let mut after = 0;
     loop {
-        let page = client.get(&format!("/v1/events?after={after}&limit=1000")).await.unwrap().json().unwrap();
+        let page = client
+            .get(&format!("/v1/events?after={after}&limit=1000"))
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
         let events = page["events"].as_array().unwrap().clone();
         if events.is_empty() {
             break;
@@ -97,7 +114,10 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
         }
     }
     for (id, _, seq) in &acked {
-        assert!(*seq <= after, "acknowledged seq {seq} (agent {id}) beyond the recovered log head {after}");
+        assert!(
+            *seq <= after,
+            "acknowledged seq {seq} (agent {id}) beyond the recovered log head {after}"
+        );
     }
     child.kill().unwrap();
     child.wait().unwrap();

@@ -6,7 +6,10 @@ use std::process::{Command, Output};
 
 fn vigil_sim(args: &[&str], envs: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_vigil-sim"));
-    command.args(args).env_remove("VIGIL_SIM_LYING_FSYNC").env_remove("VIGIL_SEED");
+    command
+        .args(args)
+        .env_remove("VIGIL_SIM_LYING_FSYNC")
+        .env_remove("VIGIL_SEED");
     for (key, value) in envs {
         command.env(key, value);
     }
@@ -14,14 +17,21 @@ fn vigil_sim(args: &[&str], envs: &[(&str, &str)]) -> Output {
 }
 
 fn last_line(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).lines().last().unwrap_or_default().to_string()
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Splits `k=v k=v ...` into pairs, checking the keys are exactly `keys` in order.
 fn fields(line: &str, keys: &[&str]) -> Vec<(String, String)> {
     let pairs: Vec<(String, String)> = line
         .split_whitespace()
-        .filter_map(|f| f.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|f| {
+            f.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
     let got: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(got, keys, "unexpected result line: {line}");
@@ -30,11 +40,22 @@ fn fields(line: &str, keys: &[&str]) -> Vec<(String, String)> {
 
 #[test]
 fn run_line_is_exact_and_the_hash_is_the_same_in_two_processes() {
-    let keys = ["seed", "scenario", "verdict", "trace_hash", "events", "virtual_s", "wall_ms"];
+    let keys = [
+        "seed",
+        "scenario",
+        "verdict",
+        "trace_hash",
+        "events",
+        "virtual_s",
+        "wall_ms",
+    ];
     let first = vigil_sim(&["run", "--scenario", "smoke", "--seed", "4242"], &[]);
     let second = vigil_sim(&["run", "--scenario", "smoke", "--seed", "4242"], &[]);
     assert!(first.status.success() && second.status.success());
-    let (a, b) = (fields(&last_line(&first), &keys), fields(&last_line(&second), &keys));
+    let (a, b) = (
+        fields(&last_line(&first), &keys),
+        fields(&last_line(&second), &keys),
+    );
     assert_eq!(a[0].1, "4242");
     assert_eq!(a[2].1, "pass");
     assert_eq!(a[3].1.len(), 16);
@@ -42,13 +63,22 @@ fn run_line_is_exact_and_the_hash_is_the_same_in_two_processes() {
     assert_eq!(a[5].1, "86400", "smoke simulates 24 hours");
     // Everything but the wall time must match between the two processes.
     assert_eq!(a[..6], b[..6]);
-    let other = fields(&last_line(&vigil_sim(&["run", "--seed", "4243"], &[])), &keys);
-    assert_ne!(a[3].1, other[3].1, "different seeds should give different traces");
+    let other = fields(
+        &last_line(&vigil_sim(&["run", "--seed", "4243"], &[])),
+        &keys,
+    );
+    assert_ne!(
+        a[3].1, other[3].1,
+        "different seeds should give different traces"
+    );
 }
 
 #[test]
 fn lying_fsync_makes_a_100_seed_sweep_report_durability_violations() {
-    let output = vigil_sim(&["sweep", "--scenario", "smoke", "--seeds", "100"], &[("VIGIL_SIM_LYING_FSYNC", "1")]);
+    let output = vigil_sim(
+        &["sweep", "--scenario", "smoke", "--seeds", "100"],
+        &[("VIGIL_SIM_LYING_FSYNC", "1")],
+    );
     let stdout = String::from_utf8_lossy(&output.stdout);
     let line = last_line(&output);
     assert!(line.starts_with("sweep "), "unexpected sweep line: {line}");
@@ -60,7 +90,10 @@ fn lying_fsync_makes_a_100_seed_sweep_report_durability_violations() {
         .lines()
         .filter(|l| l.starts_with("FAILED seed=") && l.contains("invariant=durable_events_survive"))
         .count() as u64;
-    assert!(durability_failures >= 1, "no durability violation among the failures:\n{stdout}");
+    assert!(
+        durability_failures >= 1,
+        "no durability violation among the failures:\n{stdout}"
+    );
     assert!(stdout.contains("replay: cargo xtask replay"));
 }
 

@@ -14,7 +14,12 @@ fn assert_no_failures(summary: &SweepSummary) {
         eprintln!("{}", outcome.result_line());
     }
     println!("{}", summary.result_line());
-    assert!(summary.failed.is_empty(), "{} seeds failed: {}", summary.failed.len(), summary.result_line());
+    assert!(
+        summary.failed.is_empty(),
+        "{} seeds failed: {}",
+        summary.failed.len(),
+        summary.result_line()
+    );
 }
 
 fn quiet(_: u64, _: u64, _: &Outcome) {}
@@ -22,7 +27,16 @@ fn quiet(_: u64, _: u64, _: &Outcome) {}
 #[test]
 fn smoke_sweep_of_300_seeds_passes() {
     let smoke = find("smoke").expect("smoke scenario");
-    let summary = sweep(smoke, SweepOptions { start: 0, seeds: 300, jobs: jobs(), check_determinism: false }, &quiet);
+    let summary = sweep(
+        smoke,
+        SweepOptions {
+            start: 0,
+            seeds: 300,
+            jobs: jobs(),
+            check_determinism: false,
+        },
+        &quiet,
+    );
     assert_no_failures(&summary);
     assert_eq!(summary.seeds, 300);
     // 24 simulated hours each: a run that stopped early would have failed above, but make sure
@@ -33,6 +47,15 @@ fn smoke_sweep_of_300_seeds_passes() {
 #[test]
 fn same_seed_gives_the_same_whole_trace_on_50_seeds() {
     let smoke = find("smoke").expect("smoke scenario");
-    let summary = sweep(smoke, SweepOptions { start: 10_000, seeds: 50, jobs: jobs(), check_determinism: true }, &quiet);
+    let summary = sweep(
+        smoke,
+        SweepOptions {
+            start: 10_000,
+            seeds: 50,
+            jobs: jobs(),
+            check_determinism: true,
+        },
+        &quiet,
+    );
     assert_no_failures(&summary);
 }

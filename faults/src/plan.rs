@@ -16,6 +16,11 @@ pub enum Fault {
     /// Kill the node at this instant (all memory lost, unsynced writes partly lost or torn) and
     /// restart it on its surviving disk after `downtime_ms`.
     Crash { downtime_ms: u64 },
+    /// Cut the node's power at its `after_ops`-th storage operation from now (a write,
+    /// `set_len` or sync: so before or after a sync), in the middle of a commit; the unsynced
+    /// part of that commit partly lands, torn. DESIGN.md's CrashAfterWrite. Restart after
+    /// `downtime_ms`.
+    PowerCut { after_ops: u64, downtime_ms: u64 },
     /// Move the node's wall clock by `delta_ms` (negative: backward). Monotonic time is untouched.
     ClockJump { delta_ms: i64 },
 }
@@ -25,6 +30,7 @@ impl Fault {
     pub fn kind(&self) -> &'static str {
         match self {
             Fault::Crash { .. } => "crash",
+            Fault::PowerCut { .. } => "power_cut",
             Fault::ClockJump { .. } => "clock_jump",
         }
     }
@@ -48,7 +54,19 @@ pub struct FaultRate {
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     Crash,
+    PowerCut,
     ClockJump,
+}
+
+impl FaultKind {
+    /// The kind's name: its random stream, and its name in traces and docs/faults.md.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Crash => "crash",
+            FaultKind::PowerCut => "power_cut",
+            FaultKind::ClockJump => "clock_jump",
+        }
+    }
 }
 
 /// A fault scheduled at a virtual instant, counted from the start of the run.
@@ -62,6 +80,9 @@ pub struct Injection {
 /// makes many timer slots go missed.
 pub const CRASH_DOWNTIME_MS_MIN: u64 = 1_000;
 pub const CRASH_DOWNTIME_MS_MAX: u64 = 3 * 60 * 60 * 1_000;
+/// A power cut strikes within this many storage operations: a redb commit of a few events does
+/// about six writes and one sync, so this spans the first one or two commits after arming.
+pub const POWER_CUT_AFTER_OPS_MAX: u64 = 12;
 /// Largest forward and backward clock jumps.
 pub const CLOCK_JUMP_FORWARD_MS_MAX: i64 = 3 * 60 * 60 * 1_000;
 pub const CLOCK_JUMP_BACKWARD_MS_MAX: i64 = 60 * 60 * 1_000;
@@ -71,11 +92,7 @@ pub fn plan(seed: u64, until_ms: u64, rates: &[FaultRate]) -> Vec<Injection> {
     let mut injections = Vec::new();
     for rate in rates {
         assert!(rate.per_hour >= 0.0, "fault rate must not be negative");
-        let name = match rate.kind {
-            FaultKind::Crash => "crash",
-            FaultKind::ClockJump => "clock_jump",
-        };
-        let mut rng = stream(seed, name);
+        let mut rng = stream(seed, rate.kind.name());
         let mut at_ms = rate.after_ms;
         for _ in 0..rate.max_triggers {
             if rate.per_hour == 0.0 {
@@ -90,7 +107,19 @@ pub fn plan(seed: u64, until_ms: u64, rates: &[FaultRate]) -> Vec<Injection> {
             }
             let fault = match rate.kind {
                 FaultKind::Crash => Fault::Crash {
-                    downtime_ms: log_uniform(&mut rng, CRASH_DOWNTIME_MS_MIN, CRASH_DOWNTIME_MS_MAX),
+                    downtime_ms: log_uniform(
+                        &mut rng,
+                        CRASH_DOWNTIME_MS_MIN,
+                        CRASH_DOWNTIME_MS_MAX,
+                    ),
+                },
+                FaultKind::PowerCut => Fault::PowerCut {
+                    after_ops: rng.gen_range(1..=POWER_CUT_AFTER_OPS_MAX),
+                    downtime_ms: log_uniform(
+                        &mut rng,
+                        CRASH_DOWNTIME_MS_MIN,
+                        CRASH_DOWNTIME_MS_MAX,
+                    ),
                 },
                 FaultKind::ClockJump => {
                     let delta_ms = if rng.gen_bool(0.5) {
@@ -145,7 +174,10 @@ mod tests {
         assert_eq!(a, plan(42, day_ms, &rates(0.25)));
         assert!(a.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
         assert!(a.iter().all(|i| i.at_ms < day_ms));
-        let jumps: Vec<_> = a.iter().filter(|i| i.fault.kind() == "clock_jump").collect();
+        let jumps: Vec<_> = a
+            .iter()
+            .filter(|i| i.fault.kind() == "clock_jump")
+            .collect();
         assert!(jumps.len() <= 3);
         assert!(jumps.iter().all(|i| i.at_ms >= 60_000));
     }
@@ -154,7 +186,10 @@ mod tests {
     fn changing_one_fault_rate_leaves_the_others_alone() {
         let day_ms = 24 * 3_600_000;
         let jumps = |p: &[Injection]| -> Vec<Injection> {
-            p.iter().copied().filter(|i| i.fault.kind() == "clock_jump").collect()
+            p.iter()
+                .copied()
+                .filter(|i| i.fault.kind() == "clock_jump")
+                .collect()
         };
         let few_crashes = plan(9, day_ms, &rates(0.1));
         let many_crashes = plan(9, day_ms, &rates(3.0));

@@ -15,7 +15,11 @@ use vigil::node::{Node, NodeConfig};
 const DATABASE_FILE: &str = "vigil.redb";
 
 #[derive(Parser)]
-#[command(name = "vigil", version, about = "Keeps a fleet of LLM agents alive and wakes them safely.")]
+#[command(
+    name = "vigil",
+    version,
+    about = "Keeps a fleet of LLM agents alive and wakes them safely."
+)]
 struct Cli {
     #[command(subcommand)]
     command: CliCommand,
@@ -89,7 +93,9 @@ async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Res
         "try: curl -s http://{0}/v1/agents | curl -s 'http://{0}/v1/events?after=0'  (Ctrl-C stops)",
         node.local_addr()
     );
-    tokio::signal::ctrl_c().await.context("could not wait for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("could not wait for Ctrl-C")?;
     tracing::info!("stopping");
     node.stop();
     Ok(())

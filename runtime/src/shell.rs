@@ -54,7 +54,9 @@ impl Shell {
     fn engine(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock means an engine invariant broke; nothing after it can
         // be trusted, so every later caller fails loudly too.
-        self.engine.lock().expect("engine lock poisoned by an earlier invariant failure")
+        self.engine
+            .lock()
+            .expect("engine lock poisoned by an earlier invariant failure")
     }
 
     /// The node's clock.

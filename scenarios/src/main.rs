@@ -23,10 +23,15 @@ mod cli {
     use std::process::ExitCode;
 
     use clap::{Parser, Subcommand};
-    use vigil_scenarios::run::{find, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions, SCENARIOS};
+    use vigil_scenarios::run::{
+        find, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions, SCENARIOS,
+    };
 
     #[derive(Parser)]
-    #[command(name = "vigil-sim", about = "Deterministic simulation of the Vigil runtime: same seed, same trace.")]
+    #[command(
+        name = "vigil-sim",
+        about = "Deterministic simulation of the Vigil runtime: same seed, same trace."
+    )]
     struct Cli {
         #[command(subcommand)]
         command: Command,
@@ -73,20 +78,46 @@ mod cli {
 
     pub fn main() -> ExitCode {
         match Cli::parse().command {
-            Command::Run { scenario, seed, check_determinism, trace } => {
-                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
+            Command::Run {
+                scenario,
+                seed,
+                check_determinism,
+                trace,
+            } => {
+                let Some(scenario) = scenario_named(&scenario) else {
+                    return ExitCode::from(2);
+                };
                 let seed = seed.unwrap_or_else(random_seed);
                 println!("running scenario={} seed={seed}", scenario.name);
                 run_one(scenario, seed, check_determinism, trace)
             }
             Command::Replay { seed, scenario } => {
-                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
+                let Some(scenario) = scenario_named(&scenario) else {
+                    return ExitCode::from(2);
+                };
                 run_one(scenario, seed, false, true)
             }
-            Command::Sweep { scenario, seeds, start, jobs, check_determinism } => {
-                let Some(scenario) = scenario_named(&scenario) else { return ExitCode::from(2) };
-                let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                run_sweep(scenario, SweepOptions { start, seeds, jobs, check_determinism })
+            Command::Sweep {
+                scenario,
+                seeds,
+                start,
+                jobs,
+                check_determinism,
+            } => {
+                let Some(scenario) = scenario_named(&scenario) else {
+                    return ExitCode::from(2);
+                };
+                let jobs = jobs
+                    .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                run_sweep(
+                    scenario,
+                    SweepOptions {
+                        start,
+                        seeds,
+                        jobs,
+                        check_determinism,
+                    },
+                )
             }
             Command::List => {
                 for scenario in SCENARIOS {
@@ -101,7 +132,10 @@ mod cli {
         let found = find(name);
         if found.is_none() {
             let known: Vec<_> = SCENARIOS.iter().map(|s| s.name).collect();
-            eprintln!("unknown scenario {name:?}; known scenarios: {}", known.join(", "));
+            eprintln!(
+                "unknown scenario {name:?}; known scenarios: {}",
+                known.join(", ")
+            );
         }
         found
     }
@@ -115,8 +149,17 @@ mod cli {
         hasher.finish() % 1_000_000_000
     }
 
-    fn run_one(scenario: &'static Scenario, seed: u64, check_determinism: bool, trace: bool) -> ExitCode {
-        let outcome = if check_determinism { run_seed_twice(scenario, seed) } else { run_seed(scenario, seed) };
+    fn run_one(
+        scenario: &'static Scenario,
+        seed: u64,
+        check_determinism: bool,
+        trace: bool,
+    ) -> ExitCode {
+        let outcome = if check_determinism {
+            run_seed_twice(scenario, seed)
+        } else {
+            run_seed(scenario, seed)
+        };
         if trace {
             for record in &outcome.records {
                 println!("{}", record.line());
@@ -130,7 +173,11 @@ mod cli {
             print!("{report}");
         }
         println!("{}", outcome.result_line());
-        if outcome.passed() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        if outcome.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
     }
 
     fn run_sweep(scenario: &'static Scenario, options: SweepOptions) -> ExitCode {
@@ -145,13 +192,17 @@ mod cli {
                 sim_hours / wall_s
             );
             if !outcome.passed() {
-                eprintln!("\nseed {} FAILED: {}", outcome.seed, outcome.violation.as_ref().map_or("", |(_, v)| v.invariant));
+                eprintln!(
+                    "\nseed {} FAILED: {}",
+                    outcome.seed,
+                    outcome.violation.as_ref().map_or("", |(_, v)| v.invariant)
+                );
             }
             let step = (options.seeds / 10).max(1);
             if interactive {
                 eprint!("\r{line}");
                 let _ = std::io::stderr().flush();
-            } else if done % step == 0 || done == options.seeds {
+            } else if done.is_multiple_of(step) || done == options.seeds {
                 eprintln!("{line}");
             }
         };
@@ -160,7 +211,10 @@ mod cli {
             eprintln!();
         }
         for outcome in &summary.failed {
-            let (t_ms, violation) = outcome.violation.as_ref().expect("failed outcomes have a violation");
+            let (t_ms, violation) = outcome
+                .violation
+                .as_ref()
+                .expect("failed outcomes have a violation");
             println!(
                 "FAILED seed={} invariant={} t={}s replay: cargo xtask replay {} {}",
                 outcome.seed,
@@ -171,6 +225,10 @@ mod cli {
             );
         }
         println!("{}", summary.result_line());
-        if summary.failed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE }
+        if summary.failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
     }
 }

@@ -78,7 +78,10 @@ impl Outcome {
         let (t_ms, violation) = self.violation.as_ref()?;
         let mut report = String::new();
         let skip = self.records.len().saturating_sub(REPORT_TAIL_RECORDS);
-        report.push_str(&format!("--- last {} trace records ---\n", self.records.len() - skip));
+        report.push_str(&format!(
+            "--- last {} trace records ---\n",
+            self.records.len() - skip
+        ));
         for record in &self.records[skip..] {
             report.push_str(&record.line());
             report.push('\n');
@@ -124,7 +127,13 @@ pub fn run_seed_twice(scenario: &'static Scenario, seed: u64) -> Outcome {
     if second.violation.is_none() {
         if let Some(detail) = first_difference(&first.records, &second.records) {
             let t_ms = second.records.last().map_or(0, |r| r.t_ms);
-            second.violation = Some((t_ms, Violation { invariant: "same_seed_same_trace", detail }));
+            second.violation = Some((
+                t_ms,
+                Violation {
+                    invariant: "same_seed_same_trace",
+                    detail,
+                },
+            ));
         }
     }
     second
@@ -132,10 +141,16 @@ pub fn run_seed_twice(scenario: &'static Scenario, seed: u64) -> Outcome {
 
 /// Where two traces part, if they do.
 pub fn first_difference(a: &[TraceRecord], b: &[TraceRecord]) -> Option<String> {
-    let index = a.iter().zip(b).position(|(x, y)| x != y).or_else(|| {
-        (a.len() != b.len()).then(|| a.len().min(b.len()))
-    })?;
-    let show = |records: &[TraceRecord]| records.get(index).map_or("<end of trace>".into(), |r| r.line());
+    let index = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))?;
+    let show = |records: &[TraceRecord]| {
+        records
+            .get(index)
+            .map_or("<end of trace>".into(), |r| r.line())
+    };
     Some(format!(
         "traces differ at record {index} (lengths {} and {}):\n  first:  {}\n  second: {}",
         a.len(),

@@ -1,15 +1,16 @@
 //! Scenario `smoke`: one runtime node, ten agents with random timer intervals, 24 simulated
-//! hours. During the first 23 hours the node is killed at random instants (and restarted on its
-//! surviving disk after a random downtime) and its wall clock jumps forward and backward; the
-//! last hour is quiet, and liveness is judged there.
+//! hours. During the first 23 hours the node is killed at random instants or by a power cut in
+//! the middle of a commit (and restarted on its surviving disk after a random downtime), and its
+//! wall clock jumps forward and backward; the last hour is quiet, and liveness is judged there.
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 use vigil_faults::plan::{log_uniform, FaultKind};
 use vigil_faults::{plan, stream, Fault, FaultRate};
 use vigil_world::disk::lying_fsync_from_env;
-use vigil_world::harness::{sleep_until_ms, RuntimeNode};
+use vigil_world::harness::{elapsed_ms, sleep_until_ms, RuntimeNode};
 use vigil_world::recorder::Recorder;
 use vigil_world::trace::TraceEvent;
 use vigil_world::workload::{AgentToCreate, Workload};
@@ -34,10 +35,30 @@ const TAIL_EVERY_MS: u64 = 5 * 60_000;
 const RUNTIME_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
 const WORKLOAD_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 100));
 
-fn fault_rates() -> [FaultRate; 2] {
+/// Longest the harness waits for an armed power cut's operation to come (the node writes at
+/// least once per agent interval, so with agents registered this is never reached).
+const POWER_CUT_WAIT_MS: u64 = 2 * INTERVAL_MS_MAX;
+
+fn fault_rates() -> [FaultRate; 3] {
     [
-        FaultRate { kind: FaultKind::Crash, per_hour: 0.25, after_ms: 0, max_triggers: 64 },
-        FaultRate { kind: FaultKind::ClockJump, per_hour: 0.2, after_ms: 0, max_triggers: 32 },
+        FaultRate {
+            kind: FaultKind::Crash,
+            per_hour: 0.15,
+            after_ms: 0,
+            max_triggers: 64,
+        },
+        FaultRate {
+            kind: FaultKind::PowerCut,
+            per_hour: 0.15,
+            after_ms: 0,
+            max_triggers: 64,
+        },
+        FaultRate {
+            kind: FaultKind::ClockJump,
+            per_hour: 0.2,
+            after_ms: 0,
+            max_triggers: 32,
+        },
     ]
 }
 
@@ -46,7 +67,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     let mut rng = stream(seed, "smoke");
     let injections = plan(seed, SAFETY_MS, &fault_rates());
     let skew_ms = rng.gen_range(-SKEW_MS_MAX..=SKEW_MS_MAX);
-    let crashes = injections.iter().filter(|i| i.fault.kind() == "crash").count();
+    let count = |kind: &str| injections.iter().filter(|i| i.fault.kind() == kind).count();
     let lying_fsync = lying_fsync_from_env();
     recorder.record(
         "sim",
@@ -54,8 +75,10 @@ pub async fn run(seed: u64, recorder: Recorder) {
             seed,
             scenario: "smoke".into(),
             plan: format!(
-                "skew_ms={skew_ms} crashes={crashes} clock_jumps={} lying_fsync={lying_fsync}",
-                injections.len() - crashes
+                "skew_ms={skew_ms} crashes={} power_cuts={} clock_jumps={} lying_fsync={lying_fsync}",
+                count("crash"),
+                count("power_cut"),
+                count("clock_jump")
             ),
         },
     );
@@ -90,7 +113,11 @@ pub async fn run(seed: u64, recorder: Recorder) {
     let mut injections = injections.into_iter().peekable();
     loop {
         let next_injection_ms = injections.peek().map(|i| i.at_ms);
-        let Some(next_ms) = [next_injection_ms, restart_at_ms].into_iter().flatten().min() else {
+        let Some(next_ms) = [next_injection_ms, restart_at_ms]
+            .into_iter()
+            .flatten()
+            .min()
+        else {
             break;
         };
         if !sleep_until_ms(&recorder, next_ms).await {
@@ -105,11 +132,37 @@ pub async fn run(seed: u64, recorder: Recorder) {
         match injection.fault {
             // A crash while the node is already down has nothing to kill.
             Fault::Crash { downtime_ms } if node.is_up() => {
-                recorder.record(node.name, TraceEvent::Fault { description: format!("crash downtime_ms={downtime_ms}") });
+                recorder.record(
+                    node.name,
+                    TraceEvent::Fault {
+                        description: format!("crash downtime_ms={downtime_ms}"),
+                    },
+                );
                 node.crash(&recorder, &mut disk_rng);
                 restart_at_ms = Some((next_ms + downtime_ms).min(SAFETY_MS));
             }
-            Fault::Crash { .. } => {}
+            Fault::PowerCut {
+                after_ops,
+                downtime_ms,
+            } if node.is_up() => {
+                recorder.record(
+                    node.name,
+                    TraceEvent::Fault {
+                        description: format!(
+                            "power_cut after_ops={after_ops} downtime_ms={downtime_ms}"
+                        ),
+                    },
+                );
+                let cut_rng = ChaCha8Rng::seed_from_u64(disk_rng.gen());
+                if node
+                    .power_cut(&recorder, after_ops, cut_rng, POWER_CUT_WAIT_MS)
+                    .await
+                {
+                    restart_at_ms =
+                        Some((elapsed_ms() + downtime_ms).min(SAFETY_MS.max(elapsed_ms())));
+                }
+            }
+            Fault::Crash { .. } | Fault::PowerCut { .. } => {}
             Fault::ClockJump { delta_ms } => node.jump_clock(&recorder, delta_ms),
         }
     }

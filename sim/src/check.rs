@@ -42,6 +42,9 @@ struct NodeState {
     last_jump_ms: Option<u64>,
     /// Largest wall time the node is known to have read (from events and probes).
     wall_seen_ms_max: u64,
+    /// The node's last crash was a power cut mid-commit: its recovered log may end with events
+    /// never reported committed (their commit was interrupted, yet landed).
+    maybe_committed_tail: bool,
 }
 
 /// Invariant state built from the trace so far.
@@ -68,13 +71,21 @@ impl Checker {
         let t_ms = record.t_ms;
         match &record.event {
             TraceEvent::Committed { event } => self.committed(record.node, event),
-            TraceEvent::Crashed { .. } => {
-                self.node(record.node).up_since_ms = None;
+            TraceEvent::Crashed { during_write, .. } => {
+                let state = self.node(record.node);
+                state.up_since_ms = None;
+                state.maybe_committed_tail = *during_write;
                 Ok(())
             }
-            TraceEvent::Recovered { head_seq, digests } => {
-                self.recovered(*head_seq, digests)?;
-                self.node(record.node).up_since_ms = Some(t_ms);
+            TraceEvent::Recovered {
+                head_seq,
+                digests,
+                unreported,
+            } => {
+                self.recovered(record.node, *head_seq, digests, unreported)?;
+                let state = self.node(record.node);
+                state.up_since_ms = Some(t_ms);
+                state.maybe_committed_tail = false;
                 Ok(())
             }
             TraceEvent::RecoveryFailed { error } => violation(
@@ -86,7 +97,11 @@ impl Checker {
                 Ok(())
             }
             TraceEvent::AckedCreate { name, agent, seq } => self.acked_create(name, *agent, *seq),
-            TraceEvent::Probe { target, now_ms, agents } => self.probe(target, t_ms, *now_ms, agents),
+            TraceEvent::Probe {
+                target,
+                now_ms,
+                agents,
+            } => self.probe(target, t_ms, *now_ms, agents),
             TraceEvent::StreamPage { after, events } => self.stream_page(*after, events),
             TraceEvent::QuietPhase => {
                 self.quiet_since_ms = Some(t_ms);
@@ -126,7 +141,11 @@ impl Checker {
         if event.seq != expected {
             return violation(
                 "events_gap_free",
-                format!("committed seq {} but the durable log ends at {}", event.seq, expected - 1),
+                format!(
+                    "committed seq {} but the durable log ends at {}",
+                    event.seq,
+                    expected - 1
+                ),
             );
         }
         let state = self.node(node);
@@ -155,9 +174,15 @@ impl Checker {
                 ..
             } => {
                 let Some(schedule) = self.agents.get_mut(&agent.0) else {
-                    return violation("events_gap_free", format!("timer fired for unknown agent {agent}"));
+                    return violation(
+                        "events_gap_free",
+                        format!("timer fired for unknown agent {agent}"),
+                    );
                 };
-                if schedule.last_due_at_ms.is_some_and(|last| last >= *due_at_ms) {
+                if schedule
+                    .last_due_at_ms
+                    .is_some_and(|last| last >= *due_at_ms)
+                {
                     return violation(
                         "timer_not_duplicated",
                         format!(
@@ -188,7 +213,13 @@ impl Checker {
         Ok(())
     }
 
-    fn recovered(&mut self, head_seq: u64, digests: &[(u64, u64)]) -> Result<(), Violation> {
+    fn recovered(
+        &mut self,
+        node: &'static str,
+        head_seq: u64,
+        digests: &[(u64, u64)],
+        unreported: &[Event],
+    ) -> Result<(), Violation> {
         for (index, known) in self.log.iter().enumerate() {
             let seq = index as u64 + 1;
             match digests.get(index) {
@@ -210,13 +241,24 @@ impl Checker {
                 }
             }
         }
-        if digests.len() > self.log.len() {
-            // Every commit is observed before control returns to the scheduler, so an event on
-            // disk that was never reported means the observer and the disk disagree.
+        let unreported_count = digests.len() - self.log.len();
+        if unreported.len() != unreported_count {
             return violation(
                 "durable_events_survive",
-                format!("after the crash the log holds {} events never reported committed", digests.len() - self.log.len()),
+                format!("recovery reported {} unreported events but the log has {unreported_count} more than known", unreported.len()),
             );
+        }
+        if unreported_count > 0 && !self.node(node).maybe_committed_tail {
+            // Every commit is observed before control returns to the scheduler, so without a
+            // power cut an event on disk that was never reported means observer and disk disagree.
+            return violation(
+                "durable_events_survive",
+                format!("after a crash between commits the log holds {unreported_count} events never reported committed"),
+            );
+        }
+        // The interrupted commit landed: its events are durable now and must obey every rule.
+        for event in unreported {
+            self.committed(node, event)?;
         }
         Ok(())
     }
@@ -252,11 +294,18 @@ impl Checker {
         let state = self.node(node);
         state.wall_seen_ms_max = state.wall_seen_ms_max.max(now_ms);
         let wall_seen_ms_max = state.wall_seen_ms_max;
-        let steady = state.up_since_ms.is_some_and(|up| up + TIMER_LAG_MS_MAX <= t_ms)
-            && state.last_jump_ms.is_none_or(|jump| jump + TIMER_LAG_MS_MAX <= t_ms);
+        let steady = state
+            .up_since_ms
+            .is_some_and(|up| up + TIMER_LAG_MS_MAX <= t_ms)
+            && state
+                .last_jump_ms
+                .is_none_or(|jump| jump + TIMER_LAG_MS_MAX <= t_ms);
         for (agent, _, next_fire_at_ms) in agents {
             let Some(schedule) = self.agents.get(agent) else {
-                return violation("acked_writes_survive", format!("agent {agent} listed but never created"));
+                return violation(
+                    "acked_writes_survive",
+                    format!("agent {agent} listed but never created"),
+                );
             };
             if *next_fire_at_ms > wall_seen_ms_max + schedule.interval_ms + TIMER_LAG_MS_MAX {
                 return violation(
@@ -291,9 +340,17 @@ impl Checker {
             match self.log.get(seq as usize - 1) {
                 Some(known) if *known == digest => {}
                 Some(_) => {
-                    return violation("stream_resume_exact", format!("feed yielded seq {seq} with a different body than was committed"))
+                    return violation(
+                        "stream_resume_exact",
+                        format!("feed yielded seq {seq} with a different body than was committed"),
+                    )
                 }
-                None => return violation("stream_resume_exact", format!("feed yielded seq {seq}, never committed")),
+                None => {
+                    return violation(
+                        "stream_resume_exact",
+                        format!("feed yielded seq {seq}, never committed"),
+                    )
+                }
             }
         }
         Ok(())
@@ -306,7 +363,11 @@ mod tests {
     use vigil::engine::agent::AgentId;
 
     fn record(t_ms: u64, event: TraceEvent) -> TraceRecord {
-        TraceRecord { t_ms, node: "vigil-1", event }
+        TraceRecord {
+            t_ms,
+            node: "vigil-1",
+            event,
+        }
     }
 
     fn created(seq: u64) -> TraceEvent {
@@ -343,7 +404,9 @@ mod tests {
     fn a_gap_in_commits_is_caught() {
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
-        let err = checker.observe(&record(1, fired(3, 1_000, 1_000))).unwrap_err();
+        let err = checker
+            .observe(&record(1, fired(3, 1_000, 1_000)))
+            .unwrap_err();
         assert_eq!(err.invariant, "events_gap_free");
     }
 
@@ -352,7 +415,9 @@ mod tests {
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
         checker.observe(&record(1, fired(2, 1_000, 1_000))).unwrap();
-        let err = checker.observe(&record(2, fired(3, 1_500, 1_000))).unwrap_err();
+        let err = checker
+            .observe(&record(2, fired(3, 1_500, 1_000)))
+            .unwrap_err();
         assert_eq!(err.invariant, "timer_not_duplicated");
     }
 
@@ -361,8 +426,14 @@ mod tests {
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
         checker.observe(&record(1, fired(2, 1_000, 1_000))).unwrap();
-        let TraceEvent::Committed { event } = created(1) else { unreachable!() };
-        let recovered = TraceEvent::Recovered { head_seq: 1, digests: vec![(1, event_digest(&event))] };
+        let TraceEvent::Committed { event } = created(1) else {
+            unreachable!()
+        };
+        let recovered = TraceEvent::Recovered {
+            head_seq: 1,
+            digests: vec![(1, event_digest(&event))],
+            unreported: vec![],
+        };
         let err = checker.observe(&record(2, recovered)).unwrap_err();
         assert_eq!(err.invariant, "durable_events_survive");
     }
@@ -371,18 +442,89 @@ mod tests {
     fn an_overdue_timer_on_a_steady_node_is_caught_but_not_right_after_a_restart() {
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
-        let up = TraceEvent::Recovered { head_seq: 1, digests: checker.log.iter().map(|d| (1, *d)).collect() };
+        let up = TraceEvent::Recovered {
+            head_seq: 1,
+            digests: checker.log.iter().map(|d| (1, *d)).collect(),
+            unreported: vec![],
+        };
         checker.observe(&record(10, up)).unwrap();
-        let probe = |now_ms| TraceEvent::Probe { target: "vigil-1", now_ms, agents: vec![(1, "a".into(), 1_000)] };
+        let probe = |now_ms| TraceEvent::Probe {
+            target: "vigil-1",
+            now_ms,
+            agents: vec![(1, "a".into(), 1_000)],
+        };
         checker.observe(&record(100, probe(9_000))).unwrap();
         let err = checker.observe(&record(100_000, probe(9_000))).unwrap_err();
         assert_eq!(err.invariant, "timer_not_lost");
+    }
+
+    fn crashed(during_write: bool) -> TraceEvent {
+        TraceEvent::Crashed {
+            during_write,
+            pending_ops: 1,
+            kept_ops: 1,
+            torn_ops: 0,
+            lost_bytes: 0,
+        }
+    }
+
+    fn recovered_with_unreported(checker: &Checker, unreported: Vec<Event>) -> TraceEvent {
+        let mut digests: Vec<(u64, u64)> = checker
+            .log
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (i as u64 + 1, *d))
+            .collect();
+        digests.extend(unreported.iter().map(|e| (e.seq, event_digest(e))));
+        TraceEvent::Recovered {
+            head_seq: digests.len() as u64,
+            digests,
+            unreported,
+        }
+    }
+
+    fn event_of(trace_event: TraceEvent) -> Event {
+        let TraceEvent::Committed { event } = trace_event else {
+            unreachable!()
+        };
+        event
+    }
+
+    #[test]
+    fn an_unreported_commit_is_accepted_only_after_a_power_cut_and_still_checked() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, crashed(false))).unwrap();
+        let tail = vec![event_of(fired(2, 1_000, 1_000))];
+        let err = checker
+            .observe(&record(
+                2,
+                recovered_with_unreported(&checker, tail.clone()),
+            ))
+            .unwrap_err();
+        assert_eq!(err.invariant, "durable_events_survive");
+
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, crashed(true))).unwrap();
+        checker
+            .observe(&record(2, recovered_with_unreported(&checker, tail)))
+            .unwrap();
+        assert_eq!(checker.durable_events(), 2);
+        // The landed tail counts: firing its slot again is a duplicate.
+        let err = checker
+            .observe(&record(3, fired(3, 1_200, 1_000)))
+            .unwrap_err();
+        assert_eq!(err.invariant, "timer_not_duplicated");
     }
 
     #[test]
     fn quiet_phase_without_a_steady_probe_fails_liveness() {
         let mut checker = Checker::new();
         checker.observe(&record(0, TraceEvent::QuietPhase)).unwrap();
-        assert_eq!(checker.finish().unwrap_err().invariant, "quiet_phase_liveness");
+        assert_eq!(
+            checker.finish().unwrap_err().invariant,
+            "quiet_phase_liveness"
+        );
     }
 }

@@ -9,6 +9,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use madsim::runtime::{Handle, NodeHandle, Runtime};
 use rand::Rng;
+use rand_chacha::ChaCha8Rng;
 use vigil::engine::event::Event;
 use vigil::io::clock::SharedClock;
 use vigil::io::storage::StorageLocation;
@@ -26,6 +27,9 @@ use crate::trace::{event_digest, TraceEvent, TraceRecord};
 pub const RUNTIME_PORT: u16 = 7070;
 /// Stack of the thread that runs one seed (redb and hyper nest deeply in debug builds).
 const SEED_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
+/// How often the harness looks whether an armed power cut struck. The runtime meets I/O errors
+/// for at most this long before its process dies.
+const POWER_CUT_POLL_MS: u64 = 10;
 /// How often a waiting supervisor looks whether an invariant broke, so a failing run stops soon.
 const STOP_CHECK_MS: u64 = 60_000;
 
@@ -42,7 +46,9 @@ pub fn elapsed_ms() -> u64 {
 /// Virtual wall time at the start of the run (madsim picks it from the seed), Unix ms.
 fn epoch_wall_ms() -> u64 {
     let now = madsim::time::TimeHandle::current().now_time();
-    let since_epoch = now.duration_since(UNIX_EPOCH).expect("virtual time is after 1970");
+    let since_epoch = now
+        .duration_since(UNIX_EPOCH)
+        .expect("virtual time is after 1970");
     since_epoch.as_millis() as u64 - elapsed_ms()
 }
 
@@ -73,7 +79,13 @@ pub struct RuntimeNode {
 
 impl RuntimeNode {
     /// Creates the node and starts the runtime on it (an empty disk on first start).
-    pub fn start(recorder: &Recorder, name: &'static str, ip: IpAddr, skew_ms: i64, lying_fsync: bool) -> Self {
+    pub fn start(
+        recorder: &Recorder,
+        name: &'static str,
+        ip: IpAddr,
+        skew_ms: i64,
+        lying_fsync: bool,
+    ) -> Self {
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
@@ -81,7 +93,12 @@ impl RuntimeNode {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
             move || run_node(name, addr, clock.clone(), disk.clone(), recorder.clone())
         };
-        let handle = Handle::current().create_node().name(name).ip(ip).init(init).build();
+        let handle = Handle::current()
+            .create_node()
+            .name(name)
+            .ip(ip)
+            .init(init)
+            .build();
         RuntimeNode {
             name,
             addr,
@@ -107,12 +124,51 @@ impl RuntimeNode {
         recorder.record(
             self.name,
             TraceEvent::Crashed {
+                during_write: false,
                 pending_ops: report.pending_ops,
                 kept_ops: report.kept_ops,
                 torn_ops: report.torn_ops,
                 lost_bytes: report.lost_bytes,
             },
         );
+    }
+
+    /// Cuts the node's power at its `after_ops`-th storage operation from now, mid-commit, then
+    /// kills it. Waits at most `wait_ms_max` of virtual time for that operation to come; returns
+    /// `false` (and disarms) if it never did, leaving the node up.
+    pub async fn power_cut(
+        &mut self,
+        recorder: &Recorder,
+        after_ops: u64,
+        rng: ChaCha8Rng,
+        wait_ms_max: u64,
+    ) -> bool {
+        assert!(self.up, "cutting the power of a node that is down");
+        self.disk.arm_power_cut(after_ops, rng);
+        let give_up_ms = elapsed_ms() + wait_ms_max;
+        loop {
+            if let Some(report) = self.disk.take_power_cut() {
+                // The process dies with its disk; until this instant it saw I/O errors.
+                Handle::current().kill(self.handle.id());
+                self.up = false;
+                recorder.record(
+                    self.name,
+                    TraceEvent::Crashed {
+                        during_write: true,
+                        pending_ops: report.pending_ops,
+                        kept_ops: report.kept_ops,
+                        torn_ops: report.torn_ops,
+                        lost_bytes: report.lost_bytes,
+                    },
+                );
+                return true;
+            }
+            if elapsed_ms() >= give_up_ms || recorder.failed() {
+                self.disk.disarm_power_cut();
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(POWER_CUT_POLL_MS)).await;
+        }
     }
 
     /// Starts the runtime again on the surviving disk.
@@ -137,12 +193,23 @@ impl RuntimeNode {
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
 /// killed.
-async fn run_node(name: &'static str, addr: SocketAddr, clock: Arc<SimClock>, disk: Arc<SimDisk>, recorder: Recorder) {
+async fn run_node(
+    name: &'static str,
+    addr: SocketAddr,
+    clock: Arc<SimClock>,
+    disk: Arc<SimDisk>,
+    recorder: Recorder,
+) {
     let observer: CommitObserver = {
         let recorder = recorder.clone();
         Arc::new(move |events: &[Event]| {
             for event in events {
-                recorder.record(name, TraceEvent::Committed { event: event.clone() });
+                recorder.record(
+                    name,
+                    TraceEvent::Committed {
+                        event: event.clone(),
+                    },
+                );
             }
         })
     };
@@ -155,30 +222,50 @@ async fn run_node(name: &'static str, addr: SocketAddr, clock: Arc<SimClock>, di
     let node = match Node::start(config).await {
         Ok(node) => node,
         Err(error) => {
-            recorder.record(name, TraceEvent::RecoveryFailed { error: error.to_string() });
+            recorder.record(
+                name,
+                TraceEvent::RecoveryFailed {
+                    error: error.to_string(),
+                },
+            );
             return;
         }
     };
     match read_whole_log(&node) {
-        Ok(digests) => {
-            let head_seq = digests.last().map_or(0, |(seq, _)| *seq);
-            recorder.record(name, TraceEvent::Recovered { head_seq, digests });
+        Ok(events) => {
+            let head_seq = events.last().map_or(0, |e| e.seq);
+            let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
+            // Events on disk the oracle never saw committed: the tail of a commit a power cut
+            // interrupted, which may or may not have landed. Recorded whole so it can judge them.
+            let known = recorder.durable_events() as usize;
+            let unreported = events.get(known..).unwrap_or_default().to_vec();
+            recorder.record(
+                name,
+                TraceEvent::Recovered {
+                    head_seq,
+                    digests,
+                    unreported,
+                },
+            );
         }
         Err(error) => recorder.record(name, TraceEvent::RecoveryFailed { error }),
     }
     std::future::pending::<()>().await;
 }
 
-/// The recovered log as (seq, digest), read back through the store as any reader would.
-fn read_whole_log(node: &Node) -> Result<Vec<(u64, u64)>, String> {
-    let mut digests = Vec::new();
+/// The whole recovered log, read back through the store as any reader would.
+fn read_whole_log(node: &Node) -> Result<Vec<Event>, String> {
+    let mut events: Vec<Event> = Vec::new();
     loop {
-        let after = digests.last().map_or(0, |(seq, _)| *seq);
-        let (page, _head) = node.shell().events_after(after, EVENTS_PAGE_MAX).map_err(|e| e.to_string())?;
+        let after = events.last().map_or(0, |e| e.seq);
+        let (page, _head) = node
+            .shell()
+            .events_after(after, EVENTS_PAGE_MAX)
+            .map_err(|e| e.to_string())?;
         if page.is_empty() {
-            return Ok(digests);
+            return Ok(events);
         }
-        digests.extend(page.iter().map(|e| (e.seq, event_digest(e))));
+        events.extend(page);
     }
 }
 
@@ -218,7 +305,8 @@ where
             };
             // A panic anywhere in the simulated world (runtime code included) is a failed run
             // with its trace kept, not a crashed sweep.
-            let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(body)));
+            let outcome =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| runtime.block_on(body)));
             let records = recorder.records();
             match outcome {
                 Ok(virtual_ms) => RunResult {
@@ -234,7 +322,10 @@ where
                         .cloned()
                         .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
                         .unwrap_or_else(|| "panic with a non-string payload".into());
-                    let violation = Violation { invariant: "no_panic", detail };
+                    let violation = Violation {
+                        invariant: "no_panic",
+                        detail,
+                    };
                     RunResult {
                         seed,
                         records,
@@ -245,5 +336,7 @@ where
             }
         })
         .expect("could not spawn a simulation thread");
-    thread.join().expect("the simulation thread catches its own panics")
+    thread
+        .join()
+        .expect("the simulation thread catches its own panics")
 }

@@ -37,7 +37,9 @@ impl Recorder {
     fn inner(&self) -> MutexGuard<'_, Inner> {
         // A panic inside the simulated world may poison the lock; the trace up to it is still
         // the best evidence there is, so keep reading it.
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Appends one record and checks it. After the first violation nothing more is recorded.

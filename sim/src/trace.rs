@@ -22,29 +22,52 @@ pub struct TraceRecord {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum TraceEvent {
     /// The run's parameters, first record of every trace.
-    RunStarted { seed: u64, scenario: String, plan: String },
+    RunStarted {
+        seed: u64,
+        scenario: String,
+        plan: String,
+    },
     /// A runtime event became durable (reported by the node's commit observer).
     Committed { event: Event },
     /// A fault struck.
     Fault { description: String },
-    /// The node was killed; what its disk kept of the unsynced writes.
-    Crashed { pending_ops: usize, kept_ops: usize, torn_ops: usize, lost_bytes: u64 },
+    /// The node was killed (`during_write`: by a power cut in the middle of a storage
+    /// operation); what its disk kept of the unsynced writes.
+    Crashed {
+        during_write: bool,
+        pending_ops: usize,
+        kept_ops: usize,
+        torn_ops: usize,
+        lost_bytes: u64,
+    },
     /// The node was started again on its surviving disk.
     Restarted,
-    /// The node finished recovery; the whole recovered log, as (seq, digest) pairs.
-    Recovered { head_seq: u64, digests: Vec<(u64, u64)> },
+    /// The node finished recovery: the whole recovered log as (seq, digest) pairs, and in full
+    /// the events on disk that were never reported committed (only a power cut may leave any).
+    Recovered {
+        head_seq: u64,
+        digests: Vec<(u64, u64)>,
+        unreported: Vec<Event>,
+    },
     /// The node could not start on its disk.
     RecoveryFailed { error: String },
     /// The workload got a 2xx for creating an agent.
     AckedCreate { name: String, agent: u64, seq: u64 },
     /// The workload read the agent list of node `target`: its wall clock and each agent's next slot.
-    Probe { target: &'static str, now_ms: u64, agents: Vec<(u64, String, u64)> },
+    Probe {
+        target: &'static str,
+        now_ms: u64,
+        agents: Vec<(u64, String, u64)>,
+    },
     /// The workload read a page of the event feed after `after`: (seq, digest) of each event.
     StreamPage { after: u64, events: Vec<(u64, u64)> },
     /// The safety phase ended; faults are healed from here on.
     QuietPhase,
     /// An invariant was violated; the run stops here.
-    Violation { invariant: &'static str, detail: String },
+    Violation {
+        invariant: &'static str,
+        detail: String,
+    },
 }
 
 impl TraceRecord {

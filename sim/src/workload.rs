@@ -89,7 +89,10 @@ impl Workload {
                 }
                 Ok(answer) if answer.status.as_u16() == 409 => return,
                 Ok(answer) if answer.status.is_client_error() => {
-                    panic!("workload sent a bad request: {} {:?}", answer.status, answer.body)
+                    panic!(
+                        "workload sent a bad request: {} {:?}",
+                        answer.status, answer.body
+                    )
                 }
                 _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
             }
@@ -118,7 +121,14 @@ impl Workload {
             })
             .collect();
         let now_ms = json["now_ms"].as_u64().expect("now_ms");
-        recorder.record("workload", TraceEvent::Probe { target: self.target, now_ms, agents });
+        recorder.record(
+            "workload",
+            TraceEvent::Probe {
+                target: self.target,
+                now_ms,
+                agents,
+            },
+        );
     }
 
     /// Reads the feed after `after` until caught up; returns the last seq read.
@@ -138,7 +148,13 @@ impl Workload {
                 return after;
             }
             let page = events.iter().map(|e| (e.seq, event_digest(e))).collect();
-            recorder.record("workload", TraceEvent::StreamPage { after, events: page });
+            recorder.record(
+                "workload",
+                TraceEvent::StreamPage {
+                    after,
+                    events: page,
+                },
+            );
             after = events.last().map_or(after, |e| e.seq);
             if events.len() < TAIL_PAGE_EVENTS {
                 return after;

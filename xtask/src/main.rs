@@ -6,7 +6,7 @@
 //!   cargo xtask sim <vigil-sim args>     build the simulator (--cfg madsim, target/sim) and run it
 //!   cargo xtask sweep <scenario> <seeds> sweep seeds 0..seeds of a scenario on all cores
 //!   cargo xtask replay <seed> <scenario> re-run one seed with its whole trace
-//!   cargo xtask bench-smoke [runs]       median wall time of one smoke seed (release)
+//!   cargo xtask bench-smoke [runs] [seed] median wall time of one smoke seed run `runs` times
 
 use std::env;
 use std::path::PathBuf;
@@ -33,7 +33,13 @@ fn main() {
         "sweep" => {
             let scenario = rest.first().map_or("smoke", String::as_str);
             let seeds = rest.get(1).map_or("100", String::as_str);
-            sim(&strings(&["sweep", "--scenario", scenario, "--seeds", seeds]));
+            sim(&strings(&[
+                "sweep",
+                "--scenario",
+                scenario,
+                "--seeds",
+                seeds,
+            ]));
         }
         "replay" => {
             let (Some(seed), Some(scenario)) = (rest.first(), rest.get(1)) else {
@@ -42,7 +48,15 @@ fn main() {
             };
             sim(&strings(&["replay", seed, scenario]));
         }
-        "bench-smoke" => bench_smoke(rest.first().map_or(7, |n| n.parse().expect("runs must be a number"))),
+        "bench-smoke" => {
+            let runs = rest
+                .first()
+                .map_or(7, |n| n.parse().expect("runs must be a number"));
+            let seed = rest
+                .get(1)
+                .map_or(1, |n| n.parse().expect("seed must be a number"));
+            bench_smoke(runs, seed)
+        }
         _ => usage(),
     }
 }
@@ -69,7 +83,10 @@ fn cargo(args: &[&str], simulated: bool) {
     command.args(args);
     if simulated {
         let flags = env::var("RUSTFLAGS").unwrap_or_default();
-        command.env("RUSTFLAGS", format!("{flags} --cfg madsim").trim().to_string());
+        command.env(
+            "RUSTFLAGS",
+            format!("{flags} --cfg madsim").trim(),
+        );
         command.env("CARGO_TARGET_DIR", SIM_TARGET_DIR);
     }
     let status = command.status().expect("could not run cargo");
@@ -79,16 +96,31 @@ fn cargo(args: &[&str], simulated: bool) {
 }
 
 fn build_sim() {
-    cargo(&["build", "--release", "-p", "vigil-scenarios", "--bin", "vigil-sim"], true);
+    cargo(
+        &[
+            "build",
+            "--release",
+            "-p",
+            "vigil-scenarios",
+            "--bin",
+            "vigil-sim",
+        ],
+        true,
+    );
 }
 
 fn sim_binary() -> PathBuf {
-    PathBuf::from(SIM_TARGET_DIR).join("release").join("vigil-sim")
+    PathBuf::from(SIM_TARGET_DIR)
+        .join("release")
+        .join("vigil-sim")
 }
 
 fn sim(args: &[String]) {
     build_sim();
-    let status = Command::new(sim_binary()).args(args).status().expect("could not run vigil-sim");
+    let status = Command::new(sim_binary())
+        .args(args)
+        .status()
+        .expect("could not run vigil-sim");
     exit(status.code().unwrap_or(1));
 }
 
@@ -100,10 +132,12 @@ fn test() {
     eprintln!("==> all tests passed");
 }
 
-fn bench_smoke(runs: usize) {
+/// Runs one seed of `smoke` `runs` times (each in a fresh process) and prints the median wall time.
+fn bench_smoke(runs: usize, seed: u64) {
+    assert!(runs > 0, "runs must be at least 1");
     build_sim();
-    let mut wall_ms: Vec<u64> = (0..runs as u64)
-        .map(|seed| {
+    let mut wall_ms: Vec<u64> = (0..runs)
+        .map(|_| {
             let output = Command::new(sim_binary())
                 .args(["run", "--scenario", "smoke", "--seed", &seed.to_string()])
                 .output()
@@ -118,5 +152,10 @@ fn bench_smoke(runs: usize) {
         })
         .collect();
     wall_ms.sort_unstable();
-    println!("smoke: median wall_ms={} over {runs} seeds (min {}, max {})", wall_ms[runs / 2], wall_ms[0], wall_ms[runs - 1]);
+    println!(
+        "smoke seed={seed}: median wall_ms={} over {runs} runs (min {}, max {})",
+        wall_ms[runs / 2],
+        wall_ms[0],
+        wall_ms[runs - 1]
+    );
 }

@@ -40,8 +40,16 @@ pub async fn create(
     let EventKind::AgentCreated { agent, .. } = &event.kind else {
         unreachable!("create recorded {:?}", event.kind);
     };
-    let agent = shell.agent(*agent).expect("agent exists after its creation was applied");
-    Ok((StatusCode::CREATED, Json(Created { agent, seq: event.seq })))
+    let agent = shell
+        .agent(*agent)
+        .expect("agent exists after its creation was applied");
+    Ok((
+        StatusCode::CREATED,
+        Json(Created {
+            agent,
+            seq: event.seq,
+        }),
+    ))
 }
 
 pub async fn list(State(shell): State<Arc<Shell>>) -> Json<Listing> {
@@ -53,9 +61,9 @@ pub async fn show(
     State(shell): State<Arc<Shell>>,
     Path(id): Path<String>,
 ) -> Result<Json<Agent>, ApiError> {
-    let id: u64 = id
-        .parse()
-        .map_err(|_| ApiError::invalid_field("id", format!("agent id must be a number, got {id:?}")))?;
+    let id: u64 = id.parse().map_err(|_| {
+        ApiError::invalid_field("id", format!("agent id must be a number, got {id:?}"))
+    })?;
     shell
         .agent(AgentId(id))
         .map(Json)

@@ -37,7 +37,11 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         };
         ApiError {
             status: StatusCode::BAD_REQUEST,
-            code: if field.is_some() { "invalid_field" } else { "invalid_json" },
+            code: if field.is_some() {
+                "invalid_field"
+            } else {
+                "invalid_json"
+            },
             message: inner.to_string(),
             field,
         }
@@ -57,7 +61,9 @@ fn field_of(path: &str, message: &str) -> Option<String> {
     if !path.is_empty() && path != "." && path != "?" {
         return Some(path.to_string());
     }
-    let quoted = message.strip_prefix("unknown field `").or_else(|| message.strip_prefix("missing field `"))?;
+    let quoted = message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("missing field `"))?;
     quoted.split('`').next().map(str::to_string)
 }
 
@@ -72,7 +78,10 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        assert_eq!(parse(r#"{"name":"a"}"#).unwrap_err().field.as_deref(), Some("interval_ms"));
+        assert_eq!(
+            parse(r#"{"name":"a"}"#).unwrap_err().field.as_deref(),
+            Some("interval_ms")
+        );
         let unknown = parse(r#"{"name":"a","interval_ms":1000,"colour":1}"#).unwrap_err();
         assert_eq!(unknown.field.as_deref(), Some("colour"));
         let wrong_type = parse(r#"{"name":"a","interval_ms":"soon"}"#).unwrap_err();

@@ -65,8 +65,13 @@ impl ApiClient {
     }
 
     /// `POST path` with a JSON body.
-    pub async fn post_json(&self, path: &str, body: &serde_json::Value) -> Result<Answer, ClientError> {
-        self.request(Method::POST, path, Some(body.to_string().into_bytes())).await
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<Answer, ClientError> {
+        self.request(Method::POST, path, Some(body.to_string().into_bytes()))
+            .await
     }
 
     /// Any request; the whole exchange is bounded by `REQUEST_TIMEOUT_MS`.
@@ -114,7 +119,12 @@ impl ApiClient {
         let answer = async {
             let response = sender.send_request(request).await.map_err(http)?;
             let status = response.status();
-            let body = response.into_body().collect().await.map_err(http)?.to_bytes();
+            let body = response
+                .into_body()
+                .collect()
+                .await
+                .map_err(http)?
+                .to_bytes();
             Ok(Answer { status, body })
         }
         .await;

@@ -39,7 +39,10 @@ fn parse_query(query: &str) -> Result<(u64, usize), ApiError> {
         match key {
             "after" => {
                 after = value.parse().map_err(|_| {
-                    ApiError::invalid_field("after", format!("after must be a sequence number, got {value:?}"))
+                    ApiError::invalid_field(
+                        "after",
+                        format!("after must be a sequence number, got {value:?}"),
+                    )
                 })?
             }
             "limit" => {
@@ -73,9 +76,21 @@ mod tests {
     fn query_defaults_limits_and_unknown_keys() {
         assert_eq!(parse_query("").unwrap(), (0, EVENTS_PAGE_DEFAULT));
         assert_eq!(parse_query("after=7&limit=1000").unwrap(), (7, 1000));
-        assert_eq!(parse_query("limit=0").unwrap_err().field.as_deref(), Some("limit"));
-        assert_eq!(parse_query("limit=1001").unwrap_err().field.as_deref(), Some("limit"));
-        assert_eq!(parse_query("after=-1").unwrap_err().field.as_deref(), Some("after"));
-        assert_eq!(parse_query("since=3").unwrap_err().field.as_deref(), Some("since"));
+        assert_eq!(
+            parse_query("limit=0").unwrap_err().field.as_deref(),
+            Some("limit")
+        );
+        assert_eq!(
+            parse_query("limit=1001").unwrap_err().field.as_deref(),
+            Some("limit")
+        );
+        assert_eq!(
+            parse_query("after=-1").unwrap_err().field.as_deref(),
+            Some("after")
+        );
+        assert_eq!(
+            parse_query("since=3").unwrap_err().field.as_deref(),
+            Some("since")
+        );
     }
 }

@@ -99,18 +99,29 @@ mod tests {
     #[test]
     fn name_limits() {
         assert!(spec("a", 60_000).validate().is_ok());
-        assert!(spec(&"x".repeat(AGENT_NAME_CHARS_MAX), 60_000).validate().is_ok());
+        assert!(spec(&"x".repeat(AGENT_NAME_CHARS_MAX), 60_000)
+            .validate()
+            .is_ok());
         let too_long = spec(&"x".repeat(AGENT_NAME_CHARS_MAX + 1), 60_000).validate();
         assert_eq!(too_long.unwrap_err().field, "name");
         assert_eq!(spec("", 60_000).validate().unwrap_err().field, "name");
-        assert_eq!(spec("has space", 60_000).validate().unwrap_err().field, "name");
+        assert_eq!(
+            spec("has space", 60_000).validate().unwrap_err().field,
+            "name"
+        );
     }
 
     #[test]
     fn interval_limits() {
         assert!(spec("a", INTERVAL_MS_MIN).validate().is_ok());
         assert!(spec("a", INTERVAL_MS_MAX).validate().is_ok());
-        assert_eq!(spec("a", INTERVAL_MS_MIN - 1).validate().unwrap_err().field, "interval_ms");
-        assert_eq!(spec("a", INTERVAL_MS_MAX + 1).validate().unwrap_err().field, "interval_ms");
+        assert_eq!(
+            spec("a", INTERVAL_MS_MIN - 1).validate().unwrap_err().field,
+            "interval_ms"
+        );
+        assert_eq!(
+            spec("a", INTERVAL_MS_MAX + 1).validate().unwrap_err().field,
+            "interval_ms"
+        );
     }
 }

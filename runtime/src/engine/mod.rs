@@ -225,7 +225,10 @@ mod tests {
         let a = create(&mut engine, "a", 1_000, 0);
         let b = create(&mut engine, "b", 3_000, 0);
         assert_eq!(engine.next_deadline_ms(), Some(1_000));
-        assert!(engine.decide(&Command::FireDueTimers, 999).unwrap().is_empty());
+        assert!(engine
+            .decide(&Command::FireDueTimers, 999)
+            .unwrap()
+            .is_empty());
         let mut fired = Vec::new();
         for now in (1_000..=6_000).step_by(1_000) {
             for event in engine.decide(&Command::FireDueTimers, now).unwrap() {

@@ -74,7 +74,11 @@ impl Store {
                 });
             }
             for (offset, event) in events.iter().enumerate() {
-                debug_assert_eq!(event.seq, first.seq + offset as u64, "batch must be contiguous");
+                debug_assert_eq!(
+                    event.seq,
+                    first.seq + offset as u64,
+                    "batch must be contiguous"
+                );
                 let bytes = serde_json::to_vec(event).expect("events always serialize");
                 table
                     .insert(event.seq, bytes.as_slice())
@@ -99,7 +103,10 @@ impl Store {
         let tx = self.db.begin_read().map_err(redb::Error::from)?;
         let table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
         let mut events = Vec::new();
-        for entry in table.range(after.saturating_add(1)..).map_err(redb::Error::from)? {
+        for entry in table
+            .range(after.saturating_add(1)..)
+            .map_err(redb::Error::from)?
+        {
             if events.len() >= limit {
                 break;
             }
