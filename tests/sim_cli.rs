@@ -94,7 +94,11 @@ fn lying_fsync_makes_a_100_seed_sweep_report_durability_violations() {
         durability_failures >= 1,
         "no durability violation among the failures:\n{stdout}"
     );
-    assert!(stdout.contains("replay: cargo xtask replay"));
+    // The replay command must reproduce the run, so it carries the switch.
+    assert!(
+        stdout.contains("replay: VIGIL_SIM_LYING_FSYNC=1 cargo xtask replay"),
+        "{stdout}"
+    );
 }
 
 #[test]

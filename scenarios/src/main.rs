@@ -24,7 +24,8 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use vigil_scenarios::run::{
-        find, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions, SCENARIOS,
+        find, replay_command, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions,
+        SCENARIOS,
     };
 
     #[derive(Parser)]
@@ -216,12 +217,11 @@ mod cli {
                 .as_ref()
                 .expect("failed outcomes have a violation");
             println!(
-                "FAILED seed={} invariant={} t={}s replay: cargo xtask replay {} {}",
+                "FAILED seed={} invariant={} t={}s replay: {}",
                 outcome.seed,
                 violation.invariant,
                 t_ms / 1_000,
-                outcome.seed,
-                scenario.name
+                replay_command(outcome.seed, scenario.name)
             );
         }
         println!("{}", summary.result_line());

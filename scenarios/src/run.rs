@@ -87,17 +87,27 @@ impl Outcome {
             report.push('\n');
         }
         report.push_str(&format!(
-            "--- FAILED: invariant `{}` violated at virtual t={}.{:03}s ---\n{}\nseed: {}\nreplay: cargo xtask replay {} {}\n",
+            "--- FAILED: invariant `{}` violated at virtual t={}.{:03}s ---\n{}\nseed: {}\nreplay: {}\n",
             violation.invariant,
             t_ms / 1_000,
             t_ms % 1_000,
             violation.detail,
             self.seed,
-            self.seed,
-            self.scenario
+            replay_command(self.seed, self.scenario)
         ));
         Some(report)
     }
+}
+
+/// The one command that reproduces `seed` of `scenario` as this process ran it (including the
+/// lying-fsync switch, which changes the world).
+pub fn replay_command(seed: u64, scenario: &str) -> String {
+    let lying = if vigil_world::disk::lying_fsync_from_env() {
+        format!("{}=1 ", vigil_world::disk::LYING_FSYNC_ENV)
+    } else {
+        String::new()
+    };
+    format!("{lying}cargo xtask replay {seed} {scenario}")
 }
 
 /// Runs `scenario` once for `seed`.

@@ -83,10 +83,7 @@ fn cargo(args: &[&str], simulated: bool) {
     command.args(args);
     if simulated {
         let flags = env::var("RUSTFLAGS").unwrap_or_default();
-        command.env(
-            "RUSTFLAGS",
-            format!("{flags} --cfg madsim").trim(),
-        );
+        command.env("RUSTFLAGS", format!("{flags} --cfg madsim").trim());
         command.env("CARGO_TARGET_DIR", SIM_TARGET_DIR);
     }
     let status = command.status().expect("could not run cargo");
