@@ -123,3 +123,51 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
     child.wait().unwrap();
     std::fs::remove_dir_all(&data_dir).unwrap();
 }
+
+#[tokio::test]
+async fn sigterm_stops_cleanly_and_the_restart_keeps_everything() {
+    let data_dir = std::env::temp_dir().join(format!("vigil-term-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let (mut child, addr) = serve(&data_dir);
+    let client = ApiClient::new(addr);
+    for i in 0..10 {
+        let body = json!({"name": format!("a{i}"), "interval_ms": 60_000});
+        assert_eq!(
+            client
+                .post_json("/v1/agents", &body)
+                .await
+                .unwrap()
+                .status
+                .as_u16(),
+            201
+        );
+    }
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Bounded wait for the exit (not a timing goal: a stuck process fails after 30 s).
+    let mut exit = None;
+    for _ in 0..300 {
+        exit = child.try_wait().unwrap();
+        if exit.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let exit = exit.expect("vigil serve did not stop on SIGTERM");
+    assert!(exit.success(), "vigil serve exited with {exit} on SIGTERM");
+
+    let (mut child, addr) = serve(&data_dir);
+    let listing = ApiClient::new(addr)
+        .get("/v1/agents")
+        .await
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(listing["agents"].as_array().unwrap().len(), 10);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&data_dir).unwrap();
+}

@@ -90,13 +90,34 @@ async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Res
         data_dir.display()
     );
     eprintln!(
-        "try: curl -s http://{0}/v1/agents | curl -s 'http://{0}/v1/events?after=0'  (Ctrl-C stops)",
+        "try: curl -s http://{0}/v1/agents   or   curl -s 'http://{0}/v1/events?after=0'   (Ctrl-C stops)",
         node.local_addr()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("could not wait for Ctrl-C")?;
+    stop_requested().await?;
     tracing::info!("stopping");
     node.stop();
     Ok(())
+}
+
+/// Waits for Ctrl-C or, on Unix, SIGTERM (what service managers send). Stopping this way is a
+/// courtesy: the store is crash-safe, so SIGKILL loses nothing acknowledged either.
+async fn stop_requested() -> anyhow::Result<()> {
+    #[cfg(all(unix, not(madsim)))]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut terminate =
+            signal(SignalKind::terminate()).context("could not listen for SIGTERM")?;
+        tokio::select! {
+            biased;
+            result = tokio::signal::ctrl_c() => result.context("could not wait for Ctrl-C")?,
+            _ = terminate.recv() => {}
+        }
+        Ok(())
+    }
+    #[cfg(not(all(unix, not(madsim))))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .context("could not wait for Ctrl-C")
+    }
 }

@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::api;
+use crate::engine::event::EventKind;
 use crate::engine::Command;
 use crate::io::clock::SharedClock;
 use crate::io::storage::StorageLocation;
@@ -111,7 +112,15 @@ async fn run_timers(shell: Arc<Shell>) {
             match shell.execute(Command::FireDueTimers) {
                 Ok(events) => {
                     for event in &events {
-                        tracing::info!(seq = event.seq, event = ?event.kind, "timer fired");
+                        if let EventKind::TimerFired {
+                            agent,
+                            due_at_ms,
+                            missed_slots,
+                            ..
+                        } = &event.kind
+                        {
+                            tracing::info!(seq = event.seq, %agent, due_at_ms, missed_slots, "timer fired");
+                        }
                     }
                     continue;
                 }

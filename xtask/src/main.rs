@@ -77,8 +77,8 @@ fn workspace_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs cargo with `args`; `simulated` builds with `--cfg madsim` into `target/sim`.
-fn cargo(args: &[&str], simulated: bool) {
+/// A cargo command with `args`; `simulated` builds with `--cfg madsim` into `target/sim`.
+fn cargo_command(args: &[&str], simulated: bool) -> Command {
     let mut command = Command::new(env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
     command.args(args);
     if simulated {
@@ -86,7 +86,14 @@ fn cargo(args: &[&str], simulated: bool) {
         command.env("RUSTFLAGS", format!("{flags} --cfg madsim").trim());
         command.env("CARGO_TARGET_DIR", SIM_TARGET_DIR);
     }
-    let status = command.status().expect("could not run cargo");
+    command
+}
+
+/// Runs cargo with `args`, exiting with its status if it fails.
+fn cargo(args: &[&str], simulated: bool) {
+    let status = cargo_command(args, simulated)
+        .status()
+        .expect("could not run cargo");
     if !status.success() {
         exit(status.code().unwrap_or(1));
     }
@@ -123,10 +130,50 @@ fn sim(args: &[String]) {
 
 fn test() {
     eprintln!("==> 1/2 workspace tests (real tokio, real disk)");
-    cargo(&["test", "--workspace"], false);
+    let (mut passed, mut failed) = cargo_test(&["test", "--workspace"], false);
     eprintln!("==> 2/2 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
-    cargo(&["test", "--release", "-p", "vigil-scenarios"], true);
-    eprintln!("==> all tests passed");
+    let (sim_passed, sim_failed) =
+        cargo_test(&["test", "--release", "-p", "vigil-scenarios"], true);
+    passed += sim_passed;
+    failed += sim_failed;
+    // One closing line for the whole suite, whatever cargo's last (often empty doc-test) line says.
+    println!("tests: {passed} passed, {failed} failed");
+}
+
+/// Runs a `cargo test` command, echoing its output, and adds up its `test result:` lines.
+/// Exits with cargo's status if it failed.
+fn cargo_test(args: &[&str], simulated: bool) -> (u64, u64) {
+    use std::io::{BufRead, BufReader};
+    let mut command = cargo_command(args, simulated);
+    command.stdout(std::process::Stdio::piped());
+    let mut child = command.spawn().expect("could not run cargo");
+    let (mut passed, mut failed) = (0, 0);
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.expect("cargo output is text");
+        println!("{line}");
+        if let Some(counts) = line.strip_prefix("test result: ") {
+            passed += count_before(counts, " passed");
+            failed += count_before(counts, " failed");
+        }
+    }
+    let status = child.wait().expect("cargo runs");
+    if !status.success() {
+        println!("tests: {passed} passed, {} failed", failed.max(1));
+        exit(status.code().unwrap_or(1));
+    }
+    (passed, failed)
+}
+
+/// In "ok. 15 passed; 0 failed; ...", the number before `label`.
+fn count_before(counts: &str, label: &str) -> u64 {
+    let Some(end) = counts.find(label) else {
+        return 0;
+    };
+    let start = counts[..end]
+        .rfind(|c: char| !c.is_ascii_digit())
+        .map_or(0, |i| i + 1);
+    counts[start..end].parse().unwrap_or(0)
 }
 
 /// Runs one seed of `smoke` `runs` times (each in a fresh process) and prints the median wall time.

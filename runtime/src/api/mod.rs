@@ -8,8 +8,10 @@ mod body;
 pub mod client;
 mod error;
 mod events;
+mod timer;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::routing::get;
@@ -25,6 +27,9 @@ use crate::shell::Shell;
 
 /// Most connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 1_024;
+/// A connection that has not sent a complete request head within this long is closed, so idle
+/// and slow clients cannot hold the `CONNECTIONS_MAX` slots.
+pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY_MS: u64 = 100;
 
@@ -55,13 +60,15 @@ pub async fn serve(listener: TcpListener, router: Router) {
             Ok((stream, _peer)) => stream,
             Err(error) => {
                 tracing::warn!(%error, "accept failed; retrying");
-                tokio::time::sleep(std::time::Duration::from_millis(ACCEPT_RETRY_MS)).await;
+                tokio::time::sleep(Duration::from_millis(ACCEPT_RETRY_MS)).await;
                 continue;
             }
         };
         let service = TowerToHyperService::new(router.clone());
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
+                .timer(timer::TokioTimer)
+                .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS))
                 .serve_connection(TokioIo::new(stream), service);
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
