@@ -3,7 +3,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
@@ -33,10 +33,16 @@ fn serve(data_dir: &Path) -> (Child, SocketAddr) {
     (child, addr)
 }
 
+/// An empty data directory of this test process, named after the test.
+fn fresh_data_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vigil-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
 #[tokio::test]
 async fn sigkill_loses_nothing_that_was_acknowledged() {
-    let data_dir = std::env::temp_dir().join(format!("vigil-kill-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data_dir);
+    let data_dir = fresh_data_dir("kill");
 
     let (mut child, addr) = serve(&data_dir);
     let client = ApiClient::new(addr);
@@ -126,8 +132,7 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
 
 #[tokio::test]
 async fn sigterm_stops_cleanly_and_the_restart_keeps_everything() {
-    let data_dir = std::env::temp_dir().join(format!("vigil-term-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data_dir);
+    let data_dir = fresh_data_dir("term");
     let (mut child, addr) = serve(&data_dir);
     let client = ApiClient::new(addr);
     for i in 0..10 {

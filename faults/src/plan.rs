@@ -39,7 +39,8 @@ impl Fault {
 /// How often one kind of instant fault strikes, and within which bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FaultRate {
-    /// Which fault; its parameters are drawn by `plan` (the values here are ignored).
+    /// Which fault; `plan` draws each arrival's parameters (downtime, jump size, ...) from the
+    /// kind's own stream.
     pub kind: FaultKind,
     /// Mean arrivals per simulated hour.
     pub per_hour: f64,
