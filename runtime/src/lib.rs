@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod engine;
+pub mod exec;
 pub mod io;
 pub mod node;
 pub mod shell;

@@ -6,13 +6,16 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use vigil::engine::agent::AgentSpec;
-use vigil::engine::Command;
+use vigil::engine::tenant::DEFAULT_TENANT;
+use vigil::io::entropy::OsEntropy;
 use vigil::io::clock::SystemClock;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig};
 
 /// Database file name inside the data directory.
 const DATABASE_FILE: &str = "vigil.redb";
+/// File in the data directory holding the generated operator token.
+const OPERATOR_TOKEN_FILE: &str = "operator-token";
 
 #[derive(Parser)]
 #[command(
@@ -67,31 +70,39 @@ fn main() -> anyhow::Result<()> {
 async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create data directory {}", data_dir.display()))?;
-    let node = Node::start(NodeConfig {
+    let mut node = Node::start(NodeConfig {
         listen_addr: listen,
         storage: StorageLocation::File(data_dir.join(DATABASE_FILE)),
         clock: SystemClock::shared(),
+        entropy: OsEntropy::shared(),
+        tenants: Vec::new(),
         on_commit: None,
     })
     .await?;
-    if demo && node.shell().agents().1.is_empty() {
-        for (name, interval_ms) in [("demo-5s", 5_000), ("demo-7s", 7_000), ("demo-11s", 11_000)] {
-            let spec = AgentSpec {
-                name: name.into(),
-                interval_ms,
-            };
-            node.shell().execute(Command::CreateAgent(spec))?;
-        }
-    }
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.
     println!(
         "vigil listening on http://{} (data: {})",
         node.local_addr(),
         data_dir.display()
     );
+    let recovered = node.ready().await?.clone();
+    if let Some(token) = &recovered.generated_token {
+        let path = data_dir.join(OPERATOR_TOKEN_FILE);
+        std::fs::write(&path, format!("{token}\n"))
+            .with_context(|| format!("could not write {}", path.display()))?;
+        eprintln!("operator token (also in {}): {token}", path.display());
+    }
+    if demo && node.shell().engine().agents().next().is_none() {
+        for (name, interval_ms) in [("demo-5s", 5_000), ("demo-7s", 7_000), ("demo-11s", 11_000)] {
+            let spec = AgentSpec::with_interval(name, Some(interval_ms));
+            node.shell().create_agent(DEFAULT_TENANT, spec)?;
+        }
+    }
     eprintln!(
-        "try: curl -s http://{0}/v1/agents   or   curl -s 'http://{0}/v1/events?after=0'   (Ctrl-C stops)",
-        node.local_addr()
+        "try: curl -s -H \"Authorization: Bearer $(cat {1}/{2})\" http://{0}/v1/agents   (Ctrl-C stops)",
+        node.local_addr(),
+        data_dir.display(),
+        OPERATOR_TOKEN_FILE
     );
     stop_requested().await?;
     tracing::info!("stopping");

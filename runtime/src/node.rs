@@ -1,5 +1,9 @@
 //! A running Vigil node: the production start-up path, used unchanged by `vigil serve`, the
 //! integration tests and the simulator (which restarts it on a surviving simulated disk).
+//!
+//! Start-up order: listen first (answering `503 recovering` meanwhile), then open the store,
+//! replay the log, make sure the configured tenants exist, fail the runs the previous process
+//! left running, and only then serve requests and fire timers.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -8,12 +12,14 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-use crate::api;
+use crate::api::{self, Gate};
 use crate::engine::event::EventKind;
+use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::io::clock::SharedClock;
+use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
-use crate::shell::{CommitObserver, Shell};
+use crate::shell::{CommitObserver, ExecuteError, Shell};
 use crate::store::{Store, StoreError};
 
 /// Longest the timer loop sleeps without looking at the wall clock again: a jump of the wall
@@ -21,6 +27,13 @@ use crate::store::{Store, StoreError};
 pub const WALL_RECHECK_MS: u64 = 1_000;
 /// Pause before retrying a timer fire whose write failed.
 pub const STORE_RETRY_MS: u64 = 1_000;
+
+/// A tenant and the operator token it answers to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantToken {
+    pub tenant: String,
+    pub token: String,
+}
 
 /// Everything a node needs from the outside.
 pub struct NodeConfig {
@@ -30,6 +43,11 @@ pub struct NodeConfig {
     pub storage: StorageLocation,
     /// The node's clock.
     pub clock: SharedClock,
+    /// Where tokens come from.
+    pub entropy: SharedEntropy,
+    /// Tenants to make sure of at start. When empty and the log has no tenant yet, the node
+    /// creates tenant `default` with a generated token (see [`Recovered::generated_token`]).
+    pub tenants: Vec<TenantToken>,
     /// Optional observer of committed events (the simulator's trace).
     pub on_commit: Option<CommitObserver>,
 }
@@ -45,26 +63,40 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("could not set up tenant {tenant:?}: {source}")]
+    Tenant {
+        tenant: String,
+        #[source]
+        source: ExecuteError,
+    },
+    #[error("could not recover runs: {0}")]
+    Recovery(#[source] ExecuteError),
 }
 
-/// A started node. Dropping it does not stop it; call [`Node::stop`].
+/// What recovery found, once it is done.
+#[derive(Debug, Clone)]
+pub struct Recovered {
+    /// Events replayed from the log.
+    pub events: u64,
+    /// Runs that were running when the previous process stopped, now failed.
+    pub interrupted_runs: usize,
+    /// The operator token of tenant `default`, when this start created it (shown once).
+    pub generated_token: Option<String>,
+}
+
+/// A node that is listening; recovery may still be going on (see [`Node::ready`]).
 pub struct Node {
-    shell: Arc<Shell>,
     local_addr: SocketAddr,
+    gate: Gate,
+    recovery: Option<JoinHandle<Result<(Arc<Shell>, Recovered), StartError>>>,
+    ready: Option<(Arc<Shell>, Recovered)>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Node {
-    /// Opens the store, recovers the engine from the log, and starts the API and the timers.
+    /// Binds the API address and starts serving (`503 recovering` until ready), then starts
+    /// recovery in the background. Await [`Node::ready`] for its outcome.
     pub async fn start(config: NodeConfig) -> Result<Node, StartError> {
-        let store = Store::open(config.storage)?;
-        let engine = store.recover()?;
-        tracing::info!(
-            events = engine.last_seq(),
-            agents = engine.agents().count(),
-            "recovered state from the event log"
-        );
-        let shell = Arc::new(Shell::new(engine, store, config.clock, config.on_commit));
         let listener = TcpListener::bind(config.listen_addr)
             .await
             .map_err(|source| StartError::Listen {
@@ -75,13 +107,27 @@ impl Node {
             addr: config.listen_addr,
             source,
         })?;
-        let timers = tokio::spawn(run_timers(shell.clone()));
-        let server = tokio::spawn(api::serve(listener, api::router(shell.clone())));
+        let gate = Gate::new();
+        let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
+        let recovery = tokio::spawn(recover(config));
         Ok(Node {
-            shell,
             local_addr,
-            tasks: vec![timers, server],
+            gate,
+            recovery: Some(recovery),
+            ready: None,
+            tasks: vec![server],
         })
+    }
+
+    /// Waits for recovery to finish, then opens the gate and starts the timers. Idempotent.
+    pub async fn ready(&mut self) -> Result<&Recovered, StartError> {
+        if let Some(recovery) = self.recovery.take() {
+            let (shell, recovered) = recovery.await.expect("recovery task does not panic")?;
+            self.tasks.push(tokio::spawn(run_timers(shell.clone())));
+            self.gate.open(shell.clone());
+            self.ready = Some((shell, recovered));
+        }
+        Ok(&self.ready.as_ref().expect("ready after recovery").1)
     }
 
     /// The address the API listens on.
@@ -89,17 +135,83 @@ impl Node {
         self.local_addr
     }
 
-    /// The node's shell, for in-process callers (the CLI's demo fleet, tests, the simulator).
+    /// The node's shell, once ready (for in-process callers: the CLI's fleet file, tests, the
+    /// simulator).
     pub fn shell(&self) -> &Arc<Shell> {
-        &self.shell
+        &self
+            .ready
+            .as_ref()
+            .expect("Node::shell before Node::ready")
+            .0
     }
 
-    /// Stops the timer loop and the listener. Open connections finish their current request.
+    /// Stops the timer loop, the runs and the listener. Open connections finish their
+    /// current request. Runs that were going are failed by the next start's recovery.
     pub fn stop(self) {
         for task in &self.tasks {
             task.abort();
         }
+        if let Some(recovery) = &self.recovery {
+            recovery.abort();
+        }
+        if let Some((shell, _)) = &self.ready {
+            shell.stop_runs();
+        }
     }
+}
+
+/// The slow part of start-up: replay the log, set up tenants, recover runs.
+async fn recover(config: NodeConfig) -> Result<(Arc<Shell>, Recovered), StartError> {
+    let store = Store::open(config.storage)?;
+    let engine = store.recover()?;
+    let events = engine.last_seq();
+    tracing::info!(
+        events,
+        agents = engine.agents().count(),
+        "recovered state from the event log"
+    );
+    let had_tenants = engine.tenants().next().is_some();
+    let shell = Shell::new(engine, store, config.clock, config.entropy, config.on_commit);
+    let tenant_error = |tenant: &str| {
+        let tenant = tenant.to_string();
+        move |source| StartError::Tenant { tenant, source }
+    };
+    for TenantToken { tenant, token } in &config.tenants {
+        shell
+            .ensure_tenant(tenant, token)
+            .map_err(tenant_error(tenant))?;
+    }
+    let mut generated_token = None;
+    if config.tenants.is_empty() && !had_tenants {
+        let token = shell.new_operator_token();
+        shell
+            .ensure_tenant(DEFAULT_TENANT, &token)
+            .map_err(tenant_error(DEFAULT_TENANT))?;
+        generated_token = Some(token);
+    }
+    let decision = shell
+        .execute(Command::RecoverRuns)
+        .map_err(StartError::Recovery)?;
+    let interrupted_runs = decision
+        .events
+        .iter()
+        .filter(|e| is_restart_failure(&e.kind))
+        .count();
+    if interrupted_runs > 0 {
+        tracing::warn!(interrupted_runs, "runs interrupted by the last stop failed; each is re-queued once");
+    }
+    Ok((
+        shell,
+        Recovered {
+            events,
+            interrupted_runs,
+            generated_token,
+        },
+    ))
+}
+
+fn is_restart_failure(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::RunFinished { detail, .. } if detail == crate::engine::run::CONTROL_PLANE_RESTART)
 }
 
 /// Fires due timers forever. Sleeps until the next slot, but never longer than
@@ -110,8 +222,8 @@ async fn run_timers(shell: Arc<Shell>) {
         let deadline_ms = shell.next_deadline_ms();
         if deadline_ms.is_some_and(|d| d <= now_ms) {
             match shell.execute(Command::FireDueTimers) {
-                Ok(events) => {
-                    for event in &events {
+                Ok(decision) => {
+                    for event in &decision.events {
                         if let EventKind::TimerFired {
                             agent,
                             due_at_ms,
@@ -119,7 +231,7 @@ async fn run_timers(shell: Arc<Shell>) {
                             ..
                         } = &event.kind
                         {
-                            tracing::info!(seq = event.seq, %agent, due_at_ms, missed_slots, "timer fired");
+                            tracing::debug!(seq = event.seq, %agent, due_at_ms, missed_slots, "timer fired");
                         }
                     }
                     continue;

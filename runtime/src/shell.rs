@@ -1,15 +1,26 @@
 //! The shell: the one place where engine decisions meet the disk.
 //!
 //! Every command goes decide → persist → apply → observe, under one lock, so the in-memory
-//! engine is never ahead of the durable log and observers see events in log order.
+//! engine is never ahead of the durable log and observers see events in log order. The executor
+//! is told about committed run events under the same lock, so it starts and stops runs in log
+//! order too.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::engine::agent::{Agent, AgentId};
+use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::event::Event;
-use crate::engine::{Command, Engine, Refusal};
+use crate::engine::tenant::{Principal, TokenHash};
+use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
+use crate::engine::{Command, Decision, Engine, Refusal};
+use crate::exec::Executor;
 use crate::io::clock::SharedClock;
+use crate::io::entropy::{new_token, SharedEntropy};
 use crate::store::{Store, StoreError};
+
+/// Prefix of the tokens issued to agents.
+pub const AGENT_TOKEN_PREFIX: &str = "vgl_agent_";
+/// Prefix of generated operator tokens.
+pub const OPERATOR_TOKEN_PREFIX: &str = "vgl_op_";
 
 /// Called with each batch of events right after it became durable, in log order.
 /// The simulator records its trace through this; production leaves it unset.
@@ -24,14 +35,36 @@ pub enum ExecuteError {
     Store(#[from] StoreError),
 }
 
-/// Shared by the API handlers and the timer loop of one node.
+/// An agent just created, with the token issued to it (shown this once).
+#[derive(Debug, Clone)]
+pub struct CreatedAgent {
+    pub agent: AgentId,
+    pub token: String,
+    pub seq: u64,
+}
+
+/// The answer to a wakeup.
+#[derive(Debug, Clone)]
+pub struct WakeAnswer {
+    pub wakeup: WakeupRecord,
+    /// An earlier wakeup with the same idempotency key; nothing new was recorded.
+    pub replayed: bool,
+    /// Seq of the last event recorded (the log head for a replay).
+    pub seq: u64,
+}
+
+/// Shared by the API handlers, the timer loop and the executor of one node.
 pub struct Shell {
     engine: Mutex<Engine>,
     store: Store,
     clock: SharedClock,
+    entropy: SharedEntropy,
     on_commit: Option<CommitObserver>,
+    pub(crate) executor: Executor,
     /// Wakes the timer loop when the schedule may have changed.
     pub(crate) schedule_changed: tokio::sync::Notify,
+    /// The log head, for live readers of the event stream.
+    head: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shell {
@@ -40,18 +73,24 @@ impl Shell {
         engine: Engine,
         store: Store,
         clock: SharedClock,
+        entropy: SharedEntropy,
         on_commit: Option<CommitObserver>,
-    ) -> Self {
-        Shell {
+    ) -> Arc<Self> {
+        let head = tokio::sync::watch::Sender::new(engine.last_seq());
+        Arc::new(Shell {
             engine: Mutex::new(engine),
             store,
             clock,
+            entropy,
             on_commit,
+            executor: Executor::new(),
             schedule_changed: tokio::sync::Notify::new(),
-        }
+            head,
+        })
     }
 
-    fn engine(&self) -> MutexGuard<'_, Engine> {
+    /// The engine, read-only, under the shell's lock. Keep the guard short.
+    pub fn engine(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock means an engine invariant broke; nothing after it can
         // be trusted, so every later caller fails loudly too.
         self.engine
@@ -65,40 +104,105 @@ impl Shell {
     }
 
     /// Runs `command` at the current wall time: decide, persist durably, apply, observe.
-    /// Returns the events it produced (possibly none).
-    pub fn execute(&self, command: Command) -> Result<Vec<Event>, ExecuteError> {
+    pub fn execute(self: &Arc<Self>, command: Command) -> Result<Decision, ExecuteError> {
         let mut engine = self.engine();
         let now_ms = self.clock.wall_now_ms();
-        let events = engine.decide(&command, now_ms)?;
+        let decision = engine.decide(&command, now_ms)?;
+        self.commit(&mut engine, &decision.events)?;
+        Ok(decision)
+    }
+
+    fn commit(self: &Arc<Self>, engine: &mut Engine, events: &[Event]) -> Result<(), StoreError> {
         if events.is_empty() {
-            return Ok(events);
+            return Ok(());
         }
-        self.store.append(&events)?;
-        for event in &events {
+        self.store.append(events)?;
+        for event in events {
             engine.apply(event);
         }
         if let Some(observe) = &self.on_commit {
-            observe(&events);
+            observe(events);
         }
-        drop(engine);
+        self.executor.on_commit(self, engine, events);
+        self.head.send_replace(engine.last_seq());
         self.schedule_changed.notify_one();
-        Ok(events)
+        Ok(())
     }
 
-    /// Every agent, in id order, with the wall time at which the snapshot was taken.
-    pub fn agents(&self) -> (u64, Vec<Agent>) {
-        let engine = self.engine();
-        (self.clock.wall_now_ms(), engine.agents().cloned().collect())
+    /// Registers an agent in `tenant`, issuing its token.
+    pub fn create_agent(
+        self: &Arc<Self>,
+        tenant: &str,
+        spec: AgentSpec,
+    ) -> Result<CreatedAgent, ExecuteError> {
+        let token = new_token(&*self.entropy, AGENT_TOKEN_PREFIX);
+        let decision = self.execute(Command::CreateAgent {
+            tenant: tenant.to_string(),
+            spec,
+            token_hash: TokenHash::of(&token),
+        })?;
+        let event = decision.events.first().expect("a create records one event");
+        let agent = event.kind.agent().expect("agent_created names its agent");
+        Ok(CreatedAgent {
+            agent,
+            token,
+            seq: event.seq,
+        })
     }
 
-    /// One agent.
-    pub fn agent(&self, id: AgentId) -> Option<Agent> {
-        self.engine().agent(id).cloned()
+    /// The one entry point for wakeups from outside the engine.
+    pub fn wake(
+        self: &Arc<Self>,
+        agent: AgentId,
+        request: WakeupRequest,
+    ) -> Result<WakeAnswer, ExecuteError> {
+        let mut engine = self.engine();
+        let now_ms = self.clock.wall_now_ms();
+        let decision = engine.decide(&Command::Wake { agent, request }, now_ms)?;
+        self.commit(&mut engine, &decision.events)?;
+        Ok(WakeAnswer {
+            wakeup: decision.wakeup.expect("a wake always answers"),
+            replayed: decision.replayed,
+            seq: engine.last_seq(),
+        })
+    }
+
+    /// Makes sure `tenant` exists with `operator_token`. Returns whether anything changed.
+    pub fn ensure_tenant(
+        self: &Arc<Self>,
+        tenant: &str,
+        operator_token: &str,
+    ) -> Result<bool, ExecuteError> {
+        let decision = self.execute(Command::EnsureTenant {
+            tenant: tenant.to_string(),
+            operator_token_hash: TokenHash::of(operator_token),
+        })?;
+        Ok(!decision.events.is_empty())
+    }
+
+    /// A fresh operator token (for a tenant created without one configured).
+    pub fn new_operator_token(&self) -> String {
+        new_token(&*self.entropy, OPERATOR_TOKEN_PREFIX)
+    }
+
+    /// Who holds `token`, if anyone.
+    pub fn authenticate(&self, token: &str) -> Option<Principal> {
+        self.engine().principal(&TokenHash::of(token)).cloned()
     }
 
     /// The earliest wall time at which a timer is due.
     pub fn next_deadline_ms(&self) -> Option<u64> {
         self.engine().next_deadline_ms()
+    }
+
+    /// Seq of the last durable event.
+    pub fn head_seq(&self) -> u64 {
+        *self.head.borrow()
+    }
+
+    /// A receiver that sees the log head move.
+    pub fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.head.subscribe()
     }
 
     /// A page of the durable log after `after`, and the log's head at the time of reading.
@@ -107,5 +211,15 @@ impl Shell {
         let head = self.engine().last_seq();
         let events = self.store.events_after(after, limit)?;
         Ok((events, head))
+    }
+
+    /// Runs the executor holds right now (for tests and the status endpoint).
+    pub fn executing_runs(&self) -> usize {
+        self.executor.executing()
+    }
+
+    /// Aborts every run task (the node is stopping).
+    pub(crate) fn stop_runs(&self) {
+        self.executor.abort_all();
     }
 }

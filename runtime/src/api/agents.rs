@@ -1,25 +1,24 @@
-//! `/v1/agents`: register agents and read their state.
-
-use std::sync::Arc;
+//! `/v1/agents`: register agents, read them, pause/resume/terminate them, and wake them.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::Json;
 use serde::Serialize;
 
+use super::auth::{parse_id, Caller};
 use super::body::parse_json;
 use super::error::ApiError;
 use crate::engine::agent::{Agent, AgentId, AgentSpec};
-use crate::engine::event::EventKind;
+use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
-use crate::shell::Shell;
 
-/// Answer to a successful create: the agent and the seq of the event that recorded it.
+/// Answer to a successful create: the agent, its token (shown only here) and the event's seq.
 #[derive(Debug, Serialize)]
 pub struct Created {
     pub agent: Agent,
+    pub token: String,
     pub seq: u64,
 }
 
@@ -30,42 +29,88 @@ pub struct Listing {
     pub agents: Vec<Agent>,
 }
 
+/// Answer to a wakeup.
+#[derive(Debug, Serialize)]
+pub struct WakeAnswer {
+    #[serde(flatten)]
+    pub wakeup: WakeupRecord,
+    /// True when an earlier wakeup with the same idempotency key is being replayed.
+    pub replayed: bool,
+    pub seq: u64,
+}
+
 pub async fn create(
-    State(shell): State<Arc<Shell>>,
+    caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
+    let tenant = caller.operator()?.to_string();
     let spec: AgentSpec = parse_json(body)?;
-    let events = shell.execute(Command::CreateAgent(spec))?;
-    let event = events.first().expect("a create always records one event");
-    let EventKind::AgentCreated { agent, .. } = &event.kind else {
-        unreachable!("create recorded {:?}", event.kind);
-    };
-    let agent = shell
-        .agent(*agent)
-        .expect("agent exists after its creation was applied");
+    let created = caller.shell.create_agent(&tenant, spec)?;
+    let agent = caller.agent(created.agent)?;
     Ok((
         StatusCode::CREATED,
         Json(Created {
             agent,
-            seq: event.seq,
+            token: created.token,
+            seq: created.seq,
         }),
     ))
 }
 
-pub async fn list(State(shell): State<Arc<Shell>>) -> Json<Listing> {
-    let (now_ms, agents) = shell.agents();
-    Json(Listing { now_ms, agents })
+pub async fn list(caller: Caller) -> Result<Json<Listing>, ApiError> {
+    let tenant = caller.operator()?;
+    let engine = caller.shell.engine();
+    let agents = engine
+        .agents()
+        .filter(|a| a.tenant == tenant)
+        .cloned()
+        .collect();
+    let now_ms = caller.shell.clock().wall_now_ms();
+    Ok(Json(Listing { now_ms, agents }))
 }
 
-pub async fn show(
-    State(shell): State<Arc<Shell>>,
+pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Agent>, ApiError> {
+    let id = AgentId(parse_id("id", &id)?);
+    caller.agent(id).map(Json)
+}
+
+/// What `POST /v1/agents/{id}/{pause|resume|terminate}` does.
+#[derive(Debug, Clone, Copy)]
+pub enum Control {
+    Pause,
+    Resume,
+    Terminate,
+}
+
+/// Pauses, resumes or terminates an agent (operator only); answers with the agent.
+pub async fn control(
+    caller: Caller,
     Path(id): Path<String>,
+    action: Control,
 ) -> Result<Json<Agent>, ApiError> {
-    let id: u64 = id.parse().map_err(|_| {
-        ApiError::invalid_field("id", format!("agent id must be a number, got {id:?}"))
-    })?;
-    shell
-        .agent(AgentId(id))
-        .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no agent with id {id}")))
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.operated_agent(agent)?;
+    let command = match action {
+        Control::Pause => Command::PauseAgent { agent },
+        Control::Resume => Command::ResumeAgent { agent },
+        Control::Terminate => Command::TerminateAgent { agent },
+    };
+    caller.shell.execute(command)?;
+    caller.agent(agent).map(Json)
+}
+
+pub async fn wakeup(
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<WakeAnswer>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.agent(agent)?;
+    let request: WakeupRequest = parse_json(body)?;
+    let answer = caller.shell.wake(agent, request)?;
+    Ok(Json(WakeAnswer {
+        wakeup: answer.wakeup,
+        replayed: answer.replayed,
+        seq: answer.seq,
+    }))
 }

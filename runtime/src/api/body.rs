@@ -78,15 +78,14 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        assert_eq!(
-            parse(r#"{"name":"a"}"#).unwrap_err().field.as_deref(),
-            Some("interval_ms")
-        );
-        let unknown = parse(r#"{"name":"a","interval_ms":1000,"colour":1}"#).unwrap_err();
+        assert_eq!(parse(r#"{}"#).unwrap_err().field.as_deref(), Some("name"));
+        let unknown = parse(r#"{"name":"a","colour":1}"#).unwrap_err();
         assert_eq!(unknown.field.as_deref(), Some("colour"));
-        let wrong_type = parse(r#"{"name":"a","interval_ms":"soon"}"#).unwrap_err();
-        assert_eq!(wrong_type.field.as_deref(), Some("interval_ms"));
+        let wrong_type = parse(r#"{"name":"a","heartbeat":{"interval_ms":"soon"}}"#).unwrap_err();
+        assert_eq!(wrong_type.field.as_deref(), Some("heartbeat.interval_ms"));
+        let nested_unknown = parse(r#"{"name":"a","limits":{"colour":1}}"#).unwrap_err();
+        assert_eq!(nested_unknown.field.as_deref(), Some("limits.colour"));
         assert_eq!(parse("{").unwrap_err().code, "invalid_json");
-        assert!(parse(r#"{"name":"a","interval_ms":1000}"#).is_ok());
+        assert!(parse(r#"{"name":"a","heartbeat":{"interval_ms":1000}}"#).is_ok());
     }
 }

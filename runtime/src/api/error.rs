@@ -41,6 +41,26 @@ impl ApiError {
         }
     }
 
+    /// A 401: no token, or an unknown one.
+    pub fn unauthenticated(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::UNAUTHORIZED,
+            code: "unauthenticated",
+            message: message.into(),
+            field: None,
+        }
+    }
+
+    /// A 403: a known caller asking for something outside its reach.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        ApiError {
+            status: StatusCode::FORBIDDEN,
+            code: "forbidden",
+            message: message.into(),
+            field: None,
+        }
+    }
+
     /// A 404 for a resource or route.
     pub fn not_found(message: impl Into<String>) -> Self {
         ApiError {
@@ -81,24 +101,37 @@ impl From<ExecuteError> for ApiError {
     fn from(error: ExecuteError) -> Self {
         match error {
             ExecuteError::Store(error) => error.into(),
-            ExecuteError::Refused(refusal) => {
-                let message = refusal.to_string();
-                match refusal {
-                    Refusal::InvalidField(e) => ApiError::invalid_field(e.field, e.message),
-                    Refusal::NameTaken(_) => ApiError {
-                        status: StatusCode::CONFLICT,
-                        code: "name_taken",
-                        message,
-                        field: Some("name".into()),
-                    },
-                    Refusal::TooManyAgents => ApiError {
-                        status: StatusCode::UNPROCESSABLE_ENTITY,
-                        code: "limit_reached",
-                        message,
-                        field: None,
-                    },
-                }
+            ExecuteError::Refused(refusal) => refusal.into(),
+        }
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        let message = refusal.to_string();
+        let (status, code, field) = match &refusal {
+            Refusal::InvalidField(e) => return ApiError::invalid_field(e.field, e.message.clone()),
+            Refusal::NameTaken(_) => (StatusCode::CONFLICT, "name_taken", Some("name")),
+            Refusal::TooManyAgents | Refusal::TooManyTenants => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "limit_reached", None)
             }
+            Refusal::TooManyIdempotencyKeys(_) => {
+                (StatusCode::TOO_MANY_REQUESTS, "limit_reached", Some("idempotency_key"))
+            }
+            Refusal::UnknownTenant(_) | Refusal::UnknownAgent(_) | Refusal::UnknownRun(_) => {
+                (StatusCode::NOT_FOUND, "not_found", None)
+            }
+            Refusal::RunNotRunning(_) | Refusal::RunAlreadyFinished(..) => {
+                (StatusCode::CONFLICT, "run_finished", None)
+            }
+            Refusal::AgentTerminated(_) => (StatusCode::CONFLICT, "agent_terminated", None),
+            Refusal::TokenInUse => (StatusCode::CONFLICT, "token_in_use", None),
+        };
+        ApiError {
+            status,
+            code,
+            message,
+            field: field.map(str::to_string),
         }
     }
 }

@@ -1,96 +1,216 @@
-//! `/v1/events`: pages of the durable event log, resumable from any sequence number.
+//! `/v1/events`: the durable event log, as JSON pages or as a live Server-Sent Events stream,
+//! resumable from any sequence number (`?after=N` or the `Last-Event-ID` header).
+//!
+//! Callers see their own slice of the one log: an operator its tenant's events, an agent the
+//! events about itself. Sequence numbers are the log's, so a slice has gaps, but a stream resumed
+//! after N yields exactly the caller's events after N (invariant 11).
 
-use std::sync::Arc;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
 
-use axum::extract::{RawQuery, State};
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::RawQuery;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
 
+use super::auth::Caller;
 use super::error::ApiError;
+use super::query::Query;
 use crate::engine::event::Event;
-use crate::shell::Shell;
+use crate::engine::tenant::Principal;
 use crate::store::EVENTS_PAGE_MAX;
 
 /// Page size when `limit` is not given.
 pub const EVENTS_PAGE_DEFAULT: usize = 100;
+/// Most log pages one request scans looking for the caller's events, so a tenant with few
+/// events in a busy log still gets a prompt answer (`next_after` says where to go on).
+pub const EVENTS_SCAN_PAGES_MAX: usize = 16;
+/// A quiet stream sends a comment this often, so proxies and clients know it is alive.
+pub const SSE_KEEPALIVE_MS: u64 = 15_000;
+/// Most live streams one node serves at once.
+pub const SSE_STREAMS_MAX: usize = 256;
+/// Frames buffered per stream before the writer waits for the client.
+const SSE_BUFFER_FRAMES: usize = 64;
 
-/// A page of events after `after`, with the log head when it was read.
+/// A page of the caller's events after `after`.
 #[derive(Debug, Serialize)]
 pub struct Page {
     pub events: Vec<Event>,
+    /// The log's head when the page was read.
     pub head_seq: u64,
+    /// Where the next page starts: pass it back as `after`. It may pass events of other
+    /// tenants that this caller does not see.
+    pub next_after: u64,
 }
 
+/// `GET /v1/events`: JSON pages, or SSE when the client sends `Accept: text/event-stream`.
 pub async fn list(
-    State(shell): State<Arc<Shell>>,
+    caller: Caller,
+    headers: HeaderMap,
     RawQuery(query): RawQuery,
-) -> Result<Json<Page>, ApiError> {
-    let (after, limit) = parse_query(query.as_deref().unwrap_or(""))?;
-    let (events, head_seq) = shell.events_after(after, limit)?;
-    Ok(Json(Page { events, head_seq }))
+) -> Result<Response, ApiError> {
+    let mut query = Query::parse(query.as_deref(), &["after", "limit"])?;
+    let after = query.number("after")?;
+    let limit = match query.number("limit")? {
+        None => EVENTS_PAGE_DEFAULT,
+        Some(l) => usize::try_from(l)
+            .ok()
+            .filter(|l| (1..=EVENTS_PAGE_MAX).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "limit",
+                    format!("limit must be between 1 and {EVENTS_PAGE_MAX}, got {l:?}"),
+                )
+            })?,
+    };
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("text/event-stream"));
+    if !wants_stream {
+        let (events, next_after, head_seq) = visible_page(&caller, after.unwrap_or(0), limit)?;
+        return Ok(Json(Page {
+            events,
+            head_seq,
+            next_after,
+        })
+        .into_response());
+    }
+    let last_event_id = match headers.get("last-event-id") {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::invalid_field("Last-Event-ID", "Last-Event-ID must be a sequence number")
+                })?,
+        ),
+    };
+    // The header is what a reconnecting EventSource sends; it wins over the query.
+    let after = last_event_id.or(after).unwrap_or(0);
+    let permit = caller.streams.clone().try_acquire_owned().map_err(|_| ApiError {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        code: "too_many_streams",
+        message: format!("this node already serves {SSE_STREAMS_MAX} event streams; retry later or read pages"),
+        field: None,
+    })?;
+    let (sender, receiver) = tokio::sync::mpsc::channel(SSE_BUFFER_FRAMES);
+    tokio::spawn(async move {
+        stream(caller, after, sender).await;
+        drop(permit);
+    });
+    let mut response = Body::new(SseBody(receiver)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
 }
 
-/// `after` (default 0) and `limit` (default 100, 1..=1000); any other key is an error.
-fn parse_query(query: &str) -> Result<(u64, usize), ApiError> {
-    let mut after = 0;
-    let mut limit = EVENTS_PAGE_DEFAULT;
-    for pair in query.split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "after" => {
-                after = value.parse().map_err(|_| {
-                    ApiError::invalid_field(
-                        "after",
-                        format!("after must be a sequence number, got {value:?}"),
-                    )
-                })?
+/// The caller's events after `after`: (events, next_after, head).
+fn visible_page(
+    caller: &Caller,
+    after: u64,
+    limit: usize,
+) -> Result<(Vec<Event>, u64, u64), ApiError> {
+    let mut visible = Vec::new();
+    let mut cursor = after;
+    let mut head = 0;
+    for _ in 0..EVENTS_SCAN_PAGES_MAX {
+        let (page, page_head) = caller.shell.events_after(cursor, EVENTS_PAGE_MAX)?;
+        head = page_head;
+        let Some(last) = page.last().map(|e| e.seq) else {
+            break;
+        };
+        for event in page {
+            cursor = event.seq;
+            if sees(&caller.principal, &event) {
+                visible.push(event);
+                if visible.len() == limit {
+                    return Ok((visible, cursor, head));
+                }
             }
-            "limit" => {
-                limit = value
-                    .parse()
-                    .ok()
-                    .filter(|l| (1..=EVENTS_PAGE_MAX).contains(l))
-                    .ok_or_else(|| {
-                        ApiError::invalid_field(
-                            "limit",
-                            format!("limit must be between 1 and {EVENTS_PAGE_MAX}, got {value:?}"),
-                        )
-                    })?
+        }
+        debug_assert_eq!(cursor, last);
+    }
+    Ok((visible, cursor, head))
+}
+
+/// Whether `principal` may see `event`.
+fn sees(principal: &Principal, event: &Event) -> bool {
+    match principal {
+        Principal::Operator { tenant } => event.tenant == *tenant,
+        Principal::Agent { tenant, agent } => {
+            event.tenant == *tenant && event.kind.agent() == Some(*agent)
+        }
+    }
+}
+
+/// Writes the caller's events after `after` as SSE frames until the client goes away.
+async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sender<Bytes>) {
+    let mut head = caller.shell.watch_head();
+    loop {
+        match visible_page(&caller, after, EVENTS_PAGE_MAX) {
+            Ok((events, next_after, _)) => {
+                for event in &events {
+                    if frames.send(frame(event)).await.is_err() {
+                        return;
+                    }
+                }
+                after = next_after;
+                if !events.is_empty() || caller.shell.head_seq() > after {
+                    continue;
+                }
             }
-            other => {
-                return Err(ApiError::invalid_field(
-                    other,
-                    format!("unknown query parameter {other:?}; accepted: after, limit"),
-                ))
+            Err(error) => {
+                let message = format!("event: error\ndata: {}\n\n", error.message);
+                let _ = frames.send(Bytes::from(message)).await;
+                return;
+            }
+        }
+        head.mark_unchanged();
+        if caller.shell.head_seq() > after {
+            continue;
+        }
+        tokio::select! {
+            biased;
+            changed = head.changed() => if changed.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(SSE_KEEPALIVE_MS)) => {
+                if frames.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
+                    return;
+                }
             }
         }
     }
-    Ok((after, limit))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// One event as an SSE frame: its seq as the id, its type as the event name, JSON as data.
+fn frame(event: &Event) -> Bytes {
+    let json = serde_json::to_string(event).expect("events always serialize");
+    Bytes::from(format!(
+        "id: {}\nevent: {}\ndata: {json}\n\n",
+        event.seq,
+        event.kind.type_name()
+    ))
+}
 
-    #[test]
-    fn query_defaults_limits_and_unknown_keys() {
-        assert_eq!(parse_query("").unwrap(), (0, EVENTS_PAGE_DEFAULT));
-        assert_eq!(parse_query("after=7&limit=1000").unwrap(), (7, 1000));
-        assert_eq!(
-            parse_query("limit=0").unwrap_err().field.as_deref(),
-            Some("limit")
-        );
-        assert_eq!(
-            parse_query("limit=1001").unwrap_err().field.as_deref(),
-            Some("limit")
-        );
-        assert_eq!(
-            parse_query("after=-1").unwrap_err().field.as_deref(),
-            Some("after")
-        );
-        assert_eq!(
-            parse_query("since=3").unwrap_err().field.as_deref(),
-            Some("since")
-        );
+/// A response body fed by a channel of frames; it ends when the writer does.
+struct SseBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl HttpBody for SseBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|frame| frame.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
     }
 }

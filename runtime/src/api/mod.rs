@@ -4,26 +4,31 @@
 //! `axum::serve`), so that under `--cfg madsim` the same bytes cross the simulated network.
 
 mod agents;
+mod auth;
 mod body;
 pub mod client;
 mod error;
 mod events;
+mod query;
+mod runs;
 mod timer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::get;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
+pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
 pub use error::ApiError;
-
-use crate::shell::Shell;
+pub use events::{SSE_KEEPALIVE_MS, SSE_STREAMS_MAX};
 
 /// Most connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 1_024;
@@ -34,19 +39,46 @@ pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 const ACCEPT_RETRY_MS: u64 = 100;
 
 /// All routes of the API.
-pub fn router(shell: Arc<Shell>) -> Router {
+pub fn router(gate: Gate) -> Router {
+    use agents::Control;
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/agents", get(agents::list).post(agents::create))
         .route("/v1/agents/{id}", get(agents::show))
+        .route(
+            "/v1/agents/{id}/pause",
+            post(|c, p| agents::control(c, p, Control::Pause)),
+        )
+        .route(
+            "/v1/agents/{id}/resume",
+            post(|c, p| agents::control(c, p, Control::Resume)),
+        )
+        .route(
+            "/v1/agents/{id}/terminate",
+            post(|c, p| agents::control(c, p, Control::Terminate)),
+        )
+        .route("/v1/agents/{id}/wakeup", post(agents::wakeup))
+        .route("/v1/runs", get(runs::list))
+        .route("/v1/runs/{id}", get(runs::show))
+        .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/events", get(events::list))
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
-        .with_state(shell)
+        .with_state(gate)
 }
 
-async fn health() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// Unauthenticated: `ok` once the node is ready, `recovering` (503) before.
+async fn health(State(gate): State<Gate>) -> (StatusCode, Json<serde_json::Value>) {
+    match gate.shell() {
+        Ok(shell) => (
+            StatusCode::OK,
+            Json(serde_json::json!({ "status": "ok", "head_seq": shell.head_seq() })),
+        ),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(serde_json::json!({ "status": "recovering" })),
+        ),
+    }
 }
 
 /// Accepts connections forever, one task per connection.

@@ -1,6 +1,9 @@
-//! Agents: what the runtime keeps alive, and the validation of what a caller may ask for.
+//! Agents: what the runtime keeps alive, the policy a caller gives each one, and its validation.
 
 use serde::{Deserialize, Serialize};
+
+use super::tenant::{validate_name, TenantName, TokenHash};
+use super::wakeup::WakeupSource;
 
 /// Longest agent name accepted.
 pub const AGENT_NAME_CHARS_MAX: usize = 64;
@@ -10,6 +13,22 @@ pub const INTERVAL_MS_MIN: u64 = 1_000;
 pub const INTERVAL_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1_000;
 /// Most agents one runtime keeps; creating one more is refused.
 pub const AGENTS_MAX: usize = 10_000;
+/// Shortest run timeout an agent may ask for.
+pub const RUN_TIMEOUT_MS_MIN: u64 = 1_000;
+/// Longest run timeout: a day.
+pub const RUN_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// Run timeout when the policy names none.
+pub const RUN_TIMEOUT_MS_DEFAULT: u64 = 10 * 60 * 1_000;
+/// Largest per-agent queue of runs waiting to start.
+pub const QUEUED_RUNS_MAX_LIMIT: usize = 1_000;
+/// Per-agent queue length when the policy names none.
+pub const QUEUED_RUNS_MAX_DEFAULT: usize = 16;
+/// Most steps of a scripted adapter.
+pub const SCRIPT_STEPS_MAX: usize = 64;
+/// Longest a scripted step may take.
+pub const SCRIPT_STEP_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
+/// Longest time-zone name accepted (the longest IANA name is 32 characters).
+pub const TIME_ZONE_CHARS_MAX: usize = 64;
 
 /// Identifies an agent within one runtime. Assigned by the engine, in creation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -22,17 +41,124 @@ impl std::fmt::Display for AgentId {
     }
 }
 
-/// What a caller asks for when registering an agent.
+/// What a caller asks for when registering an agent. Every field but `name` has a default.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSpec {
-    /// Unique, human-chosen name: 1..=64 of `[A-Za-z0-9._-]`.
+    /// Unique within the tenant, human-chosen: 1..=64 of `[A-Za-z0-9._-]`.
     pub name: String,
-    /// Timer period in milliseconds.
-    pub interval_ms: u64,
+    /// How a run of this agent is executed.
+    #[serde(default)]
+    pub adapter: AdapterSpec,
+    /// When the agent is woken without being asked.
+    #[serde(default)]
+    pub heartbeat: HeartbeatPolicy,
+    /// IANA time zone of the agent's local day (e.g. `Europe/Paris`).
+    #[serde(default = "default_time_zone")]
+    pub time_zone: String,
+    #[serde(default)]
+    pub limits: AgentLimits,
 }
 
-/// A caller's mistake in an `AgentSpec`, naming the offending field.
+fn default_time_zone() -> String {
+    "UTC".into()
+}
+
+/// How runs are executed. Real adapters (process, HTTP, LLM) come with their own issue.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AdapterSpec {
+    /// Built in, offline: each run plays the next step of a script.
+    Scripted(ScriptedSpec),
+}
+
+impl Default for AdapterSpec {
+    fn default() -> Self {
+        AdapterSpec::Scripted(ScriptedSpec {
+            steps: vec![ScriptStep {
+                duration_ms: 1_000,
+                outcome: ScriptOutcome::Succeeded,
+            }],
+        })
+    }
+}
+
+/// A script of run outcomes: run number `n` plays step `n % steps.len()`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptedSpec {
+    pub steps: Vec<ScriptStep>,
+}
+
+/// One scripted run: how long it takes and how it ends.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptStep {
+    pub duration_ms: u64,
+    pub outcome: ScriptOutcome,
+}
+
+/// How a scripted run ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ScriptOutcome {
+    Succeeded,
+    Failed,
+    /// Never ends by itself: only the run timeout or a cancel ends it.
+    Hang,
+}
+
+/// When the agent is woken without being asked, and which wakeup sources it accepts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatPolicy {
+    /// Timer period in milliseconds; none means no timer wakeups.
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+    /// Wakeup sources this agent accepts; others are refused with `disabled_source`.
+    #[serde(default = "WakeupSource::all")]
+    pub sources: Vec<WakeupSource>,
+}
+
+impl Default for HeartbeatPolicy {
+    fn default() -> Self {
+        HeartbeatPolicy {
+            interval_ms: None,
+            sources: WakeupSource::all(),
+        }
+    }
+}
+
+/// Per-agent limits.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLimits {
+    /// A run still going after this long ends `timed_out`.
+    #[serde(default = "run_timeout_default")]
+    pub run_timeout_ms: u64,
+    /// Most runs waiting to start; a wakeup that would queue one more is refused `queue_full`.
+    #[serde(default = "queued_runs_default")]
+    pub queued_runs_max: usize,
+}
+
+fn run_timeout_default() -> u64 {
+    RUN_TIMEOUT_MS_DEFAULT
+}
+
+fn queued_runs_default() -> usize {
+    QUEUED_RUNS_MAX_DEFAULT
+}
+
+impl Default for AgentLimits {
+    fn default() -> Self {
+        AgentLimits {
+            run_timeout_ms: RUN_TIMEOUT_MS_DEFAULT,
+            queued_runs_max: QUEUED_RUNS_MAX_DEFAULT,
+        }
+    }
+}
+
+/// A caller's mistake, naming the offending field (dotted path, as in the JSON body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
     /// The JSON field at fault.
@@ -41,48 +167,143 @@ pub struct FieldError {
     pub message: String,
 }
 
+impl FieldError {
+    pub fn new(field: &'static str, message: impl Into<String>) -> Self {
+        FieldError {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
 impl AgentSpec {
+    /// A spec with every default and a timer of `interval_ms`.
+    pub fn with_interval(name: &str, interval_ms: Option<u64>) -> Self {
+        AgentSpec {
+            name: name.into(),
+            adapter: AdapterSpec::default(),
+            heartbeat: HeartbeatPolicy {
+                interval_ms,
+                ..HeartbeatPolicy::default()
+            },
+            time_zone: default_time_zone(),
+            limits: AgentLimits::default(),
+        }
+    }
+
     /// Checks every field against its limit; the first problem found is returned.
     pub fn validate(&self) -> Result<(), FieldError> {
-        let name_ok = !self.name.is_empty()
-            && self.name.chars().count() <= AGENT_NAME_CHARS_MAX
-            && self
-                .name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        if !name_ok {
-            return Err(FieldError {
-                field: "name",
-                message: format!(
-                    "name must be 1 to {AGENT_NAME_CHARS_MAX} characters of letters, digits, '.', '_' or '-'"
+        validate_name("name", &self.name, AGENT_NAME_CHARS_MAX)?;
+        let AdapterSpec::Scripted(script) = &self.adapter;
+        if script.steps.is_empty() || script.steps.len() > SCRIPT_STEPS_MAX {
+            return Err(FieldError::new(
+                "adapter.steps",
+                format!(
+                    "a scripted adapter needs 1 to {SCRIPT_STEPS_MAX} steps (got {})",
+                    script.steps.len()
                 ),
-            });
+            ));
         }
-        if !(INTERVAL_MS_MIN..=INTERVAL_MS_MAX).contains(&self.interval_ms) {
-            return Err(FieldError {
-                field: "interval_ms",
-                message: format!(
-                    "interval_ms must be between {INTERVAL_MS_MIN} and {INTERVAL_MS_MAX} (got {})",
-                    self.interval_ms
+        if let Some(step) = script
+            .steps
+            .iter()
+            .find(|s| s.duration_ms > SCRIPT_STEP_MS_MAX)
+        {
+            return Err(FieldError::new(
+                "adapter.steps.duration_ms",
+                format!(
+                    "a step lasts at most {SCRIPT_STEP_MS_MAX} ms (got {})",
+                    step.duration_ms
                 ),
-            });
+            ));
+        }
+        if let Some(interval_ms) = self.heartbeat.interval_ms {
+            if !(INTERVAL_MS_MIN..=INTERVAL_MS_MAX).contains(&interval_ms) {
+                return Err(FieldError::new(
+                    "heartbeat.interval_ms",
+                    format!(
+                        "heartbeat.interval_ms must be between {INTERVAL_MS_MIN} and {INTERVAL_MS_MAX} (got {interval_ms})"
+                    ),
+                ));
+            }
+        }
+        let mut sources = self.heartbeat.sources.clone();
+        sources.sort();
+        sources.dedup();
+        if sources.len() != self.heartbeat.sources.len() {
+            return Err(FieldError::new(
+                "heartbeat.sources",
+                "heartbeat.sources lists a source twice",
+            ));
+        }
+        validate_time_zone(&self.time_zone)?;
+        let limits = &self.limits;
+        if !(RUN_TIMEOUT_MS_MIN..=RUN_TIMEOUT_MS_MAX).contains(&limits.run_timeout_ms) {
+            return Err(FieldError::new(
+                "limits.run_timeout_ms",
+                format!(
+                    "limits.run_timeout_ms must be between {RUN_TIMEOUT_MS_MIN} and {RUN_TIMEOUT_MS_MAX} (got {})",
+                    limits.run_timeout_ms
+                ),
+            ));
+        }
+        if !(1..=QUEUED_RUNS_MAX_LIMIT).contains(&limits.queued_runs_max) {
+            return Err(FieldError::new(
+                "limits.queued_runs_max",
+                format!(
+                    "limits.queued_runs_max must be between 1 and {QUEUED_RUNS_MAX_LIMIT} (got {})",
+                    limits.queued_runs_max
+                ),
+            ));
         }
         Ok(())
     }
 }
 
-/// An agent as the engine holds it.
+/// Accepts IANA names from the bundled time-zone database (so every machine agrees).
+fn validate_time_zone(name: &str) -> Result<(), FieldError> {
+    let known = name.chars().count() <= TIME_ZONE_CHARS_MAX && jiff::tz::TimeZone::get(name).is_ok();
+    if known {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            "time_zone",
+            format!("time_zone must be an IANA time zone such as \"UTC\" or \"Europe/Paris\" (got {name:?})"),
+        ))
+    }
+}
+
+/// Whether the agent takes wakeups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    Active,
+    /// Refuses wakeups until resumed.
+    Paused,
+    /// Refuses wakeups for good.
+    Terminated,
+}
+
+/// An agent as the engine holds it (its runs are kept beside it, in the coordinator).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Agent {
     pub id: AgentId,
+    pub tenant: TenantName,
     pub name: String,
-    pub interval_ms: u64,
-    /// Wall time of the next timer slot (persisted through the event log).
-    pub next_fire_at_ms: u64,
+    pub spec: AgentSpec,
+    pub status: AgentStatus,
+    /// Hash of the agent's own token; the token itself is shown once, at creation.
+    #[serde(skip)]
+    pub token_hash: TokenHash,
+    pub created_at_ms: u64,
+    /// Wall time of the next timer slot, if the agent has a timer and is not terminated.
+    pub next_fire_at_ms: Option<u64>,
     /// Timer wakeups fired so far.
     pub timer_fires: u64,
     /// Slot of the latest timer fire, if any.
     pub last_due_at_ms: Option<u64>,
+    /// Runs started so far; the next run is number `runs_started`.
+    pub runs_started: u64,
 }
 
 #[cfg(test)]
@@ -90,10 +311,7 @@ mod tests {
     use super::*;
 
     fn spec(name: &str, interval_ms: u64) -> AgentSpec {
-        AgentSpec {
-            name: name.to_string(),
-            interval_ms,
-        }
+        AgentSpec::with_interval(name, Some(interval_ms))
     }
 
     #[test]
@@ -115,13 +333,57 @@ mod tests {
     fn interval_limits() {
         assert!(spec("a", INTERVAL_MS_MIN).validate().is_ok());
         assert!(spec("a", INTERVAL_MS_MAX).validate().is_ok());
-        assert_eq!(
-            spec("a", INTERVAL_MS_MIN - 1).validate().unwrap_err().field,
-            "interval_ms"
-        );
-        assert_eq!(
-            spec("a", INTERVAL_MS_MAX + 1).validate().unwrap_err().field,
-            "interval_ms"
-        );
+        assert!(AgentSpec::with_interval("a", None).validate().is_ok());
+        for bad in [INTERVAL_MS_MIN - 1, INTERVAL_MS_MAX + 1] {
+            assert_eq!(
+                spec("a", bad).validate().unwrap_err().field,
+                "heartbeat.interval_ms"
+            );
+        }
+    }
+
+    #[test]
+    fn policy_limits_name_their_field() {
+        let mut s = spec("a", 60_000);
+        s.time_zone = "Europe/Paris".into();
+        assert!(s.validate().is_ok());
+        s.time_zone = "Mars/Olympus".into();
+        assert_eq!(s.validate().unwrap_err().field, "time_zone");
+
+        let mut s = spec("a", 60_000);
+        s.limits.run_timeout_ms = RUN_TIMEOUT_MS_MIN - 1;
+        assert_eq!(s.validate().unwrap_err().field, "limits.run_timeout_ms");
+        s.limits.run_timeout_ms = RUN_TIMEOUT_MS_MAX;
+        assert!(s.validate().is_ok());
+
+        let mut s = spec("a", 60_000);
+        s.limits.queued_runs_max = 0;
+        assert_eq!(s.validate().unwrap_err().field, "limits.queued_runs_max");
+        s.limits.queued_runs_max = QUEUED_RUNS_MAX_LIMIT + 1;
+        assert_eq!(s.validate().unwrap_err().field, "limits.queued_runs_max");
+
+        let mut s = spec("a", 60_000);
+        s.adapter = AdapterSpec::Scripted(ScriptedSpec { steps: vec![] });
+        assert_eq!(s.validate().unwrap_err().field, "adapter.steps");
+
+        let mut s = spec("a", 60_000);
+        s.heartbeat.sources = vec![WakeupSource::Timer, WakeupSource::Timer];
+        assert_eq!(s.validate().unwrap_err().field, "heartbeat.sources");
+    }
+
+    #[test]
+    fn specs_parse_with_defaults_and_refuse_unknown_fields() {
+        let parsed: AgentSpec = serde_json::from_str(r#"{"name":"a"}"#).unwrap();
+        assert_eq!(parsed, AgentSpec::with_interval("a", None));
+        let full = r#"{"name":"a","adapter":{"type":"scripted","steps":[{"duration_ms":5,"outcome":"hang"}]},
+            "heartbeat":{"interval_ms":60000,"sources":["on_demand"]},"time_zone":"Asia/Tokyo",
+            "limits":{"run_timeout_ms":5000,"queued_runs_max":2}}"#;
+        let parsed: AgentSpec = serde_json::from_str(full).unwrap();
+        assert!(parsed.validate().is_ok());
+        assert!(serde_json::from_str::<AgentSpec>(
+            r#"{"name":"a","adapter":{"type":"scripted","steps":[],"x":1}}"#
+        )
+        .is_err());
+        assert!(serde_json::from_str::<AgentSpec>(r#"{"name":"a","adapter":{"type":"gpt"}}"#).is_err());
     }
 }

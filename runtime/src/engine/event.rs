@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::agent::AgentId;
+use super::agent::{AgentId, AgentSpec};
+use super::run::{RunId, RunStatus};
+use super::tenant::{TenantName, TokenHash};
+use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
 
 /// One durable fact with its place in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -12,6 +15,8 @@ pub struct Event {
     pub seq: u64,
     /// Wall-clock time of the node that decided it, Unix ms. Informational: it may jump.
     pub at_ms: u64,
+    /// The tenant the fact belongs to; only that tenant's callers see it.
+    pub tenant: TenantName,
     /// What happened.
     #[serde(flatten)]
     pub kind: EventKind,
@@ -21,15 +26,27 @@ pub struct Event {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
-    /// An agent was registered with its timer schedule.
+    /// A tenant came into being with its operator token.
+    TenantCreated { operator_token_hash: TokenHash },
+    /// A tenant's operator token was replaced (from configuration).
+    OperatorTokenSet { operator_token_hash: TokenHash },
+    /// An agent was registered.
     AgentCreated {
         agent: AgentId,
         name: String,
-        interval_ms: u64,
-        /// The first timer slot; the agent's schedule grid is `first_fire_at_ms + k * interval_ms`.
-        first_fire_at_ms: u64,
+        spec: AgentSpec,
+        token_hash: TokenHash,
+        /// The first timer slot, when the agent has a timer; the schedule grid is
+        /// `first_fire_at_ms + k * interval_ms`.
+        first_fire_at_ms: Option<u64>,
     },
-    /// A timer wakeup fired. One event covers every slot missed since the previous fire
+    /// The agent stopped taking wakeups until resumed; its queued and running runs are
+    /// cancelled by the events that follow.
+    AgentPaused { agent: AgentId },
+    AgentResumed { agent: AgentId },
+    /// The agent stopped taking wakeups for good.
+    AgentTerminated { agent: AgentId },
+    /// A timer slot came. One event covers every slot missed since the previous fire
     /// (downtime, forward clock jump): the schedule fires once, never the backlog.
     TimerFired {
         agent: AgentId,
@@ -40,14 +57,98 @@ pub enum EventKind {
         /// The next grid slot strictly after the fire time.
         next_fire_at_ms: u64,
     },
+    /// A wakeup was accepted and queued a new run.
+    WakeupQueued {
+        wakeup: WakeupId,
+        agent: AgentId,
+        source: WakeupSource,
+        reason: String,
+        payload: serde_json::Value,
+        task_key: Option<String>,
+        idempotency_key: Option<String>,
+        run: RunId,
+    },
+    /// A wakeup was accepted and joined the run already queued for its agent and task key.
+    WakeupCoalesced {
+        wakeup: WakeupId,
+        agent: AgentId,
+        source: WakeupSource,
+        reason: String,
+        payload: serde_json::Value,
+        idempotency_key: Option<String>,
+        run: RunId,
+        /// The run's count of coalesced wakeups, this one included.
+        coalesced_count: u64,
+    },
+    /// A wakeup was refused; nothing was queued.
+    WakeupRefused {
+        wakeup: WakeupId,
+        agent: AgentId,
+        source: WakeupSource,
+        reason: String,
+        task_key: Option<String>,
+        idempotency_key: Option<String>,
+        refusal: RefusalReason,
+    },
+    /// A run that was running when the control plane stopped is queued again, once, as `run`
+    /// (or, when `coalesced`, joins `run`, already queued for the same task key).
+    RunRequeued {
+        run: RunId,
+        agent: AgentId,
+        retry_of: RunId,
+        coalesced: bool,
+    },
+    /// A queued run started.
+    RunStarted {
+        run: RunId,
+        agent: AgentId,
+        /// The agent's n-th run start (from 0); picks the scripted adapter's step.
+        run_number: u64,
+    },
+    /// A run reached its terminal state.
+    RunFinished {
+        run: RunId,
+        agent: AgentId,
+        status: RunStatus,
+        detail: String,
+    },
 }
 
 impl EventKind {
     /// The event type's wire name, as in the JSON `type` field.
     pub fn type_name(&self) -> &'static str {
         match self {
+            EventKind::TenantCreated { .. } => "tenant_created",
+            EventKind::OperatorTokenSet { .. } => "operator_token_set",
             EventKind::AgentCreated { .. } => "agent_created",
+            EventKind::AgentPaused { .. } => "agent_paused",
+            EventKind::AgentResumed { .. } => "agent_resumed",
+            EventKind::AgentTerminated { .. } => "agent_terminated",
             EventKind::TimerFired { .. } => "timer_fired",
+            EventKind::WakeupQueued { .. } => "wakeup_queued",
+            EventKind::WakeupCoalesced { .. } => "wakeup_coalesced",
+            EventKind::WakeupRefused { .. } => "wakeup_refused",
+            EventKind::RunRequeued { .. } => "run_requeued",
+            EventKind::RunStarted { .. } => "run_started",
+            EventKind::RunFinished { .. } => "run_finished",
+        }
+    }
+
+    /// The agent the fact is about, if it is about one.
+    pub fn agent(&self) -> Option<AgentId> {
+        match self {
+            EventKind::TenantCreated { .. } | EventKind::OperatorTokenSet { .. } => None,
+            EventKind::AgentCreated { agent, .. }
+            | EventKind::AgentPaused { agent }
+            | EventKind::AgentResumed { agent }
+            | EventKind::AgentTerminated { agent }
+            | EventKind::TimerFired { agent, .. }
+            | EventKind::WakeupQueued { agent, .. }
+            | EventKind::WakeupCoalesced { agent, .. }
+            | EventKind::WakeupRefused { agent, .. }
+            | EventKind::RunRequeued { agent, .. }
+            | EventKind::RunStarted { agent, .. }
+            | EventKind::RunFinished { agent, .. } => Some(*agent),
         }
     }
 }

@@ -9,21 +9,54 @@
 //! that wrote the log.
 
 pub mod agent;
+pub mod coordinator;
+pub mod draft;
 pub mod event;
+pub mod run;
 pub mod schedule;
+pub mod tenant;
+pub mod wakeup;
 
 use std::collections::BTreeMap;
 
-use agent::{Agent, AgentId, AgentSpec, FieldError, AGENTS_MAX};
+use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
+use coordinator::AgentState;
+use draft::Draft;
 use event::{Event, EventKind};
+use run::{Run, RunEnd, RunId, RunStatus};
+use tenant::{validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX};
+use wakeup::{WakeupRecord, WakeupRequest, IDEMPOTENCY_KEYS_PER_AGENT_MAX};
 
 /// Something the outside world asks of the engine.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
-    /// Register an agent with a timer schedule.
-    CreateAgent(AgentSpec),
+    /// Make sure `tenant` exists and answers to this operator token.
+    EnsureTenant {
+        tenant: TenantName,
+        operator_token_hash: TokenHash,
+    },
+    /// Register an agent in `tenant`; `token_hash` is the hash of the token issued to it.
+    CreateAgent {
+        tenant: TenantName,
+        spec: AgentSpec,
+        token_hash: TokenHash,
+    },
+    /// The one entry point for every wakeup.
+    Wake {
+        agent: AgentId,
+        request: WakeupRequest,
+    },
+    PauseAgent { agent: AgentId },
+    ResumeAgent { agent: AgentId },
+    TerminateAgent { agent: AgentId },
     /// Fire every timer whose slot has come.
     FireDueTimers,
+    /// The executor reports that a running run ended.
+    FinishRun { run: RunId, end: RunEnd },
+    /// An operator cancels a queued or running run.
+    CancelRun { run: RunId },
+    /// On start: runs left `running` by the previous process fail and are re-queued once.
+    RecoverRuns,
 }
 
 /// Why the engine refused a command. Nothing was decided, nothing needs undoing.
@@ -31,22 +64,82 @@ pub enum Command {
 pub enum Refusal {
     #[error("{}", .0.message)]
     InvalidField(FieldError),
-    #[error("an agent named {0:?} already exists; choose another name")]
+    #[error("an agent named {0:?} already exists in this tenant; choose another name")]
     NameTaken(String),
     #[error("this runtime already keeps {AGENTS_MAX} agents, its limit")]
     TooManyAgents,
+    #[error("this runtime already keeps {TENANTS_MAX} tenants, its limit")]
+    TooManyTenants,
+    #[error("no tenant named {0:?}")]
+    UnknownTenant(String),
+    #[error("no agent with id {0}")]
+    UnknownAgent(AgentId),
+    #[error("no run with id {0} (finished runs older than the last {kept} of their agent are only in the event log)", kept = run::FINISHED_RUNS_KEPT_PER_AGENT)]
+    UnknownRun(RunId),
+    #[error("run {0} is not running")]
+    RunNotRunning(RunId),
+    #[error("run {0} already finished ({1:?}); nothing to cancel")]
+    RunAlreadyFinished(RunId, RunStatus),
+    #[error("agent {0} is terminated; it cannot be paused or resumed")]
+    AgentTerminated(AgentId),
+    #[error("agent {0} already holds {IDEMPOTENCY_KEYS_PER_AGENT_MAX} idempotency keys from the last 24 h; retry later or send wakeups without a key")]
+    TooManyIdempotencyKeys(AgentId),
+    #[error("this token is already in use")]
+    TokenInUse,
+}
+
+/// What a command decided: the events to persist, and for a wakeup its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    pub events: Vec<Event>,
+    /// For `Wake`: the wakeup's record.
+    pub wakeup: Option<WakeupRecord>,
+    /// For `Wake`: whether this answer replays an earlier wakeup with the same idempotency key
+    /// (then `events` is empty).
+    pub replayed: bool,
+}
+
+impl Decision {
+    fn events(events: Vec<Event>) -> Self {
+        Decision {
+            events,
+            wakeup: None,
+            replayed: false,
+        }
+    }
 }
 
 /// The runtime's whole in-memory state, rebuilt from the event log on start.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engine {
-    agents: BTreeMap<AgentId, Agent>,
-    names: BTreeMap<String, AgentId>,
+    tenants: BTreeMap<TenantName, Tenant>,
+    tokens: BTreeMap<TokenHash, Principal>,
+    agents: BTreeMap<AgentId, AgentState>,
+    names: BTreeMap<(TenantName, String), AgentId>,
+    /// Which agent each run held in memory belongs to.
+    run_owner: BTreeMap<RunId, AgentId>,
     last_seq: u64,
+    next_wakeup: u64,
+    next_run: u64,
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Engine {
+            tenants: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            agents: BTreeMap::new(),
+            names: BTreeMap::new(),
+            run_owner: BTreeMap::new(),
+            last_seq: 0,
+            next_wakeup: 1,
+            next_run: 1,
+        }
+    }
 }
 
 impl Engine {
-    /// An engine with no agents and an empty log.
+    /// An engine with no tenants, no agents and an empty log.
     pub fn new() -> Self {
         Self::default()
     }
@@ -56,64 +149,196 @@ impl Engine {
         self.last_seq
     }
 
+    /// Every tenant, by name.
+    pub fn tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.tenants.values()
+    }
+
+    /// Who a token hash belongs to.
+    pub fn principal(&self, token_hash: &TokenHash) -> Option<&Principal> {
+        self.tokens.get(token_hash)
+    }
+
     /// All agents, in id order.
     pub fn agents(&self) -> impl Iterator<Item = &Agent> {
-        self.agents.values()
+        self.agents.values().map(|s| &s.agent)
     }
 
     /// One agent by id.
     pub fn agent(&self, id: AgentId) -> Option<&Agent> {
+        self.agents.get(&id).map(|s| &s.agent)
+    }
+
+    /// One agent with its coordinator state.
+    pub fn agent_state(&self, id: AgentId) -> Option<&AgentState> {
         self.agents.get(&id)
+    }
+
+    /// Every agent with its coordinator state, in id order.
+    pub fn agent_states(&self) -> impl Iterator<Item = &AgentState> {
+        self.agents.values()
+    }
+
+    /// The agent called `name` in `tenant`.
+    pub fn agent_named(&self, tenant: &str, name: &str) -> Option<&Agent> {
+        let id = self.names.get(&(tenant.to_string(), name.to_string()))?;
+        self.agent(*id)
+    }
+
+    /// One run still held in memory.
+    pub fn run(&self, id: RunId) -> Option<&Run> {
+        let owner = self.run_owner.get(&id)?;
+        self.agents[owner].run(id)
     }
 
     /// The events `command` implies at wall time `now_ms`, numbered after the last applied event.
     /// Pure: the engine is unchanged until the shell applies what it persisted.
-    pub fn decide(&self, command: &Command, now_ms: u64) -> Result<Vec<Event>, Refusal> {
-        let kinds = match command {
-            Command::CreateAgent(spec) => vec![self.decide_create(spec, now_ms)?],
-            Command::FireDueTimers => self.decide_timers(now_ms),
-        };
-        Ok(kinds
-            .into_iter()
-            .zip(self.last_seq + 1..)
-            .map(|(kind, seq)| Event {
-                seq,
-                at_ms: now_ms,
-                kind,
-            })
-            .collect())
+    pub fn decide(&self, command: &Command, now_ms: u64) -> Result<Decision, Refusal> {
+        let mut draft = Draft::new(now_ms, self.last_seq, self.next_wakeup, self.next_run);
+        match command {
+            Command::EnsureTenant {
+                tenant,
+                operator_token_hash,
+            } => self.decide_tenant(&mut draft, tenant, operator_token_hash)?,
+            Command::CreateAgent {
+                tenant,
+                spec,
+                token_hash,
+            } => self.decide_create(&mut draft, tenant, spec, token_hash)?,
+            Command::Wake { agent, request } => {
+                request.validate().map_err(Refusal::InvalidField)?;
+                let state = self.state(*agent)?;
+                if let Some(key) = &request.idempotency_key {
+                    if let Some(original) = state.idempotent_wakeup(key, now_ms) {
+                        return Ok(Decision {
+                            events: Vec::new(),
+                            wakeup: Some(original.clone()),
+                            replayed: true,
+                        });
+                    }
+                    if state.live_keys(now_ms) >= IDEMPOTENCY_KEYS_PER_AGENT_MAX {
+                        return Err(Refusal::TooManyIdempotencyKeys(*agent));
+                    }
+                }
+                let mut scratch = state.clone();
+                let record = scratch.wake(&mut draft, request);
+                return Ok(Decision {
+                    events: draft.into_events(),
+                    wakeup: Some(record),
+                    replayed: false,
+                });
+            }
+            Command::PauseAgent { agent } => self.state(*agent)?.clone().pause(&mut draft)?,
+            Command::ResumeAgent { agent } => self.state(*agent)?.clone().resume(&mut draft)?,
+            Command::TerminateAgent { agent } => self.state(*agent)?.clone().terminate(&mut draft),
+            Command::FireDueTimers => {
+                for state in self.agents.values() {
+                    if state.agent.next_fire_at_ms.is_some_and(|due| due <= now_ms) {
+                        state.clone().fire_timer(&mut draft);
+                    }
+                }
+            }
+            Command::FinishRun { run, end } => {
+                self.owner(*run)?.clone().finish(&mut draft, *run, end)?
+            }
+            Command::CancelRun { run } => {
+                self.owner(*run)?
+                    .clone()
+                    .cancel(&mut draft, *run, "cancelled by an operator")?
+            }
+            Command::RecoverRuns => {
+                for state in self.agents.values() {
+                    let stuck = state.active_run().is_some();
+                    let waiting = state.active_run().is_none()
+                        && state.queued_runs().next().is_some()
+                        && state.agent.status == AgentStatus::Active;
+                    if stuck || waiting {
+                        state.clone().recover(&mut draft);
+                    }
+                }
+            }
+        }
+        Ok(Decision::events(draft.into_events()))
     }
 
-    fn decide_create(&self, spec: &AgentSpec, now_ms: u64) -> Result<EventKind, Refusal> {
+    fn state(&self, agent: AgentId) -> Result<&AgentState, Refusal> {
+        self.agents.get(&agent).ok_or(Refusal::UnknownAgent(agent))
+    }
+
+    fn owner(&self, run: RunId) -> Result<&AgentState, Refusal> {
+        let agent = self.run_owner.get(&run).ok_or(Refusal::UnknownRun(run))?;
+        Ok(&self.agents[agent])
+    }
+
+    fn decide_tenant(
+        &self,
+        draft: &mut Draft,
+        tenant: &str,
+        operator_token_hash: &TokenHash,
+    ) -> Result<(), Refusal> {
+        validate_name("tenant", tenant, TENANT_NAME_CHARS_MAX).map_err(Refusal::InvalidField)?;
+        let holder = self.tokens.get(operator_token_hash);
+        let wanted = Principal::Operator {
+            tenant: tenant.to_string(),
+        };
+        if holder.is_some_and(|p| *p != wanted) {
+            return Err(Refusal::TokenInUse);
+        }
+        match self.tenants.get(tenant) {
+            Some(existing) if existing.operator_token_hash == *operator_token_hash => {}
+            Some(_) => draft.emit_global(
+                tenant.to_string(),
+                EventKind::OperatorTokenSet {
+                    operator_token_hash: operator_token_hash.clone(),
+                },
+            ),
+            None if self.tenants.len() >= TENANTS_MAX => return Err(Refusal::TooManyTenants),
+            None => draft.emit_global(
+                tenant.to_string(),
+                EventKind::TenantCreated {
+                    operator_token_hash: operator_token_hash.clone(),
+                },
+            ),
+        }
+        Ok(())
+    }
+
+    fn decide_create(
+        &self,
+        draft: &mut Draft,
+        tenant: &str,
+        spec: &AgentSpec,
+        token_hash: &TokenHash,
+    ) -> Result<(), Refusal> {
         spec.validate().map_err(Refusal::InvalidField)?;
-        if self.names.contains_key(&spec.name) {
+        if !self.tenants.contains_key(tenant) {
+            return Err(Refusal::UnknownTenant(tenant.to_string()));
+        }
+        if self.names.contains_key(&(tenant.to_string(), spec.name.clone())) {
             return Err(Refusal::NameTaken(spec.name.clone()));
         }
         if self.agents.len() >= AGENTS_MAX {
             return Err(Refusal::TooManyAgents);
         }
+        if self.tokens.contains_key(token_hash) {
+            return Err(Refusal::TokenInUse);
+        }
         let id = AgentId(self.agents.keys().next_back().map_or(1, |last| last.0 + 1));
-        Ok(EventKind::AgentCreated {
-            agent: id,
-            name: spec.name.clone(),
-            interval_ms: spec.interval_ms,
-            first_fire_at_ms: now_ms.saturating_add(spec.interval_ms),
-        })
-    }
-
-    fn decide_timers(&self, now_ms: u64) -> Vec<EventKind> {
-        self.agents
-            .values()
-            .filter_map(|agent| {
-                let fire = schedule::fire_due(agent.next_fire_at_ms, agent.interval_ms, now_ms)?;
-                Some(EventKind::TimerFired {
-                    agent: agent.id,
-                    due_at_ms: fire.due_at_ms,
-                    missed_slots: fire.missed_slots,
-                    next_fire_at_ms: fire.next_fire_at_ms,
-                })
-            })
-            .collect()
+        let now_ms = draft.now_ms();
+        draft.emit_global(
+            tenant.to_string(),
+            EventKind::AgentCreated {
+                agent: id,
+                name: spec.name.clone(),
+                spec: spec.clone(),
+                token_hash: token_hash.clone(),
+                first_fire_at_ms: spec
+                    .heartbeat
+                    .interval_ms
+                    .map(|interval_ms| now_ms.saturating_add(interval_ms)),
+            },
+        );
+        Ok(())
     }
 
     /// Folds one persisted event into the state. Events must arrive in log order; anything else
@@ -127,43 +352,101 @@ impl Engine {
             event.seq
         );
         match &event.kind {
+            EventKind::TenantCreated {
+                operator_token_hash,
+            } => {
+                let tenant = Tenant {
+                    name: event.tenant.clone(),
+                    operator_token_hash: operator_token_hash.clone(),
+                };
+                assert!(
+                    self.tenants.insert(event.tenant.clone(), tenant).is_none(),
+                    "tenant {} created twice",
+                    event.tenant
+                );
+                self.tokens.insert(
+                    operator_token_hash.clone(),
+                    Principal::Operator {
+                        tenant: event.tenant.clone(),
+                    },
+                );
+            }
+            EventKind::OperatorTokenSet {
+                operator_token_hash,
+            } => {
+                let tenant = self
+                    .tenants
+                    .get_mut(&event.tenant)
+                    .expect("token set for a known tenant");
+                self.tokens.remove(&tenant.operator_token_hash);
+                tenant.operator_token_hash = operator_token_hash.clone();
+                self.tokens.insert(
+                    operator_token_hash.clone(),
+                    Principal::Operator {
+                        tenant: event.tenant.clone(),
+                    },
+                );
+            }
             EventKind::AgentCreated {
                 agent,
                 name,
-                interval_ms,
+                spec,
+                token_hash,
                 first_fire_at_ms,
             } => {
-                let previous = self.agents.insert(
-                    *agent,
-                    Agent {
-                        id: *agent,
-                        name: name.clone(),
-                        interval_ms: *interval_ms,
-                        next_fire_at_ms: *first_fire_at_ms,
-                        timer_fires: 0,
-                        last_due_at_ms: None,
+                let state = AgentState::new(Agent {
+                    id: *agent,
+                    tenant: event.tenant.clone(),
+                    name: name.clone(),
+                    spec: spec.clone(),
+                    status: AgentStatus::Active,
+                    token_hash: token_hash.clone(),
+                    created_at_ms: event.at_ms,
+                    next_fire_at_ms: *first_fire_at_ms,
+                    timer_fires: 0,
+                    last_due_at_ms: None,
+                    runs_started: 0,
+                });
+                assert!(
+                    self.agents.insert(*agent, state).is_none(),
+                    "agent {agent} created twice"
+                );
+                self.names
+                    .insert((event.tenant.clone(), name.clone()), *agent);
+                self.tokens.insert(
+                    token_hash.clone(),
+                    Principal::Agent {
+                        tenant: event.tenant.clone(),
+                        agent: *agent,
                     },
                 );
-                assert!(previous.is_none(), "agent {agent} created twice");
-                self.names.insert(name.clone(), *agent);
             }
-            EventKind::TimerFired {
-                agent,
-                due_at_ms,
-                next_fire_at_ms,
-                ..
-            } => {
+            kind => {
+                let agent = kind.agent().expect("every other event is about an agent");
                 let state = self
                     .agents
-                    .get_mut(agent)
-                    .unwrap_or_else(|| panic!("timer fired for unknown agent {agent}"));
-                assert!(
-                    state.last_due_at_ms.is_none_or(|last| last < *due_at_ms),
-                    "timer slot {due_at_ms} of agent {agent} fired twice"
-                );
-                state.last_due_at_ms = Some(*due_at_ms);
-                state.next_fire_at_ms = *next_fire_at_ms;
-                state.timer_fires += 1;
+                    .get_mut(&agent)
+                    .unwrap_or_else(|| panic!("{} for unknown agent {agent}", kind.type_name()));
+                assert_eq!(state.agent.tenant, event.tenant, "event filed under the wrong tenant");
+                if let Some(evicted) = state.apply(event) {
+                    self.run_owner.remove(&evicted);
+                }
+                match kind {
+                    EventKind::WakeupQueued { wakeup, run, .. } => {
+                        self.run_owner.insert(*run, agent);
+                        self.next_run = self.next_run.max(run.0 + 1);
+                        self.next_wakeup = self.next_wakeup.max(wakeup.0 + 1);
+                    }
+                    EventKind::WakeupCoalesced { wakeup, .. }
+                    | EventKind::WakeupRefused { wakeup, .. } => {
+                        self.next_wakeup = self.next_wakeup.max(wakeup.0 + 1);
+                    }
+                    EventKind::RunRequeued { run, .. } => {
+                        self.run_owner.insert(*run, agent);
+                        self.next_run = self.next_run.max(run.0 + 1);
+                    }
+                    _ => {}
+                }
             }
         }
         self.last_seq = event.seq;
@@ -171,107 +454,12 @@ impl Engine {
 
     /// The earliest wall time at which `FireDueTimers` would decide something, if any.
     pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.agents.values().map(|a| a.next_fire_at_ms).min()
+        self.agents
+            .values()
+            .filter_map(|s| s.agent.next_fire_at_ms)
+            .min()
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn create(engine: &mut Engine, name: &str, interval_ms: u64, now_ms: u64) -> AgentId {
-        let spec = AgentSpec {
-            name: name.into(),
-            interval_ms,
-        };
-        let events = engine.decide(&Command::CreateAgent(spec), now_ms).unwrap();
-        events.iter().for_each(|e| engine.apply(e));
-        match events[0].kind {
-            EventKind::AgentCreated { agent, .. } => agent,
-            _ => panic!("expected agent_created"),
-        }
-    }
-
-    #[test]
-    fn decide_changes_nothing_until_apply() {
-        let engine = Engine::new();
-        let spec = AgentSpec {
-            name: "a".into(),
-            interval_ms: 1_000,
-        };
-        let events = engine.decide(&Command::CreateAgent(spec), 0).unwrap();
-        assert_eq!(events.len(), 1);
-        assert_eq!(events[0].seq, 1);
-        assert_eq!(engine, Engine::new());
-    }
-
-    #[test]
-    fn duplicate_names_are_refused() {
-        let mut engine = Engine::new();
-        create(&mut engine, "a", 1_000, 0);
-        let spec = AgentSpec {
-            name: "a".into(),
-            interval_ms: 5_000,
-        };
-        assert_eq!(
-            engine.decide(&Command::CreateAgent(spec), 0),
-            Err(Refusal::NameTaken("a".into()))
-        );
-    }
-
-    #[test]
-    fn timers_fire_on_their_slots_with_gap_free_seqs() {
-        let mut engine = Engine::new();
-        let a = create(&mut engine, "a", 1_000, 0);
-        let b = create(&mut engine, "b", 3_000, 0);
-        assert_eq!(engine.next_deadline_ms(), Some(1_000));
-        assert!(engine
-            .decide(&Command::FireDueTimers, 999)
-            .unwrap()
-            .is_empty());
-        let mut fired = Vec::new();
-        for now in (1_000..=6_000).step_by(1_000) {
-            for event in engine.decide(&Command::FireDueTimers, now).unwrap() {
-                assert_eq!(event.seq, engine.last_seq() + 1);
-                engine.apply(&event);
-                fired.push(event);
-            }
-        }
-        assert_eq!(engine.agent(a).unwrap().timer_fires, 6);
-        assert_eq!(engine.agent(b).unwrap().timer_fires, 2);
-        assert_eq!(fired.len(), 8);
-    }
-
-    #[test]
-    fn replaying_the_log_rebuilds_the_same_state() {
-        let mut engine = Engine::new();
-        create(&mut engine, "a", 1_000, 0);
-        let mut log = Vec::new();
-        for now in [1_000, 7_500, 8_000] {
-            for event in engine.decide(&Command::FireDueTimers, now).unwrap() {
-                engine.apply(&event);
-                log.push(event);
-            }
-        }
-        let mut replayed = Engine::new();
-        create(&mut replayed, "a", 1_000, 0);
-        log.iter().for_each(|e| replayed.apply(e));
-        assert_eq!(replayed, engine);
-    }
-
-    #[test]
-    #[should_panic(expected = "out of order")]
-    fn applying_out_of_order_is_a_bug() {
-        let mut engine = Engine::new();
-        engine.apply(&Event {
-            seq: 2,
-            at_ms: 0,
-            kind: EventKind::AgentCreated {
-                agent: AgentId(1),
-                name: "a".into(),
-                interval_ms: 1_000,
-                first_fire_at_ms: 1_000,
-            },
-        });
-    }
-}
+mod tests;

@@ -1,0 +1,136 @@
+//! Who is calling: the readiness gate and the bearer-token check every route except `/v1/health`
+//! passes through. Scoping rules (docs/api.md): an operator token sees its tenant only; an agent
+//! token acts on its own agent only. Another tenant's resources answer 404, so their existence
+//! is not revealed.
+
+use std::sync::{Arc, OnceLock};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+
+use super::error::ApiError;
+use crate::engine::agent::{Agent, AgentId};
+use crate::engine::tenant::Principal;
+use crate::shell::Shell;
+
+/// Closed while the node recovers (requests answer `503 recovering`), open once it is ready.
+#[derive(Clone)]
+pub struct Gate {
+    shell: Arc<OnceLock<Arc<Shell>>>,
+    /// Permits for live event streams (`SSE_STREAMS_MAX`).
+    streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            shell: Arc::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(super::events::SSE_STREAMS_MAX)),
+        }
+    }
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Lets requests through to `shell`.
+    pub fn open(&self, shell: Arc<Shell>) {
+        assert!(self.shell.set(shell).is_ok(), "gate opened twice");
+    }
+
+    /// The shell, once ready.
+    pub fn shell(&self) -> Result<Arc<Shell>, ApiError> {
+        self.shell.get().cloned().ok_or_else(|| ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "recovering",
+            message: "the node is still recovering its state; retry in a moment".into(),
+            field: None,
+        })
+    }
+}
+
+/// An authenticated request.
+pub struct Caller {
+    pub shell: Arc<Shell>,
+    pub principal: Principal,
+    /// The node's live-stream permits.
+    pub streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl FromRequestParts<Gate> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, gate: &Gate) -> Result<Self, Self::Rejection> {
+        let shell = gate.shell()?;
+        let token = bearer_token(parts)?;
+        let principal = shell.authenticate(token).ok_or_else(|| {
+            ApiError::unauthenticated("this token is not known; use the operator token or an agent's token")
+        })?;
+        Ok(Caller {
+            shell,
+            principal,
+            streams: gate.streams.clone(),
+        })
+    }
+}
+
+fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
+    let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        ApiError::unauthenticated(
+            "send `Authorization: Bearer <token>`; the operator token is printed on first start \
+             and kept in <data-dir>/operator-token",
+        )
+    })?;
+    value
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| ApiError::unauthenticated("the Authorization header must be `Bearer <token>`"))
+}
+
+impl Caller {
+    /// The caller's tenant, if the caller is its operator.
+    pub fn operator(&self) -> Result<&str, ApiError> {
+        match &self.principal {
+            Principal::Operator { tenant } => Ok(tenant),
+            Principal::Agent { .. } => Err(ApiError::forbidden(
+                "this needs the operator token; an agent token acts only on its own agent",
+            )),
+        }
+    }
+
+    /// The agent called `id`, if the caller may see it: its tenant's operator, or itself.
+    pub fn agent(&self, id: AgentId) -> Result<Agent, ApiError> {
+        let agent = self
+            .shell
+            .engine()
+            .agent(id)
+            .filter(|a| a.tenant == self.principal.tenant())
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no agent with id {id}")))?;
+        match &self.principal {
+            Principal::Agent { agent: own, .. } if *own != id => Err(ApiError::forbidden(format!(
+                "an agent token acts only on its own agent ({own}), not agent {id}"
+            ))),
+            _ => Ok(agent),
+        }
+    }
+
+    /// Like [`Caller::agent`], but only for the tenant's operator.
+    pub fn operated_agent(&self, id: AgentId) -> Result<Agent, ApiError> {
+        self.operator()?;
+        self.agent(id)
+    }
+}
+
+/// Parses a numeric path id, naming `field` when it is not one.
+pub fn parse_id(field: &'static str, raw: &str) -> Result<u64, ApiError> {
+    raw.parse().map_err(|_| {
+        ApiError::invalid_field(field, format!("{field} must be a number, got {raw:?}"))
+    })
+}

@@ -1,0 +1,106 @@
+//! `/v1/runs`: list and read runs, cancel one.
+
+use axum::extract::{Path, RawQuery};
+use axum::Json;
+use serde::Serialize;
+
+use super::auth::{parse_id, Caller};
+use super::error::ApiError;
+use super::query::Query;
+use crate::engine::agent::AgentId;
+use crate::engine::run::{Run, RunId, RunStatus};
+use crate::engine::tenant::Principal;
+use crate::engine::Command;
+
+/// Page size of a run list when `limit` is not given.
+pub const RUNS_PAGE_DEFAULT: usize = 100;
+/// Largest page of a run list.
+pub const RUNS_PAGE_MAX: usize = 1_000;
+
+/// A list of runs, newest first.
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    pub runs: Vec<Run>,
+}
+
+/// `GET /v1/runs?agent=&status=&limit=`: the caller's runs held in memory, newest first.
+pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
+    let mut query = Query::parse(query.as_deref(), &["agent", "status", "limit"])?;
+    let agent = query.number("agent")?.map(AgentId);
+    let status = match query.take("status") {
+        None => None,
+        Some(raw) => Some(parse_status(&raw)?),
+    };
+    let limit = query
+        .number("limit")?
+        .map_or(Ok(RUNS_PAGE_DEFAULT), |l| {
+            usize::try_from(l)
+                .ok()
+                .filter(|l| (1..=RUNS_PAGE_MAX).contains(l))
+                .ok_or_else(|| {
+                    ApiError::invalid_field(
+                        "limit",
+                        format!("limit must be between 1 and {RUNS_PAGE_MAX}, got {l}"),
+                    )
+                })
+        })?;
+    // An agent token sees its own runs only, whatever it asks for.
+    let agent = match (&caller.principal, agent) {
+        (Principal::Agent { agent: own, .. }, Some(asked)) if asked != *own => {
+            return Err(ApiError::forbidden(format!(
+                "an agent token reads only its own runs (agent {own})"
+            )))
+        }
+        (Principal::Agent { agent: own, .. }, _) => Some(*own),
+        (Principal::Operator { .. }, asked) => asked,
+    };
+    if let Some(agent) = agent {
+        caller.agent(agent)?;
+    }
+    let engine = caller.shell.engine();
+    let mut runs: Vec<Run> = engine
+        .agent_states()
+        .filter(|s| s.agent.tenant == caller.principal.tenant())
+        .filter(|s| agent.is_none_or(|a| a == s.agent.id))
+        .flat_map(|s| s.runs())
+        .filter(|r| status.is_none_or(|st| st == r.status))
+        .cloned()
+        .collect();
+    runs.sort_by_key(|r| std::cmp::Reverse(r.id));
+    runs.truncate(limit);
+    Ok(Json(Listing { runs }))
+}
+
+/// `GET /v1/runs/{id}`.
+pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, ApiError> {
+    let run = RunId(parse_id("id", &id)?);
+    visible_run(&caller, run).map(Json)
+}
+
+/// `POST /v1/runs/{id}/cancel` (operator only): answers with the run as it ended.
+pub async fn cancel(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, ApiError> {
+    let run = RunId(parse_id("id", &id)?);
+    caller.operator()?;
+    visible_run(&caller, run)?;
+    caller.shell.execute(Command::CancelRun { run })?;
+    visible_run(&caller, run).map(Json)
+}
+
+fn visible_run(caller: &Caller, run: RunId) -> Result<Run, ApiError> {
+    let found = caller.shell.engine().run(run).cloned();
+    let found = found.ok_or_else(|| ApiError::not_found(format!("no run with id {run}")))?;
+    // Another tenant's run is "not found"; another agent's run is forbidden to an agent token.
+    caller
+        .agent(found.agent)
+        .map_err(|e| if e.code == "not_found" { ApiError::not_found(format!("no run with id {run}")) } else { e })?;
+    Ok(found)
+}
+
+fn parse_status(raw: &str) -> Result<RunStatus, ApiError> {
+    serde_json::from_value(serde_json::Value::String(raw.to_string())).map_err(|_| {
+        ApiError::invalid_field(
+            "status",
+            format!("status must be one of queued, running, succeeded, failed, cancelled, timed_out; got {raw:?}"),
+        )
+    })
+}

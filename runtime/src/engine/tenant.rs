@@ -1,0 +1,101 @@
+//! Tenants and tokens: every resource belongs to a tenant, and every caller is either a tenant's
+//! operator or one agent. The engine keeps only hashes of tokens; the tokens themselves are
+//! shown once and never written down by the runtime.
+
+use serde::{Deserialize, Serialize};
+
+use super::agent::{AgentId, FieldError};
+
+/// Longest tenant name accepted.
+pub const TENANT_NAME_CHARS_MAX: usize = 64;
+/// The tenant a runtime creates on first start when none is configured.
+pub const DEFAULT_TENANT: &str = "default";
+/// Most tenants one runtime keeps.
+pub const TENANTS_MAX: usize = 1_000;
+
+/// A tenant's name, which is also its identifier.
+pub type TenantName = String;
+
+/// Lowercase hex SHA-256 of a bearer token.
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TokenHash(pub String);
+
+impl TokenHash {
+    /// The hash of `token`.
+    pub fn of(token: &str) -> TokenHash {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(token.as_bytes());
+        TokenHash(digest.iter().map(|b| format!("{b:02x}")).collect())
+    }
+}
+
+/// Who is calling, as established by a token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// Operates every agent of one tenant.
+    Operator { tenant: TenantName },
+    /// Acts only on itself.
+    Agent { tenant: TenantName, agent: AgentId },
+}
+
+impl Principal {
+    /// The tenant whose data this caller may see.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Principal::Operator { tenant } | Principal::Agent { tenant, .. } => tenant,
+        }
+    }
+}
+
+/// A tenant as the engine holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    pub name: TenantName,
+    pub operator_token_hash: TokenHash,
+}
+
+/// Checks a name of 1..=`chars_max` characters of `[A-Za-z0-9._-]`.
+pub fn validate_name(field: &'static str, name: &str, chars_max: usize) -> Result<(), FieldError> {
+    let ok = !name.is_empty()
+        && name.chars().count() <= chars_max
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("{field} must be 1 to {chars_max} characters of letters, digits, '.', '_' or '-' (got {name:?})"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_hash_is_sha256_hex() {
+        // SHA-256("abc") from FIPS 180-2's example.
+        assert_eq!(
+            TokenHash::of("abc").0,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(validate_name("tenant", "acme-1", TENANT_NAME_CHARS_MAX).is_ok());
+        assert!(validate_name("tenant", "", TENANT_NAME_CHARS_MAX).is_err());
+        assert!(validate_name("tenant", "a/b", TENANT_NAME_CHARS_MAX).is_err());
+        let long = "x".repeat(TENANT_NAME_CHARS_MAX + 1);
+        assert_eq!(
+            validate_name("tenant", &long, TENANT_NAME_CHARS_MAX)
+                .unwrap_err()
+                .field,
+            "tenant"
+        );
+    }
+}

@@ -1,0 +1,374 @@
+//! Unit tests of the engine's decisions. The proptest model test lives in
+//! `tests/engine_model.rs`.
+
+use super::agent::{AgentId, AgentSpec, AgentStatus};
+use super::event::{Event, EventKind};
+use super::run::{RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
+use super::tenant::{Principal, TokenHash};
+use super::wakeup::{
+    RefusalReason, WakeupOutcome, WakeupRequest, WakeupSource, IDEMPOTENCY_TTL_MS,
+};
+use super::{Command, Decision, Engine, Refusal};
+
+/// Applies what `command` decides; panics on a refusal.
+fn run(engine: &mut Engine, command: Command, now_ms: u64) -> Decision {
+    let decision = engine.decide(&command, now_ms).expect("command accepted");
+    decision.events.iter().for_each(|e| engine.apply(e));
+    decision
+}
+
+fn with_tenant() -> Engine {
+    let mut engine = Engine::new();
+    run(
+        &mut engine,
+        Command::EnsureTenant {
+            tenant: "t".into(),
+            operator_token_hash: TokenHash::of("op"),
+        },
+        0,
+    );
+    engine
+}
+
+fn create(engine: &mut Engine, name: &str, interval_ms: Option<u64>, now_ms: u64) -> AgentId {
+    let decision = run(
+        engine,
+        Command::CreateAgent {
+            tenant: "t".into(),
+            spec: AgentSpec::with_interval(name, interval_ms),
+            token_hash: TokenHash::of(name),
+        },
+        now_ms,
+    );
+    match decision.events[0].kind {
+        EventKind::AgentCreated { agent, .. } => agent,
+        _ => panic!("expected agent_created"),
+    }
+}
+
+fn wake(engine: &mut Engine, agent: AgentId, source: WakeupSource, key: Option<&str>, now_ms: u64) -> Decision {
+    let mut request = WakeupRequest::new(source, format!("{source:?}"));
+    request.task_key = key.map(str::to_string);
+    run(engine, Command::Wake { agent, request }, now_ms)
+}
+
+fn outcome(decision: &Decision) -> WakeupOutcome {
+    decision.wakeup.clone().expect("a wake answers").outcome
+}
+
+fn finish(engine: &mut Engine, run_id: RunId, now_ms: u64) -> Decision {
+    run(
+        engine,
+        Command::FinishRun {
+            run: run_id,
+            end: RunEnd::new(RunStatus::Succeeded, "ok"),
+        },
+        now_ms,
+    )
+}
+
+fn types(events: &[Event]) -> Vec<&'static str> {
+    events.iter().map(|e| e.kind.type_name()).collect()
+}
+
+#[test]
+fn decide_changes_nothing_until_apply() {
+    let engine = with_tenant();
+    let before = engine.clone();
+    let decision = engine
+        .decide(
+            &Command::CreateAgent {
+                tenant: "t".into(),
+                spec: AgentSpec::with_interval("a", None),
+                token_hash: TokenHash::of("a"),
+            },
+            0,
+        )
+        .unwrap();
+    assert_eq!(decision.events.len(), 1);
+    assert_eq!(decision.events[0].seq, 2);
+    assert_eq!(engine, before);
+}
+
+#[test]
+fn tokens_resolve_to_their_principal() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    assert_eq!(
+        engine.principal(&TokenHash::of("op")),
+        Some(&Principal::Operator { tenant: "t".into() })
+    );
+    assert_eq!(
+        engine.principal(&TokenHash::of("a")),
+        Some(&Principal::Agent { tenant: "t".into(), agent: a })
+    );
+    assert_eq!(engine.principal(&TokenHash::of("nobody")), None);
+    // Re-configuring the operator token replaces the old one.
+    run(
+        &mut engine,
+        Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op2") },
+        1,
+    );
+    assert_eq!(engine.principal(&TokenHash::of("op")), None);
+    assert!(engine.principal(&TokenHash::of("op2")).is_some());
+    // The same configuration again decides nothing.
+    let again = engine
+        .decide(&Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op2") }, 2)
+        .unwrap();
+    assert!(again.events.is_empty());
+}
+
+#[test]
+fn duplicate_names_are_refused_within_a_tenant_only() {
+    let mut engine = with_tenant();
+    create(&mut engine, "a", None, 0);
+    let spec = AgentSpec::with_interval("a", None);
+    assert_eq!(
+        engine.decide(&Command::CreateAgent { tenant: "t".into(), spec: spec.clone(), token_hash: TokenHash::of("x") }, 0),
+        Err(Refusal::NameTaken("a".into()))
+    );
+    run(&mut engine, Command::EnsureTenant { tenant: "u".into(), operator_token_hash: TokenHash::of("op-u") }, 0);
+    assert!(engine
+        .decide(&Command::CreateAgent { tenant: "u".into(), spec, token_hash: TokenHash::of("x") }, 0)
+        .is_ok());
+}
+
+#[test]
+fn a_wake_on_an_idle_agent_starts_a_run_at_once() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let decision = wake(&mut engine, a, WakeupSource::OnDemand, None, 10);
+    assert_eq!(types(&decision.events), ["wakeup_queued", "run_started"]);
+    let WakeupOutcome::Queued { run } = outcome(&decision) else { panic!() };
+    assert_eq!(engine.run(run).unwrap().status, RunStatus::Running);
+    assert_eq!(engine.agent_state(a).unwrap().active_run(), Some(run));
+}
+
+#[test]
+fn wakeups_for_a_queued_task_key_coalesce_keeping_the_latest_reason() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("k"), 0); // starts running
+    let first = wake(&mut engine, a, WakeupSource::Timer, Some("k"), 1);
+    let WakeupOutcome::Queued { run } = outcome(&first) else { panic!() };
+    for i in 1..=5 {
+        let mut request = WakeupRequest::new(WakeupSource::OnDemand, format!("again {i}"));
+        request.task_key = Some("k".into());
+        let d = run_wake(&mut engine, a, request, 2);
+        assert_eq!(outcome(&d), WakeupOutcome::Coalesced { run, coalesced_count: i });
+    }
+    let queued = engine.run(run).unwrap();
+    assert_eq!(queued.coalesced_count, 5);
+    assert_eq!(queued.reason, "again 5");
+    assert_eq!(queued.priority, WakeupSource::OnDemand.priority(), "priority rises to the best wakeup");
+    // Another task key queues its own run.
+    let other = wake(&mut engine, a, WakeupSource::Timer, Some("other"), 3);
+    assert!(matches!(outcome(&other), WakeupOutcome::Queued { .. }));
+}
+
+fn run_wake(engine: &mut Engine, agent: AgentId, request: WakeupRequest, now_ms: u64) -> Decision {
+    run(engine, Command::Wake { agent, request }, now_ms)
+}
+
+#[test]
+fn queued_runs_start_by_priority_then_fifo_one_at_a_time() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let busy = wake(&mut engine, a, WakeupSource::Timer, Some("busy"), 0);
+    let WakeupOutcome::Queued { run: busy } = outcome(&busy) else { panic!() };
+    let mut queued = Vec::new();
+    for (key, source) in [
+        ("t1", WakeupSource::Timer),
+        ("a1", WakeupSource::Assignment),
+        ("o1", WakeupSource::OnDemand),
+        ("i1", WakeupSource::Idle),
+        ("o2", WakeupSource::OnDemand),
+    ] {
+        let WakeupOutcome::Queued { run } = outcome(&wake(&mut engine, a, source, Some(key), 1)) else { panic!() };
+        queued.push((key, run));
+    }
+    let id = |k: &str| queued.iter().find(|(key, _)| *key == k).unwrap().1;
+    let mut order = Vec::new();
+    let mut current = busy;
+    for t in 2..8 {
+        let d = finish(&mut engine, current, t);
+        match d.events.iter().find_map(|e| match e.kind {
+            EventKind::RunStarted { run, .. } => Some(run),
+            _ => None,
+        }) {
+            Some(next) => {
+                order.push(next);
+                current = next;
+            }
+            None => break,
+        }
+    }
+    assert_eq!(order, vec![id("o1"), id("o2"), id("a1"), id("t1"), id("i1")]);
+}
+
+#[test]
+fn refusals_are_recorded_with_their_reason() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let mut spec = AgentSpec::with_interval("b", None);
+    spec.heartbeat.sources = vec![WakeupSource::OnDemand];
+    spec.limits.queued_runs_max = 1;
+    run(&mut engine, Command::CreateAgent { tenant: "t".into(), spec, token_hash: TokenHash::of("b") }, 0);
+    let b = engine.agent_named("t", "b").unwrap().id;
+
+    let d = wake(&mut engine, b, WakeupSource::Timer, None, 1);
+    assert_eq!(types(&d.events), ["wakeup_refused"]);
+    assert_eq!(outcome(&d), WakeupOutcome::Refused { refusal: RefusalReason::DisabledSource });
+
+    wake(&mut engine, b, WakeupSource::OnDemand, Some("1"), 1); // running
+    wake(&mut engine, b, WakeupSource::OnDemand, Some("2"), 1); // queued: the queue is full
+    let full = wake(&mut engine, b, WakeupSource::OnDemand, Some("3"), 1);
+    assert_eq!(outcome(&full), WakeupOutcome::Refused { refusal: RefusalReason::QueueFull });
+    let joins = wake(&mut engine, b, WakeupSource::OnDemand, Some("2"), 1);
+    assert!(matches!(outcome(&joins), WakeupOutcome::Coalesced { .. }), "a full queue still coalesces");
+
+    run(&mut engine, Command::PauseAgent { agent: a }, 2);
+    let paused = wake(&mut engine, a, WakeupSource::OnDemand, None, 3);
+    assert_eq!(outcome(&paused), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
+    run(&mut engine, Command::TerminateAgent { agent: a }, 4);
+    let gone = wake(&mut engine, a, WakeupSource::OnDemand, None, 5);
+    assert_eq!(outcome(&gone), WakeupOutcome::Refused { refusal: RefusalReason::Terminated });
+    assert_eq!(
+        engine.decide(&Command::ResumeAgent { agent: a }, 6),
+        Err(Refusal::AgentTerminated(a))
+    );
+}
+
+#[test]
+fn pausing_cancels_queued_and_running_runs_and_resume_takes_wakeups_again() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0);
+    let d = run(&mut engine, Command::PauseAgent { agent: a }, 1);
+    assert_eq!(types(&d.events), ["agent_paused", "run_finished", "run_finished"]);
+    assert!(engine.agent_state(a).unwrap().runs().all(|r| r.status == RunStatus::Cancelled));
+    assert_eq!(engine.agent(a).unwrap().status, AgentStatus::Paused);
+    assert!(engine.decide(&Command::PauseAgent { agent: a }, 2).unwrap().events.is_empty());
+    run(&mut engine, Command::ResumeAgent { agent: a }, 3);
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, 4);
+    assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
+}
+
+#[test]
+fn idempotency_keys_replay_the_original_answer_for_24_hours() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let mut request = WakeupRequest::new(WakeupSource::OnDemand, "x");
+    request.idempotency_key = Some("key-1".into());
+    let first = run(&mut engine, Command::Wake { agent: a, request: request.clone() }, 1_000);
+    assert!(!first.replayed);
+    let again = engine.decide(&Command::Wake { agent: a, request: request.clone() }, 1_000 + IDEMPOTENCY_TTL_MS - 1).unwrap();
+    assert!(again.replayed);
+    assert!(again.events.is_empty());
+    assert_eq!(again.wakeup, first.wakeup);
+    // A wall clock that went back still honours the key.
+    assert!(engine.decide(&Command::Wake { agent: a, request: request.clone() }, 0).unwrap().replayed);
+    // After the TTL the key is new again.
+    let later = engine.decide(&Command::Wake { agent: a, request }, 1_000 + IDEMPOTENCY_TTL_MS).unwrap();
+    assert!(!later.replayed);
+    // The first run is still running, so the new wakeup queues a run behind it.
+    assert_eq!(types(&later.events), ["wakeup_queued"]);
+}
+
+#[test]
+fn recovery_fails_running_runs_and_requeues_each_once() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let d = wake(&mut engine, a, WakeupSource::Assignment, Some("k"), 0);
+    let WakeupOutcome::Queued { run: first } = outcome(&d) else { panic!() };
+    let d = run(&mut engine, Command::RecoverRuns, 10);
+    assert_eq!(types(&d.events), ["run_finished", "run_requeued", "run_started"]);
+    assert_eq!(engine.run(first).unwrap().detail, CONTROL_PLANE_RESTART);
+    let retry = engine.agent_state(a).unwrap().active_run().unwrap();
+    assert_eq!(engine.run(retry).unwrap().retry_of, Some(first));
+    assert_eq!(engine.run(retry).unwrap().source, WakeupSource::Assignment);
+    // A retry that is interrupted again fails for good.
+    let d = run(&mut engine, Command::RecoverRuns, 20);
+    assert_eq!(types(&d.events), ["run_finished"]);
+    assert_eq!(engine.agent_state(a).unwrap().active_run(), None);
+    // Nothing left to recover.
+    assert!(engine.decide(&Command::RecoverRuns, 30).unwrap().events.is_empty());
+}
+
+#[test]
+fn cancel_and_finish_refuse_runs_in_the_wrong_state() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let WakeupOutcome::Queued { run: r1 } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0)) else { panic!() };
+    let WakeupOutcome::Queued { run: r2 } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0)) else { panic!() };
+    let end = RunEnd::new(RunStatus::Succeeded, "");
+    assert_eq!(engine.decide(&Command::FinishRun { run: r2, end: end.clone() }, 1), Err(Refusal::RunNotRunning(r2)));
+    let d = run(&mut engine, Command::CancelRun { run: r2 }, 1);
+    assert_eq!(types(&d.events), ["run_finished"]);
+    assert_eq!(
+        engine.decide(&Command::CancelRun { run: r2 }, 2),
+        Err(Refusal::RunAlreadyFinished(r2, RunStatus::Cancelled))
+    );
+    let d = run(&mut engine, Command::CancelRun { run: r1 }, 3);
+    assert_eq!(types(&d.events), ["run_finished"]);
+    assert_eq!(engine.decide(&Command::CancelRun { run: RunId(99) }, 4), Err(Refusal::UnknownRun(RunId(99))));
+}
+
+#[test]
+fn timers_fire_on_their_slots_and_wake_through_the_coordinator() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", Some(1_000), 0);
+    let b = create(&mut engine, "b", Some(3_000), 0);
+    assert_eq!(engine.next_deadline_ms(), Some(1_000));
+    assert!(engine.decide(&Command::FireDueTimers, 999).unwrap().events.is_empty());
+    for now in (1_000..=6_000).step_by(1_000) {
+        let d = run(&mut engine, Command::FireDueTimers, now);
+        for event in &d.events {
+            assert!(event.seq <= engine.last_seq());
+        }
+    }
+    assert_eq!(engine.agent(a).unwrap().timer_fires, 6);
+    assert_eq!(engine.agent(b).unwrap().timer_fires, 2);
+    // Runs never finished, so later timer wakeups coalesced onto one queued run per agent.
+    let queued: Vec<_> = engine.agent_state(a).unwrap().queued_runs().collect();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(engine.run(queued[0]).unwrap().coalesced_count, 4);
+}
+
+#[test]
+fn replaying_the_log_rebuilds_the_same_state() {
+    let mut engine = with_tenant();
+    let mut log: Vec<Event> = Vec::new();
+    let mut record = |engine: &mut Engine, command: Command, now_ms: u64| {
+        let d = run(engine, command, now_ms);
+        log.extend(d.events);
+    };
+    // The tenant's event is the log's first.
+    let mut replay_start = Engine::new();
+    let first = replay_start
+        .decide(&Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op") }, 0)
+        .unwrap();
+    let a_spec = AgentSpec::with_interval("a", Some(1_000));
+    record(&mut engine, Command::CreateAgent { tenant: "t".into(), spec: a_spec, token_hash: TokenHash::of("a") }, 0);
+    record(&mut engine, Command::FireDueTimers, 1_000);
+    record(&mut engine, Command::Wake { agent: AgentId(1), request: WakeupRequest::new(WakeupSource::OnDemand, "x") }, 1_500);
+    record(&mut engine, Command::FinishRun { run: RunId(1), end: RunEnd::new(RunStatus::Failed, "boom") }, 2_000);
+    record(&mut engine, Command::FireDueTimers, 7_500);
+    record(&mut engine, Command::RecoverRuns, 8_000);
+    first.events.iter().for_each(|e| replay_start.apply(e));
+    log.iter().for_each(|e| replay_start.apply(e));
+    assert_eq!(replay_start, engine);
+}
+
+#[test]
+#[should_panic(expected = "out of order")]
+fn applying_out_of_order_is_a_bug() {
+    let mut engine = Engine::new();
+    engine.apply(&Event {
+        seq: 2,
+        at_ms: 0,
+        tenant: "t".into(),
+        kind: EventKind::TenantCreated { operator_token_hash: TokenHash::of("x") },
+    });
+}

@@ -1,0 +1,232 @@
+//! Wakeups: the one shape every trigger takes on its way into the coordinator.
+
+use serde::{Deserialize, Serialize};
+
+use super::agent::FieldError;
+use super::run::RunId;
+
+/// An idempotency key is honoured for this long after the wakeup that first used it.
+pub const IDEMPOTENCY_TTL_MS: u64 = 24 * 60 * 60 * 1_000;
+/// Most idempotency keys one agent remembers at once (keys expire after `IDEMPOTENCY_TTL_MS`);
+/// a keyed wakeup beyond this is refused rather than forgetting a key early.
+pub const IDEMPOTENCY_KEYS_PER_AGENT_MAX: usize = 10_000;
+/// Longest `reason` accepted.
+pub const REASON_CHARS_MAX: usize = 500;
+/// Longest `task_key` or `idempotency_key` accepted.
+pub const KEY_CHARS_MAX: usize = 200;
+/// Largest `payload`, as compact JSON.
+pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024;
+
+/// Identifies a wakeup within one runtime, in arrival order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct WakeupId(pub u64);
+
+impl std::fmt::Display for WakeupId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// What triggered a wakeup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WakeupSource {
+    Timer,
+    Idle,
+    Assignment,
+    OnDemand,
+    Automation,
+    Predicate,
+}
+
+impl WakeupSource {
+    /// Every source, the default set an agent accepts.
+    pub fn all() -> Vec<WakeupSource> {
+        vec![
+            WakeupSource::Timer,
+            WakeupSource::Idle,
+            WakeupSource::Assignment,
+            WakeupSource::OnDemand,
+            WakeupSource::Automation,
+            WakeupSource::Predicate,
+        ]
+    }
+
+    /// The source's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WakeupSource::Timer => "timer",
+            WakeupSource::Idle => "idle",
+            WakeupSource::Assignment => "assignment",
+            WakeupSource::OnDemand => "on_demand",
+            WakeupSource::Automation => "automation",
+            WakeupSource::Predicate => "predicate",
+        }
+    }
+
+    /// The priority class of a run this source queues.
+    pub fn priority(self) -> Priority {
+        match self {
+            WakeupSource::OnDemand => Priority::OnDemand,
+            WakeupSource::Assignment => Priority::Assignment,
+            WakeupSource::Timer
+            | WakeupSource::Idle
+            | WakeupSource::Automation
+            | WakeupSource::Predicate => Priority::Routine,
+        }
+    }
+}
+
+/// Order in which queued runs start: smaller first, FIFO (by run id) within a class.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Priority {
+    OnDemand,
+    Assignment,
+    /// timer, idle, automation, predicate
+    Routine,
+}
+
+/// A request to wake an agent, from the API or an internal trigger.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WakeupRequest {
+    pub source: WakeupSource,
+    /// Free text for humans and the agent: why it is being woken.
+    #[serde(default)]
+    pub reason: String,
+    /// Data handed to the run (at most `PAYLOAD_BYTES_MAX` as JSON).
+    #[serde(default)]
+    pub payload: serde_json::Value,
+    /// Wakeups for the same agent and task key coalesce onto one queued run.
+    #[serde(default)]
+    pub task_key: Option<String>,
+    /// A retry carrying a key seen in the last 24 h gets the original answer.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
+}
+
+impl WakeupRequest {
+    /// A request with no payload, task key or idempotency key.
+    pub fn new(source: WakeupSource, reason: impl Into<String>) -> Self {
+        WakeupRequest {
+            source,
+            reason: reason.into(),
+            payload: serde_json::Value::Null,
+            task_key: None,
+            idempotency_key: None,
+        }
+    }
+
+    /// Checks every field against its limit.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        if self.reason.chars().count() > REASON_CHARS_MAX {
+            return Err(FieldError::new(
+                "reason",
+                format!("reason is at most {REASON_CHARS_MAX} characters"),
+            ));
+        }
+        for (field, key) in [
+            ("task_key", &self.task_key),
+            ("idempotency_key", &self.idempotency_key),
+        ] {
+            if let Some(key) = key {
+                if key.is_empty() || key.chars().count() > KEY_CHARS_MAX {
+                    return Err(FieldError::new(
+                        field,
+                        format!("{field} must be 1 to {KEY_CHARS_MAX} characters"),
+                    ));
+                }
+            }
+        }
+        let payload_bytes = serde_json::to_vec(&self.payload)
+            .expect("JSON values serialize")
+            .len();
+        if payload_bytes > PAYLOAD_BYTES_MAX {
+            return Err(FieldError::new(
+                "payload",
+                format!("payload is at most {PAYLOAD_BYTES_MAX} bytes of JSON (got {payload_bytes})"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Why a wakeup was refused. Every refusal is recorded as an event, never silently dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalReason {
+    /// The agent is paused.
+    Paused,
+    /// The agent was terminated.
+    Terminated,
+    /// The agent's policy does not accept this source.
+    DisabledSource,
+    /// The agent already has `limits.queued_runs_max` runs waiting.
+    QueueFull,
+    /// The agent's daily invocation cap is used up (the Heart's daily cap).
+    DailyCap,
+    /// The agent's circuit breaker is open.
+    BreakerOpen,
+    /// The agent's cost budget is spent.
+    Budget,
+}
+
+/// What became of a wakeup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum WakeupOutcome {
+    /// It queued a new run.
+    Queued { run: RunId },
+    /// It joined a run already queued for the same agent and task key.
+    Coalesced { run: RunId, coalesced_count: u64 },
+    /// It was refused, for `refusal`.
+    Refused { refusal: RefusalReason },
+}
+
+/// A wakeup as remembered for idempotency and as answered to the caller.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WakeupRecord {
+    pub wakeup: WakeupId,
+    pub agent: super::agent::AgentId,
+    pub source: WakeupSource,
+    pub reason: String,
+    pub task_key: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub at_ms: u64,
+    #[serde(flatten)]
+    pub outcome: WakeupOutcome,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_limits_name_their_field() {
+        let ok = WakeupRequest::new(WakeupSource::OnDemand, "x".repeat(REASON_CHARS_MAX));
+        assert!(ok.validate().is_ok());
+        let long = WakeupRequest::new(WakeupSource::OnDemand, "x".repeat(REASON_CHARS_MAX + 1));
+        assert_eq!(long.validate().unwrap_err().field, "reason");
+        let mut r = WakeupRequest::new(WakeupSource::OnDemand, "");
+        r.task_key = Some(String::new());
+        assert_eq!(r.validate().unwrap_err().field, "task_key");
+        r.task_key = Some("k".repeat(KEY_CHARS_MAX));
+        assert!(r.validate().is_ok());
+        r.idempotency_key = Some("k".repeat(KEY_CHARS_MAX + 1));
+        assert_eq!(r.validate().unwrap_err().field, "idempotency_key");
+        let mut r = WakeupRequest::new(WakeupSource::OnDemand, "");
+        r.payload = serde_json::Value::String("p".repeat(PAYLOAD_BYTES_MAX));
+        assert_eq!(r.validate().unwrap_err().field, "payload");
+        r.payload = serde_json::Value::String("p".repeat(PAYLOAD_BYTES_MAX - 2));
+        assert!(r.validate().is_ok());
+    }
+
+    #[test]
+    fn priority_classes() {
+        assert!(WakeupSource::OnDemand.priority() < WakeupSource::Assignment.priority());
+        assert!(WakeupSource::Assignment.priority() < WakeupSource::Timer.priority());
+        assert_eq!(WakeupSource::Idle.priority(), WakeupSource::Predicate.priority());
+    }
+}

@@ -1,0 +1,43 @@
+//! The adapter seam: how a run is carried out. The executor owns timeouts and cancellation;
+//! an adapter only does the work and says how it went.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use crate::engine::agent::{AdapterSpec, AgentId};
+use crate::engine::run::{RunId, RunStatus};
+
+/// What an adapter is given for one run.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub run: RunId,
+    pub agent: AgentId,
+    /// The agent's n-th run start (from 0).
+    pub run_number: u64,
+    pub reason: String,
+    pub payload: serde_json::Value,
+}
+
+/// How the adapter says the run went. Timeouts and cancellation are the executor's business.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdapterOutcome {
+    /// `Succeeded` or `Failed`.
+    pub status: RunStatus,
+    pub detail: String,
+}
+
+/// The future an adapter returns.
+pub type AdapterFuture = Pin<Box<dyn Future<Output = AdapterOutcome> + Send>>;
+
+/// Carries out runs of one kind.
+pub trait Adapter: Send + Sync {
+    /// Does the run. May never finish (the executor's timeout ends it).
+    fn execute(&self, run: RunContext) -> AdapterFuture;
+}
+
+/// The adapter an agent's policy names.
+pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
+    match spec {
+        AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
+    }
+}

@@ -1,0 +1,114 @@
+//! The run executor: starts a task for every run the engine started, ends it when the engine
+//! ended it (cancel, pause, terminate), enforces the run timeout, and reports each outcome back
+//! through the shell as a `FinishRun` command.
+
+pub mod adapter;
+pub mod scripted;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::task::JoinHandle;
+
+use crate::engine::event::{Event, EventKind};
+use crate::engine::run::{RunEnd, RunId, RunStatus};
+use crate::engine::{Command, Engine};
+use crate::shell::{ExecuteError, Shell};
+use adapter::{adapter_for, RunContext};
+
+/// Pause before retrying to record a run's end after a storage error.
+pub const FINISH_RETRY_MS: u64 = 1_000;
+
+/// The tasks of the runs in progress on this node.
+#[derive(Debug, Default)]
+pub struct Executor {
+    tasks: Mutex<BTreeMap<RunId, JoinHandle<()>>>,
+}
+
+impl Executor {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reacts to a committed batch, in log order: `run_started` spawns the run, `run_finished`
+    /// of a run still executing aborts it. Called under the shell's lock with the engine
+    /// already updated.
+    pub(crate) fn on_commit(&self, shell: &Arc<Shell>, engine: &Engine, events: &[Event]) {
+        let mut tasks = self.tasks.lock().expect("executor lock");
+        for event in events {
+            match &event.kind {
+                EventKind::RunStarted {
+                    run,
+                    agent,
+                    run_number,
+                } => {
+                    let state = engine.agent_state(*agent).expect("run of a known agent");
+                    let started = state.run(*run).expect("started run is held");
+                    let context = RunContext {
+                        run: *run,
+                        agent: *agent,
+                        run_number: *run_number,
+                        reason: started.reason.clone(),
+                        payload: started.payload.clone(),
+                    };
+                    let timeout_ms = state.agent.spec.limits.run_timeout_ms;
+                    let adapter = adapter_for(&state.agent.spec.adapter);
+                    let task = tokio::spawn(execute(shell.clone(), adapter, context, timeout_ms));
+                    tasks.insert(*run, task);
+                }
+                EventKind::RunFinished { run, .. } => {
+                    if let Some(task) = tasks.remove(run) {
+                        task.abort();
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Runs executing now.
+    pub fn executing(&self) -> usize {
+        self.tasks.lock().expect("executor lock").len()
+    }
+
+    /// Aborts every run (the node is stopping; recovery will fail them on the next start).
+    pub fn abort_all(&self) {
+        for (_, task) in std::mem::take(&mut *self.tasks.lock().expect("executor lock")) {
+            task.abort();
+        }
+    }
+
+    fn forget(&self, run: RunId) {
+        self.tasks.lock().expect("executor lock").remove(&run);
+    }
+}
+
+/// One run: the adapter under the agent's timeout, then its end recorded through the engine.
+async fn execute(
+    shell: Arc<Shell>,
+    adapter: Box<dyn adapter::Adapter>,
+    context: RunContext,
+    timeout_ms: u64,
+) {
+    let run = context.run;
+    let end = match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context)).await {
+        Ok(outcome) => RunEnd::new(outcome.status, outcome.detail),
+        Err(_) => RunEnd::new(
+            RunStatus::TimedOut,
+            format!("still running after limits.run_timeout_ms = {timeout_ms}"),
+        ),
+    };
+    // From here the run reports itself; a cancel that lands first wins and this report is
+    // refused, which is fine.
+    shell.executor.forget(run);
+    loop {
+        match shell.execute(Command::FinishRun { run, end: end.clone() }) {
+            Ok(_) | Err(ExecuteError::Refused(_)) => return,
+            Err(ExecuteError::Store(error)) => {
+                tracing::warn!(%run, %error, "could not record the end of a run; retrying");
+                tokio::time::sleep(Duration::from_millis(FINISH_RETRY_MS)).await;
+            }
+        }
+    }
+}
