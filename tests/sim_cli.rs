@@ -105,5 +105,5 @@ fn lying_fsync_makes_a_100_seed_sweep_report_durability_violations() {
 fn an_unknown_scenario_is_a_clear_error() {
     let output = vigil_sim(&["run", "--scenario", "nope", "--seed", "1"], &[]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("known scenarios: smoke"));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("known scenarios: smoke, coalesce_burst, idempotency, crash_mid_run"));
 }

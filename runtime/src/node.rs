@@ -50,7 +50,13 @@ pub struct NodeConfig {
     pub tenants: Vec<TenantToken>,
     /// Optional observer of committed events (the simulator's trace).
     pub on_commit: Option<CommitObserver>,
+    /// Optional observer called once the log is replayed, before start-up commits anything
+    /// (the simulator checks the recovered log here).
+    pub on_replayed: Option<ReplayObserver>,
 }
+
+/// Called with the shell right after the log was replayed, before any new event.
+pub type ReplayObserver = Arc<dyn Fn(&Shell) + Send + Sync>;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +178,9 @@ async fn recover(config: NodeConfig) -> Result<(Arc<Shell>, Recovered), StartErr
     );
     let had_tenants = engine.tenants().next().is_some();
     let shell = Shell::new(engine, store, config.clock, config.entropy, config.on_commit);
+    if let Some(observe) = &config.on_replayed {
+        observe(&shell);
+    }
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();
         move |source| StartError::Tenant { tenant, source }

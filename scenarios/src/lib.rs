@@ -4,6 +4,14 @@
 pub mod wall_clock;
 
 #[cfg(madsim)]
+pub mod coalesce_burst;
+#[cfg(madsim)]
+pub mod crash_mid_run;
+#[cfg(madsim)]
+pub mod idempotency;
+#[cfg(madsim)]
+pub mod phases;
+#[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]
 pub mod smoke;

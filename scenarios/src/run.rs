@@ -29,12 +29,32 @@ pub struct Scenario {
 }
 
 /// Every scenario, in the order `list` shows them.
-pub static SCENARIOS: &[Scenario] = &[Scenario {
-    name: "smoke",
-    summary: "1 node, 10 agents, 24 h; random crashes with torn writes, clock jumps both ways; quiet last hour",
-    virtual_ms: crate::smoke::SAFETY_MS + crate::smoke::QUIET_MS,
-    body: |seed, recorder| Box::pin(crate::smoke::run(seed, recorder)),
-}];
+pub static SCENARIOS: &[Scenario] = &[
+    Scenario {
+        name: "smoke",
+        summary: "1 node, 10 timer agents with scripted runs, 24 h; crashes, power cuts mid-commit, clock jumps both ways; quiet last hour",
+        virtual_ms: crate::smoke::SAFETY_MS + crate::smoke::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::smoke::run(seed, recorder)),
+    },
+    Scenario {
+        name: "coalesce_burst",
+        summary: "4 agents, bursts of 100-200 on-demand wakeups inside a second over 4 task keys, with crashes and power cuts; 2 h",
+        virtual_ms: crate::coalesce_burst::SAFETY_MS + crate::coalesce_burst::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::coalesce_burst::run(seed, recorder)),
+    },
+    Scenario {
+        name: "idempotency",
+        summary: "keyed wakeups retried 2-6 times each across crashes and power cuts; every answer for a key names one wakeup; 2 h",
+        virtual_ms: crate::idempotency::SAFETY_MS + crate::idempotency::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::idempotency::run(seed, recorder)),
+    },
+    Scenario {
+        name: "crash_mid_run",
+        summary: "minutes-long runs cut off by frequent crashes; each interrupted run fails once and is re-queued once; 3 h 15 min",
+        virtual_ms: crate::crash_mid_run::SAFETY_MS + crate::crash_mid_run::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::crash_mid_run::run(seed, recorder)),
+    },
+];
 
 /// The scenario called `name`.
 pub fn find(name: &str) -> Option<&'static Scenario> {

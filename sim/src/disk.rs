@@ -167,6 +167,12 @@ impl SimDisk {
         self.state().power_cut = None;
     }
 
+    /// Whether a power cut has struck and the harness has not yet taken it: the process using
+    /// the disk is about to die, and its I/O errors are the cut's, not a failure of its own.
+    pub fn power_is_cut(&self) -> bool {
+        self.state().power_cut_report.is_some()
+    }
+
     /// What the power cut left, once it has struck (taken once).
     pub fn take_power_cut(&self) -> Option<CrashReport> {
         self.state().power_cut_report.take()

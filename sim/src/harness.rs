@@ -12,9 +12,10 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use vigil::engine::event::Event;
 use vigil::io::clock::SharedClock;
+use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
-use vigil::node::{Node, NodeConfig};
-use vigil::shell::CommitObserver;
+use vigil::node::{Node, NodeConfig, TenantToken};
+use vigil::shell::{CommitObserver, Shell};
 use vigil::store::EVENTS_PAGE_MAX;
 
 use crate::check::Violation;
@@ -25,6 +26,9 @@ use crate::trace::{event_digest, TraceEvent, TraceRecord};
 
 /// Port every simulated runtime node serves its API on.
 pub const RUNTIME_PORT: u16 = 7070;
+/// The operator token of tenant `default` on every simulated node (configured, so the workload
+/// knows it; the agent tokens are drawn from the seed).
+pub const SIM_OPERATOR_TOKEN: &str = "vgl_op_simulated-operator";
 /// Stack of the thread that runs one seed (redb and hyper nest deeply in debug builds).
 const SEED_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 /// How often the harness looks whether an armed power cut struck. The runtime meets I/O errors
@@ -85,13 +89,23 @@ impl RuntimeNode {
         ip: IpAddr,
         skew_ms: i64,
         lying_fsync: bool,
+        entropy_seed: u64,
     ) -> Self {
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
-            move || run_node(name, addr, clock.clone(), disk.clone(), recorder.clone())
+            move || {
+                run_node(
+                    name,
+                    addr,
+                    clock.clone(),
+                    disk.clone(),
+                    recorder.clone(),
+                    entropy_seed,
+                )
+            }
         };
         let handle = Handle::current()
             .create_node()
@@ -199,6 +213,7 @@ async fn run_node(
     clock: Arc<SimClock>,
     disk: Arc<SimDisk>,
     recorder: Recorder,
+    entropy_seed: u64,
 ) {
     let observer: CommitObserver = {
         let recorder = recorder.clone();
@@ -217,21 +232,40 @@ async fn run_node(
         listen_addr: addr,
         storage: StorageLocation::Backend(Box::new(disk.backend())),
         clock: clock as SharedClock,
+        // Each start draws fresh tokens, as a real restart would; the seed fixes them all.
+        entropy: SeededEntropy::shared(entropy_seed ^ recorder.records_len() as u64),
+        tenants: vec![TenantToken {
+            tenant: "default".into(),
+            token: SIM_OPERATOR_TOKEN.into(),
+        }],
         on_commit: Some(observer),
+        on_replayed: Some({
+            let recorder = recorder.clone();
+            Arc::new(move |shell: &Shell| report_recovery(name, &recorder, shell))
+        }),
     };
-    let node = match Node::start(config).await {
-        Ok(node) => node,
-        Err(error) => {
-            recorder.record(
-                name,
-                TraceEvent::RecoveryFailed {
-                    error: error.to_string(),
-                },
-            );
-            return;
-        }
+    let started = match Node::start(config).await {
+        Ok(mut node) => node.ready().await.map(|_| ()).map(|()| node),
+        Err(error) => Err(error),
     };
-    match read_whole_log(&node) {
+    match started {
+        // Keep the node (and its tasks) alive until the harness kills it.
+        Ok(_node) => std::future::pending::<()>().await,
+        // The power went during start-up: the harness is about to kill this process, and what
+        // the disk kept is judged at the next recovery.
+        Err(_) if disk.power_is_cut() => std::future::pending::<()>().await,
+        Err(error) => recorder.record(
+            name,
+            TraceEvent::RecoveryFailed {
+                error: error.to_string(),
+            },
+        ),
+    }
+}
+
+/// Records what the node recovered, before start-up commits anything new.
+fn report_recovery(name: &'static str, recorder: &Recorder, shell: &Shell) {
+    match read_whole_log(shell) {
         Ok(events) => {
             let head_seq = events.last().map_or(0, |e| e.seq);
             let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
@@ -250,16 +284,14 @@ async fn run_node(
         }
         Err(error) => recorder.record(name, TraceEvent::RecoveryFailed { error }),
     }
-    std::future::pending::<()>().await;
 }
 
 /// The whole recovered log, read back through the store as any reader would.
-fn read_whole_log(node: &Node) -> Result<Vec<Event>, String> {
+fn read_whole_log(shell: &Shell) -> Result<Vec<Event>, String> {
     let mut events: Vec<Event> = Vec::new();
     loop {
         let after = events.last().map_or(0, |e| e.seq);
-        let (page, _head) = node
-            .shell()
+        let (page, _head) = shell
             .events_after(after, EVENTS_PAGE_MAX)
             .map_err(|e| e.to_string())?;
         if page.is_empty() {

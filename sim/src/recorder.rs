@@ -42,6 +42,11 @@ impl Recorder {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Records in the trace so far.
+    pub fn records_len(&self) -> usize {
+        self.inner().records.len()
+    }
+
     /// Appends one record and checks it. After the first violation nothing more is recorded.
     pub fn record(&self, node: &'static str, event: TraceEvent) {
         let t_ms = (self.elapsed)().as_millis() as u64;

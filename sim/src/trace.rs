@@ -53,11 +53,20 @@ pub enum TraceEvent {
     RecoveryFailed { error: String },
     /// The workload got a 2xx for creating an agent.
     AckedCreate { name: String, agent: u64, seq: u64 },
-    /// The workload read the agent list of node `target`: its wall clock and each agent's next slot.
+    /// The workload got a 2xx for a wakeup: the wakeup id it was given, and whether the answer
+    /// replayed an earlier wakeup with the same idempotency key.
+    AckedWakeup {
+        agent: u64,
+        wakeup: u64,
+        idempotency_key: Option<String>,
+        replayed: bool,
+    },
+    /// The workload read the agent list of node `target`: its wall clock and each agent's next
+    /// timer slot (none for an agent without a timer).
     Probe {
         target: &'static str,
         now_ms: u64,
-        agents: Vec<(u64, String, u64)>,
+        agents: Vec<(u64, String, Option<u64>)>,
     },
     /// The workload read a page of the event feed after `after`: (seq, digest) of each event.
     StreamPage { after: u64, events: Vec<(u64, u64)> },

@@ -1,14 +1,18 @@
 //! The workload: what users and operators do to a runtime node, over the simulated network with
-//! real HTTP. It registers agents (recording each acknowledgement), probes the agent list, and
-//! tails the event feed, so the oracle can judge what an outside client saw.
+//! real HTTP and the operator's bearer token. It registers agents and wakes them (recording each
+//! acknowledgement), probes the agent list, and tails the event feed, so the oracle can judge what
+//! an outside client saw.
 
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::time::Duration;
 
 use vigil::api::client::ApiClient;
 use vigil::engine::event::Event;
 
-use crate::harness::{elapsed_ms, sleep_until_ms};
+use crate::harness::{elapsed_ms, sleep_until_ms, SIM_OPERATOR_TOKEN};
 use crate::recorder::Recorder;
 use crate::trace::{event_digest, TraceEvent};
 
@@ -17,12 +21,24 @@ const RETRY_MS: u64 = 2_000;
 /// Largest page the workload asks for when tailing the feed.
 const TAIL_PAGE_EVENTS: usize = 1_000;
 
-/// An agent the workload registers at a virtual instant.
+/// Something a user or operator does at a virtual instant.
 #[derive(Debug, Clone)]
-pub struct AgentToCreate {
+pub enum Action {
+    /// Register an agent with this JSON spec (which names it).
+    CreateAgent { spec: serde_json::Value },
+    /// Wake the agent called `agent` with this JSON request, retrying until answered. Each wake
+    /// runs on its own task, so a burst of them really arrives at once.
+    Wake {
+        agent: String,
+        request: serde_json::Value,
+    },
+}
+
+/// An action and when it happens.
+#[derive(Debug, Clone)]
+pub struct Step {
     pub at_ms: u64,
-    pub name: String,
-    pub interval_ms: u64,
+    pub action: Action,
 }
 
 /// One workload's plan against one runtime node.
@@ -31,31 +47,50 @@ pub struct Workload {
     /// Name of the runtime node it talks to (for the oracle).
     pub target: &'static str,
     pub addr: SocketAddr,
-    /// Agents to register, in time order.
-    pub agents: Vec<AgentToCreate>,
+    /// What to do, in time order.
+    pub steps: Vec<Step>,
     pub probe_every_ms: u64,
     pub tail_every_ms: u64,
     /// The workload stops at this virtual instant.
     pub until_ms: u64,
 }
 
+/// Agent ids by name, as learnt from the API.
+type Directory = Rc<RefCell<BTreeMap<String, u64>>>;
+
 impl Workload {
     /// Runs the plan to its end (or until an invariant breaks).
     pub async fn run(self, recorder: Recorder) {
-        let client = ApiClient::new(self.addr);
-        let mut creations = self.agents.iter().peekable();
+        let client = ApiClient::with_token(self.addr, SIM_OPERATOR_TOKEN);
+        let directory: Directory = Rc::default();
+        let mut steps = self.steps.iter().peekable();
         let mut next_probe_ms = self.probe_every_ms;
         let mut next_tail_ms = self.tail_every_ms;
         let mut tailed_seq = 0;
         loop {
-            let next_create_ms = creations.peek().map_or(u64::MAX, |a| a.at_ms);
-            let next_ms = next_create_ms.min(next_probe_ms).min(next_tail_ms);
+            let next_step_ms = steps.peek().map_or(u64::MAX, |s| s.at_ms);
+            let next_ms = next_step_ms.min(next_probe_ms).min(next_tail_ms);
             if next_ms >= self.until_ms || !sleep_until_ms(&recorder, next_ms).await {
                 return;
             }
-            if next_ms == next_create_ms {
-                let agent = creations.next().expect("peeked");
-                self.create(&client, &recorder, agent).await;
+            if next_ms == next_step_ms {
+                let step = steps.next().expect("peeked");
+                match &step.action {
+                    Action::CreateAgent { spec } => {
+                        self.create(&client, &recorder, &directory, spec).await;
+                    }
+                    Action::Wake { agent, request } => {
+                        let wake = wake(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            request.clone(),
+                        );
+                        madsim::task::spawn_local(wake);
+                    }
+                }
             } else if next_ms == next_probe_ms {
                 self.probe(&client, &recorder).await;
                 next_probe_ms = elapsed_ms() + self.probe_every_ms;
@@ -68,26 +103,40 @@ impl Workload {
 
     /// Registers one agent, retrying until the node answers. A 409 means an earlier attempt was
     /// committed but its answer lost in a crash: the agent exists, though it was never acked.
-    async fn create(&self, client: &ApiClient, recorder: &Recorder, agent: &AgentToCreate) {
-        let body = serde_json::json!({ "name": agent.name, "interval_ms": agent.interval_ms });
+    async fn create(
+        &self,
+        client: &ApiClient,
+        recorder: &Recorder,
+        directory: &Directory,
+        spec: &serde_json::Value,
+    ) {
+        let name = spec["name"]
+            .as_str()
+            .expect("specs name their agent")
+            .to_string();
         loop {
             if recorder.failed() || elapsed_ms() >= self.until_ms {
                 return;
             }
-            match client.post_json("/v1/agents", &body).await {
+            match client.post_json("/v1/agents", spec).await {
                 Ok(answer) if answer.status.as_u16() == 201 => {
                     let json = answer.json().expect("201 answers are JSON");
+                    let agent = json["agent"]["id"].as_u64().expect("agent id");
+                    directory.borrow_mut().insert(name.clone(), agent);
                     recorder.record(
                         "workload",
                         TraceEvent::AckedCreate {
-                            name: agent.name.clone(),
-                            agent: json["agent"]["id"].as_u64().expect("agent id"),
+                            name,
+                            agent,
                             seq: json["seq"].as_u64().expect("seq"),
                         },
                     );
                     return;
                 }
-                Ok(answer) if answer.status.as_u16() == 409 => return,
+                Ok(answer) if answer.status.as_u16() == 409 => {
+                    learn_ids(self.until_ms, client, directory).await;
+                    return;
+                }
                 Ok(answer) if answer.status.is_client_error() => {
                     panic!(
                         "workload sent a bad request: {} {:?}",
@@ -98,7 +147,56 @@ impl Workload {
             }
         }
     }
+}
 
+/// Sends one wakeup until a 2xx answer, then records the acknowledgement. A retry carries the
+/// same body, so a keyed wakeup is retried under its idempotency key.
+async fn wake(
+    until_ms: u64,
+    client: ApiClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+    request: serde_json::Value,
+) {
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        let id = directory.borrow().get(&agent).copied();
+        let Some(id) = id else {
+            // The agent's creation has not been answered yet.
+            learn_ids(until_ms, &client, &directory).await;
+            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            continue;
+        };
+        let path = format!("/v1/agents/{id}/wakeup");
+        match client.post_json(&path, &request).await {
+            Ok(answer) if answer.status.is_success() => {
+                let json = answer.json().expect("wake answers are JSON");
+                recorder.record(
+                    "workload",
+                    TraceEvent::AckedWakeup {
+                        agent: id,
+                        wakeup: json["wakeup"].as_u64().expect("wakeup id"),
+                        idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
+                        replayed: json["replayed"].as_bool().expect("replayed"),
+                    },
+                );
+                return;
+            }
+            Ok(answer) if answer.status.is_client_error() => {
+                panic!(
+                    "workload sent a bad wakeup: {} {:?}",
+                    answer.status, answer.body
+                )
+            }
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
+    }
+}
+
+impl Workload {
     /// Reads the agent list once (skipped if the node does not answer).
     async fn probe(&self, client: &ApiClient, recorder: &Recorder) {
         let Ok(answer) = client.get("/v1/agents").await else {
@@ -116,7 +214,7 @@ impl Workload {
                 (
                     a["id"].as_u64().expect("id"),
                     a["name"].as_str().expect("name").to_string(),
-                    a["next_fire_at_ms"].as_u64().expect("next_fire_at_ms"),
+                    a["next_fire_at_ms"].as_u64(),
                 )
             })
             .collect();
@@ -160,5 +258,27 @@ impl Workload {
                 return after;
             }
         }
+    }
+}
+
+/// Fills the directory from the agent list (after a create whose answer was lost).
+async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
+    loop {
+        if let Ok(answer) = client.get("/v1/agents").await {
+            if answer.status.is_success() {
+                let json = answer.json().expect("agent lists are JSON");
+                for agent in json["agents"].as_array().expect("agents array") {
+                    let name = agent["name"].as_str().expect("name").to_string();
+                    directory
+                        .borrow_mut()
+                        .insert(name, agent["id"].as_u64().expect("id"));
+                }
+                return;
+            }
+        }
+        if elapsed_ms() >= until_ms {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
     }
 }

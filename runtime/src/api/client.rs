@@ -48,15 +48,25 @@ impl Answer {
 
 /// Talks to one Vigil node. One connection per request: simple, and a crashed server never
 /// leaves a half-used connection behind.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ApiClient {
     addr: SocketAddr,
+    /// Sent as `Authorization: Bearer <token>` when set.
+    token: Option<String>,
 }
 
 impl ApiClient {
-    /// A client for the node at `addr`.
+    /// A client for the node at `addr` that sends no token.
     pub fn new(addr: SocketAddr) -> Self {
-        ApiClient { addr }
+        ApiClient { addr, token: None }
+    }
+
+    /// A client for the node at `addr` that authenticates with `token`.
+    pub fn with_token(addr: SocketAddr, token: impl Into<String>) -> Self {
+        ApiClient {
+            addr,
+            token: Some(token.into()),
+        }
     }
 
     /// `GET path`.
@@ -112,6 +122,9 @@ impl ApiClient {
             .header(hyper::header::HOST, addr.to_string());
         if body.is_some() {
             builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
+        }
+        if let Some(token) = &self.token {
+            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
         }
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))

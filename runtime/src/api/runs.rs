@@ -60,8 +60,8 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
     let engine = caller.shell.engine();
     let mut runs: Vec<Run> = engine
         .agent_states()
-        .filter(|s| s.agent.tenant == caller.principal.tenant())
-        .filter(|s| agent.is_none_or(|a| a == s.agent.id))
+        .filter(|s| s.agent().tenant == caller.principal.tenant())
+        .filter(|s| agent.is_none_or(|a| a == s.agent().id))
         .flat_map(|s| s.runs())
         .filter(|r| status.is_none_or(|st| st == r.status))
         .cloned()

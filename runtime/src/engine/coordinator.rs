@@ -12,62 +12,55 @@
 //! it is emitted (through the same `apply` the real state uses), so each step sees the effect of
 //! the previous one and the two can never disagree.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
-use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART, FINISHED_RUNS_KEPT_PER_AGENT};
+use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
 use super::schedule;
-use super::wakeup::{
-    Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource,
-    IDEMPOTENCY_TTL_MS,
-};
+use super::wakeup::{Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource};
 use super::Refusal;
 
-/// One agent and everything the coordinator keeps about it.
+/// What the coordinator needs to decide for one agent: the agent and its live (queued and
+/// running) runs. Small on purpose: a decision works on a clone of it. Finished runs and
+/// idempotency keys live beside it in [`super::agent_state::AgentState`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AgentState {
+pub struct Coordinator {
     pub agent: Agent,
-    /// Queued and running runs, and the latest finished ones.
-    runs: BTreeMap<RunId, Run>,
+    /// Queued and running runs.
+    live: BTreeMap<RunId, Run>,
     /// Queued runs in start order.
     queue: BTreeSet<(Priority, RunId)>,
     /// The queued run of each task key (`None` is a key too).
     queued_by_key: BTreeMap<Option<String>, RunId>,
     /// The one running run (invariant 1).
     active: Option<RunId>,
-    /// Finished runs still in `runs`, oldest first.
-    finished: VecDeque<RunId>,
-    /// Wakeups that carried an idempotency key, by key.
-    keys: BTreeMap<String, WakeupRecord>,
-    /// The same keys ordered by the wall time they were first seen, for expiry.
-    key_ages: BTreeSet<(u64, String)>,
+    /// The run that finished last, which a `run_requeued` right after it copies.
+    last_finished: Option<Run>,
 }
 
-impl AgentState {
+impl Coordinator {
     /// The state right after `AgentCreated`.
     pub fn new(agent: Agent) -> Self {
-        AgentState {
+        Coordinator {
             agent,
-            runs: BTreeMap::new(),
+            live: BTreeMap::new(),
             queue: BTreeSet::new(),
             queued_by_key: BTreeMap::new(),
             active: None,
-            finished: VecDeque::new(),
-            keys: BTreeMap::new(),
-            key_ages: BTreeSet::new(),
+            last_finished: None,
         }
     }
 
-    /// A run this agent still holds in memory.
-    pub fn run(&self, id: RunId) -> Option<&Run> {
-        self.runs.get(&id)
+    /// A queued or running run.
+    pub fn live_run(&self, id: RunId) -> Option<&Run> {
+        self.live.get(&id)
     }
 
-    /// Every run held in memory, in id order.
-    pub fn runs(&self) -> impl DoubleEndedIterator<Item = &Run> {
-        self.runs.values()
+    /// Queued and running runs, in id order.
+    pub fn live_runs(&self) -> impl DoubleEndedIterator<Item = &Run> {
+        self.live.values()
     }
 
     /// The running run, if any.
@@ -78,24 +71,6 @@ impl AgentState {
     /// Queued runs in the order they will start.
     pub fn queued_runs(&self) -> impl Iterator<Item = RunId> + '_ {
         self.queue.iter().map(|(_, id)| *id)
-    }
-
-    /// The earlier wakeup with this idempotency key, if it is still honoured at `now_ms`.
-    /// A key first seen "in the future" (the wall clock went back since) is still honoured.
-    pub fn idempotent_wakeup(&self, key: &str, now_ms: u64) -> Option<&WakeupRecord> {
-        self.keys
-            .get(key)
-            .filter(|w| now_ms < w.at_ms.saturating_add(IDEMPOTENCY_TTL_MS))
-    }
-
-    /// Keys still honoured at `now_ms`.
-    pub fn live_keys(&self, now_ms: u64) -> usize {
-        let expired = self
-            .key_ages
-            .iter()
-            .take_while(|(at_ms, _)| at_ms.saturating_add(IDEMPOTENCY_TTL_MS) <= now_ms)
-            .count();
-        self.keys.len() - expired
     }
 
     // ---- decisions: each emits events through the draft, which applies them to `self` ----
@@ -132,7 +107,7 @@ impl AgentState {
             );
             WakeupOutcome::Refused { refusal }
         } else if let Some(run) = coalesce_onto {
-            let coalesced_count = self.runs[&run].coalesced_count + 1;
+            let coalesced_count = self.live[&run].coalesced_count + 1;
             draft.emit(
                 self,
                 EventKind::WakeupCoalesced {
@@ -221,18 +196,15 @@ impl AgentState {
         Ok(())
     }
 
-    /// Cancels a queued or running run, then starts the next.
+    /// Cancels a queued or running run, then starts the next. (The engine answers for runs
+    /// that already finished, which the coordinator no longer holds.)
     pub fn cancel(&mut self, draft: &mut Draft, run: RunId, detail: &str) -> Result<(), Refusal> {
-        let status = self.runs.get(&run).map(|r| r.status);
-        match status {
-            Some(status) if status.is_terminal() => Err(Refusal::RunAlreadyFinished(run, status)),
-            Some(_) => {
-                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, detail));
-                self.start_next(draft);
-                Ok(())
-            }
-            None => Err(Refusal::UnknownRun(run)),
+        if !self.live.contains_key(&run) {
+            return Err(Refusal::UnknownRun(run));
         }
+        self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, detail));
+        self.start_next(draft);
+        Ok(())
     }
 
     /// Stops taking wakeups and cancels every queued and running run. Pausing a paused agent
@@ -275,10 +247,10 @@ impl AgentState {
     /// queued again once (a run that was itself a retry is not); then the agent starts its next.
     pub fn recover(&mut self, draft: &mut Draft) {
         if let Some(run) = self.active {
-            let retry_of = self.runs[&run].retry_of;
+            let retry_of = self.live[&run].retry_of;
+            let task_key = self.live[&run].task_key.clone();
             self.end_run(draft, run, RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART));
             if retry_of.is_none() {
-                let task_key = self.runs[&run].task_key.clone();
                 let coalesce_onto = self.queued_by_key.get(&task_key).copied();
                 let (requeued, coalesced) = match coalesce_onto {
                     Some(existing) => (existing, true),
@@ -335,13 +307,13 @@ impl AgentState {
         );
     }
 
-    // ---- apply: the only code that changes an agent's state ----
+    // ---- apply: the only code that changes the coordinator's state ----
 
-    /// Folds one persisted event about this agent into its state. Returns the finished run that
-    /// fell out of the in-memory history, if one did.
-    pub fn apply(&mut self, event: &Event) -> Option<RunId> {
+    /// Folds one persisted event about this agent into the coordinator. Returns the run that
+    /// finished, when the event ended one. Idempotency keys and finished runs are kept by the
+    /// caller ([`super::agent_state::AgentState`]).
+    pub fn apply(&mut self, event: &Event) -> Option<Run> {
         let at_ms = event.at_ms;
-        let agent_id = self.agent.id;
         match &event.kind {
             EventKind::TenantCreated { .. }
             | EventKind::OperatorTokenSet { .. }
@@ -374,7 +346,6 @@ impl AgentState {
                 reason,
                 payload,
                 task_key,
-                idempotency_key,
                 run,
                 ..
             } => {
@@ -383,7 +354,7 @@ impl AgentState {
                     "agent {} queued a second run for task key {task_key:?} (invariant 6)",
                     self.agent.id
                 );
-                let new = Run {
+                self.enqueue(Run {
                     id: *run,
                     agent: self.agent.id,
                     source: *source,
@@ -400,87 +371,45 @@ impl AgentState {
                     finished_at_ms: None,
                     run_number: None,
                     detail: String::new(),
-                };
-                self.enqueue(new);
-                self.remember_key(idempotency_key, || WakeupRecord {
-                    wakeup: *wakeup,
-                    agent: agent_id,
-                    source: *source,
-                    reason: reason.clone(),
-                    task_key: task_key.clone(),
-                    idempotency_key: idempotency_key.clone(),
-                    at_ms,
-                    outcome: WakeupOutcome::Queued { run: *run },
                 });
             }
             EventKind::WakeupCoalesced {
-                wakeup,
                 source,
                 reason,
                 payload,
-                idempotency_key,
                 run,
                 coalesced_count,
                 ..
             } => {
-                let target = self.runs.get_mut(run).expect("coalesced onto a known run");
+                let target = self.live.get_mut(run).expect("coalesced onto a live run");
                 assert_eq!(target.status, RunStatus::Queued, "coalesced onto run {run} that is not queued");
                 assert_eq!(*coalesced_count, target.coalesced_count + 1);
                 target.coalesced_count = *coalesced_count;
                 target.reason = reason.clone();
                 target.payload = payload.clone();
-                let task_key = target.task_key.clone();
                 self.raise_priority(*run, source.priority());
-                self.remember_key(idempotency_key, || WakeupRecord {
-                    wakeup: *wakeup,
-                    agent: agent_id,
-                    source: *source,
-                    reason: reason.clone(),
-                    task_key,
-                    idempotency_key: idempotency_key.clone(),
-                    at_ms,
-                    outcome: WakeupOutcome::Coalesced {
-                        run: *run,
-                        coalesced_count: *coalesced_count,
-                    },
-                });
             }
-            EventKind::WakeupRefused {
-                wakeup,
-                source,
-                reason,
-                task_key,
-                idempotency_key,
-                refusal,
-                ..
-            } => {
-                self.remember_key(idempotency_key, || WakeupRecord {
-                    wakeup: *wakeup,
-                    agent: agent_id,
-                    source: *source,
-                    reason: reason.clone(),
-                    task_key: task_key.clone(),
-                    idempotency_key: idempotency_key.clone(),
-                    at_ms,
-                    outcome: WakeupOutcome::Refused { refusal: *refusal },
-                });
-            }
+            EventKind::WakeupRefused { .. } => {}
             EventKind::RunRequeued {
                 run,
                 retry_of,
                 coalesced,
                 ..
             } => {
-                let old = self.runs.get(retry_of).expect("requeue of a known run").clone();
+                let old = self
+                    .last_finished
+                    .clone()
+                    .filter(|r| r.id == *retry_of)
+                    .unwrap_or_else(|| panic!("run_requeued of run {retry_of}, which did not just finish"));
                 assert_eq!(old.status, RunStatus::Failed, "requeue of run {retry_of} that did not fail");
                 assert!(old.retry_of.is_none(), "run {retry_of} re-queued a second time");
                 if *coalesced {
-                    let target = self.runs.get_mut(run).expect("requeue onto a known run");
+                    let target = self.live.get_mut(run).expect("requeue onto a live run");
                     assert_eq!(target.status, RunStatus::Queued);
                     target.coalesced_count += 1;
                     self.raise_priority(*run, old.priority);
                 } else {
-                    let new = Run {
+                    self.enqueue(Run {
                         id: *run,
                         retry_of: Some(*retry_of),
                         status: RunStatus::Queued,
@@ -489,9 +418,9 @@ impl AgentState {
                         finished_at_ms: None,
                         run_number: None,
                         detail: String::new(),
+                        coalesced_count: 0,
                         ..old
-                    };
-                    self.enqueue(new);
+                    });
                 }
             }
             EventKind::RunStarted {
@@ -504,7 +433,7 @@ impl AgentState {
                     self.active
                 );
                 assert_eq!(*run_number, self.agent.runs_started);
-                let started = self.runs.get_mut(run).expect("start of a known run");
+                let started = self.live.get_mut(run).unwrap_or_else(|| panic!("run {run} started but is not queued (invariant 5)"));
                 assert_eq!(started.status, RunStatus::Queued, "run {run} started twice (invariant 5)");
                 assert!(self.queue.remove(&(started.priority, *run)));
                 self.queued_by_key.remove(&started.task_key);
@@ -518,7 +447,10 @@ impl AgentState {
                 run, status, detail, ..
             } => {
                 assert!(status.is_terminal(), "run {run} finished as {status:?}");
-                let ended = self.runs.get_mut(run).expect("end of a known run");
+                let mut ended = self
+                    .live
+                    .remove(run)
+                    .unwrap_or_else(|| panic!("run {run} ended but is not live (invariant 5)"));
                 match ended.status {
                     RunStatus::Running => {
                         assert_eq!(self.active, Some(*run));
@@ -528,18 +460,14 @@ impl AgentState {
                         assert!(self.queue.remove(&(ended.priority, *run)));
                         self.queued_by_key.remove(&ended.task_key);
                     }
-                    terminal => panic!("run {run} ended twice: {terminal:?} then {status:?} (invariant 5)"),
+                    terminal => unreachable!("live run {run} was {terminal:?}"),
                 }
                 ended.status = *status;
                 ended.finished_at_ms = Some(at_ms);
                 ended.detail = detail.clone();
                 ended.payload = serde_json::Value::Null;
-                self.finished.push_back(*run);
-                if self.finished.len() > FINISHED_RUNS_KEPT_PER_AGENT {
-                    let evicted = self.finished.pop_front().expect("non-empty");
-                    self.runs.remove(&evicted);
-                    return Some(evicted);
-                }
+                self.last_finished = Some(ended.clone());
+                return Some(ended);
             }
         }
         None
@@ -549,35 +477,16 @@ impl AgentState {
         let previous = self.queued_by_key.insert(run.task_key.clone(), run.id);
         assert!(previous.is_none(), "two queued runs for one task key (invariant 6)");
         self.queue.insert((run.priority, run.id));
-        let existed = self.runs.insert(run.id, run);
+        let existed = self.live.insert(run.id, run);
         assert!(existed.is_none(), "run id reused");
     }
 
     fn raise_priority(&mut self, run: RunId, priority: Priority) {
-        let target = self.runs.get_mut(&run).expect("known run");
+        let target = self.live.get_mut(&run).expect("live run");
         if priority < target.priority {
             assert!(self.queue.remove(&(target.priority, run)));
             target.priority = priority;
             self.queue.insert((priority, run));
         }
-    }
-
-    fn remember_key(&mut self, key: &Option<String>, record: impl FnOnce() -> WakeupRecord) {
-        let Some(key) = key else {
-            return;
-        };
-        let record = record();
-        // Forget keys whose time is up, as of this event's wall time.
-        while let Some((at_ms, _)) = self.key_ages.first() {
-            if at_ms.saturating_add(IDEMPOTENCY_TTL_MS) > record.at_ms {
-                break;
-            }
-            let (_, old) = self.key_ages.pop_first().expect("non-empty");
-            self.keys.remove(&old);
-        }
-        if let Some(previous) = self.keys.insert(key.clone(), record.clone()) {
-            self.key_ages.remove(&(previous.at_ms, key.clone()));
-        }
-        self.key_ages.insert((record.at_ms, key.clone()));
     }
 }

@@ -1,7 +1,7 @@
 //! A decision in progress: the events decided so far, numbered after the log's head, with the
 //! identifiers they have taken.
 
-use super::coordinator::AgentState;
+use super::coordinator::Coordinator;
 use super::event::{Event, EventKind};
 use super::run::RunId;
 use super::wakeup::WakeupId;
@@ -46,7 +46,7 @@ impl Draft {
     }
 
     /// Records an event about `agent` and applies it to the scratch copy.
-    pub fn emit(&mut self, agent: &mut AgentState, kind: EventKind) {
+    pub fn emit(&mut self, agent: &mut Coordinator, kind: EventKind) {
         let event = self.event(agent.agent.tenant.clone(), kind);
         agent.apply(&event);
         self.events.push(event);

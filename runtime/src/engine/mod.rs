@@ -9,6 +9,7 @@
 //! that wrote the log.
 
 pub mod agent;
+pub mod agent_state;
 pub mod coordinator;
 pub mod draft;
 pub mod event;
@@ -20,7 +21,7 @@ pub mod wakeup;
 use std::collections::BTreeMap;
 
 use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
-use coordinator::AgentState;
+use agent_state::AgentState;
 use draft::Draft;
 use event::{Event, EventKind};
 use run::{Run, RunEnd, RunId, RunStatus};
@@ -161,12 +162,12 @@ impl Engine {
 
     /// All agents, in id order.
     pub fn agents(&self) -> impl Iterator<Item = &Agent> {
-        self.agents.values().map(|s| &s.agent)
+        self.agents.values().map(|s| s.agent())
     }
 
     /// One agent by id.
     pub fn agent(&self, id: AgentId) -> Option<&Agent> {
-        self.agents.get(&id).map(|s| &s.agent)
+        self.agents.get(&id).map(|s| s.agent())
     }
 
     /// One agent with its coordinator state.
@@ -220,29 +221,37 @@ impl Engine {
                         return Err(Refusal::TooManyIdempotencyKeys(*agent));
                     }
                 }
-                let mut scratch = state.clone();
-                let record = scratch.wake(&mut draft, request);
+                let record = state.coordinator.clone().wake(&mut draft, request);
                 return Ok(Decision {
                     events: draft.into_events(),
                     wakeup: Some(record),
                     replayed: false,
                 });
             }
-            Command::PauseAgent { agent } => self.state(*agent)?.clone().pause(&mut draft)?,
-            Command::ResumeAgent { agent } => self.state(*agent)?.clone().resume(&mut draft)?,
-            Command::TerminateAgent { agent } => self.state(*agent)?.clone().terminate(&mut draft),
+            Command::PauseAgent { agent } => self.coordinator(*agent)?.pause(&mut draft)?,
+            Command::ResumeAgent { agent } => self.coordinator(*agent)?.resume(&mut draft)?,
+            Command::TerminateAgent { agent } => self.coordinator(*agent)?.terminate(&mut draft),
             Command::FireDueTimers => {
                 for state in self.agents.values() {
-                    if state.agent.next_fire_at_ms.is_some_and(|due| due <= now_ms) {
-                        state.clone().fire_timer(&mut draft);
+                    if state.agent().next_fire_at_ms.is_some_and(|due| due <= now_ms) {
+                        state.coordinator.clone().fire_timer(&mut draft);
                     }
                 }
             }
             Command::FinishRun { run, end } => {
-                self.owner(*run)?.clone().finish(&mut draft, *run, end)?
+                self.owner(*run)?
+                    .coordinator
+                    .clone()
+                    .finish(&mut draft, *run, end)?
             }
             Command::CancelRun { run } => {
-                self.owner(*run)?
+                let owner = self.owner(*run)?;
+                let status = owner.run(*run).expect("owned runs are held").status;
+                if status.is_terminal() {
+                    return Err(Refusal::RunAlreadyFinished(*run, status));
+                }
+                owner
+                    .coordinator
                     .clone()
                     .cancel(&mut draft, *run, "cancelled by an operator")?
             }
@@ -251,9 +260,9 @@ impl Engine {
                     let stuck = state.active_run().is_some();
                     let waiting = state.active_run().is_none()
                         && state.queued_runs().next().is_some()
-                        && state.agent.status == AgentStatus::Active;
+                        && state.agent().status == AgentStatus::Active;
                     if stuck || waiting {
-                        state.clone().recover(&mut draft);
+                        state.coordinator.clone().recover(&mut draft);
                     }
                 }
             }
@@ -263,6 +272,11 @@ impl Engine {
 
     fn state(&self, agent: AgentId) -> Result<&AgentState, Refusal> {
         self.agents.get(&agent).ok_or(Refusal::UnknownAgent(agent))
+    }
+
+    /// A scratch copy of an agent's coordinator, for a decision to work on.
+    fn coordinator(&self, agent: AgentId) -> Result<coordinator::Coordinator, Refusal> {
+        Ok(self.state(agent)?.coordinator.clone())
     }
 
     fn owner(&self, run: RunId) -> Result<&AgentState, Refusal> {
@@ -427,7 +441,7 @@ impl Engine {
                     .agents
                     .get_mut(&agent)
                     .unwrap_or_else(|| panic!("{} for unknown agent {agent}", kind.type_name()));
-                assert_eq!(state.agent.tenant, event.tenant, "event filed under the wrong tenant");
+                assert_eq!(state.agent().tenant, event.tenant, "event filed under the wrong tenant");
                 if let Some(evicted) = state.apply(event) {
                     self.run_owner.remove(&evicted);
                 }
@@ -456,7 +470,7 @@ impl Engine {
     pub fn next_deadline_ms(&self) -> Option<u64> {
         self.agents
             .values()
-            .filter_map(|s| s.agent.next_fire_at_ms)
+            .filter_map(|s| s.agent().next_fire_at_ms)
             .min()
     }
 }

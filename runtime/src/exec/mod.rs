@@ -52,8 +52,8 @@ impl Executor {
                         reason: started.reason.clone(),
                         payload: started.payload.clone(),
                     };
-                    let timeout_ms = state.agent.spec.limits.run_timeout_ms;
-                    let adapter = adapter_for(&state.agent.spec.adapter);
+                    let timeout_ms = state.agent().spec.limits.run_timeout_ms;
+                    let adapter = adapter_for(&state.agent().spec.adapter);
                     let task = tokio::spawn(execute(shell.clone(), adapter, context, timeout_ms));
                     tasks.insert(*run, task);
                 }

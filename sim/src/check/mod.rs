@@ -3,6 +3,8 @@
 //! It sees only what a trace record says, never the runtime's memory, so what it checks is what
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
+mod runs;
+
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
@@ -22,15 +24,15 @@ pub struct Violation {
     pub detail: String,
 }
 
-fn violation(invariant: &'static str, detail: String) -> Result<(), Violation> {
+pub(crate) fn violation(invariant: &'static str, detail: String) -> Result<(), Violation> {
     Err(Violation { invariant, detail })
 }
 
 #[derive(Debug, Clone)]
 struct AgentSchedule {
     name: String,
-    interval_ms: u64,
-    first_fire_at_ms: u64,
+    /// (interval, first slot) of an agent with a timer.
+    timer: Option<(u64, u64)>,
     last_due_at_ms: Option<u64>,
 }
 
@@ -58,6 +60,7 @@ pub struct Checker {
     nodes: BTreeMap<&'static str, NodeState>,
     quiet_since_ms: Option<u64>,
     quiet_probes_checked: u32,
+    runs: runs::RunsOracle,
 }
 
 impl Checker {
@@ -70,7 +73,7 @@ impl Checker {
     pub fn observe(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
         match &record.event {
-            TraceEvent::Committed { event } => self.committed(record.node, event),
+            TraceEvent::Committed { event } => self.committed(t_ms, record.node, event),
             TraceEvent::Crashed { during_write, .. } => {
                 let state = self.node(record.node);
                 state.up_since_ms = None;
@@ -82,7 +85,7 @@ impl Checker {
                 digests,
                 unreported,
             } => {
-                self.recovered(record.node, *head_seq, digests, unreported)?;
+                self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
                 let state = self.node(record.node);
                 state.up_since_ms = Some(t_ms);
                 state.maybe_committed_tail = false;
@@ -97,6 +100,14 @@ impl Checker {
                 Ok(())
             }
             TraceEvent::AckedCreate { name, agent, seq } => self.acked_create(name, *agent, *seq),
+            TraceEvent::AckedWakeup {
+                agent,
+                wakeup,
+                idempotency_key,
+                ..
+            } => self
+                .runs
+                .acked_wakeup(t_ms, *agent, *wakeup, idempotency_key),
             TraceEvent::Probe {
                 target,
                 now_ms,
@@ -124,7 +135,15 @@ impl Checker {
                     .into(),
             );
         }
+        if let Some(quiet_since_ms) = self.quiet_since_ms {
+            self.runs.finish(quiet_since_ms)?;
+        }
         Ok(())
+    }
+
+    /// Runs that ended, by terminal status.
+    pub fn ended_runs(&self) -> BTreeMap<&'static str, usize> {
+        self.runs.ended()
     }
 
     /// How many durable events the checker knows of.
@@ -136,7 +155,7 @@ impl Checker {
         self.nodes.entry(node).or_default()
     }
 
-    fn committed(&mut self, node: &'static str, event: &Event) -> Result<(), Violation> {
+    fn committed(&mut self, t_ms: u64, node: &'static str, event: &Event) -> Result<(), Violation> {
         let expected = self.log.len() as u64 + 1;
         if event.seq != expected {
             return violation(
@@ -154,15 +173,22 @@ impl Checker {
             EventKind::AgentCreated {
                 agent,
                 name,
-                interval_ms,
+                spec,
                 first_fire_at_ms,
+                ..
             } => {
+                let timer = spec.heartbeat.interval_ms.zip(*first_fire_at_ms);
+                if spec.heartbeat.interval_ms.is_some() != first_fire_at_ms.is_some() {
+                    return violation(
+                        "timer_not_lost",
+                        format!("agent {agent} was created with a timer but no first slot, or the reverse"),
+                    );
+                }
                 self.agents.insert(
                     agent.0,
                     AgentSchedule {
                         name: name.clone(),
-                        interval_ms: *interval_ms,
-                        first_fire_at_ms: *first_fire_at_ms,
+                        timer,
                         last_due_at_ms: None,
                     },
                 );
@@ -179,6 +205,12 @@ impl Checker {
                         format!("timer fired for unknown agent {agent}"),
                     );
                 };
+                let Some((interval_ms, first_fire_at_ms)) = schedule.timer else {
+                    return violation(
+                        "timer_not_duplicated",
+                        format!("timer fired for agent {agent}, which has no timer"),
+                    );
+                };
                 if schedule
                     .last_due_at_ms
                     .is_some_and(|last| last >= *due_at_ms)
@@ -192,9 +224,9 @@ impl Checker {
                     );
                 }
                 let on_grid = due_at_ms
-                    .checked_sub(schedule.first_fire_at_ms)
-                    .is_some_and(|d| d % schedule.interval_ms == 0);
-                if !on_grid || *next_fire_at_ms != due_at_ms + schedule.interval_ms {
+                    .checked_sub(first_fire_at_ms)
+                    .is_some_and(|d| d % interval_ms == 0);
+                if !on_grid || *next_fire_at_ms != due_at_ms + interval_ms {
                     return violation(
                         "timer_not_duplicated",
                         format!("agent {agent} fired off its grid: slot {due_at_ms}, next {next_fire_at_ms}"),
@@ -208,13 +240,16 @@ impl Checker {
                 }
                 schedule.last_due_at_ms = Some(*due_at_ms);
             }
+            _ => {}
         }
+        self.runs.committed(t_ms, event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
 
     fn recovered(
         &mut self,
+        t_ms: u64,
         node: &'static str,
         head_seq: u64,
         digests: &[(u64, u64)],
@@ -258,7 +293,7 @@ impl Checker {
         }
         // The interrupted commit landed: its events are durable now and must obey every rule.
         for event in unreported {
-            self.committed(node, event)?;
+            self.committed(t_ms, node, event)?;
         }
         Ok(())
     }
@@ -281,7 +316,7 @@ impl Checker {
         node: &'static str,
         t_ms: u64,
         now_ms: u64,
-        agents: &[(u64, String, u64)],
+        agents: &[(u64, String, Option<u64>)],
     ) -> Result<(), Violation> {
         for (name, id) in &self.acked {
             if !agents.iter().any(|(a, n, _)| a == id && n == name) {
@@ -307,12 +342,15 @@ impl Checker {
                     format!("agent {agent} listed but never created"),
                 );
             };
-            if *next_fire_at_ms > wall_seen_ms_max + schedule.interval_ms + TIMER_LAG_MS_MAX {
+            let (Some((interval_ms, _)), Some(next_fire_at_ms)) = (schedule.timer, next_fire_at_ms) else {
+                // No timer: nothing to judge (agents are never terminated in these scenarios).
+                continue;
+            };
+            if *next_fire_at_ms > wall_seen_ms_max + interval_ms + TIMER_LAG_MS_MAX {
                 return violation(
                     "timer_not_lost",
                     format!(
-                        "agent {agent}'s next slot {next_fire_at_ms} is more than one interval ({}) past the latest wall time the node has read ({wall_seen_ms_max})",
-                        schedule.interval_ms
+                        "agent {agent}'s next slot {next_fire_at_ms} is more than one interval ({interval_ms}) past the latest wall time the node has read ({wall_seen_ms_max})"
                     ),
                 );
             }
@@ -360,7 +398,8 @@ impl Checker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vigil::engine::agent::AgentId;
+    use vigil::engine::agent::{AgentId, AgentSpec};
+    use vigil::engine::tenant::TokenHash;
 
     fn record(t_ms: u64, event: TraceEvent) -> TraceRecord {
         TraceRecord {
@@ -375,11 +414,13 @@ mod tests {
             event: Event {
                 seq,
                 at_ms: 0,
+                tenant: "default".into(),
                 kind: EventKind::AgentCreated {
                     agent: AgentId(1),
                     name: "a".into(),
-                    interval_ms: 1_000,
-                    first_fire_at_ms: 1_000,
+                    spec: AgentSpec::with_interval("a", Some(1_000)),
+                    token_hash: TokenHash::of("a"),
+                    first_fire_at_ms: Some(1_000),
                 },
             },
         }
@@ -390,6 +431,7 @@ mod tests {
             event: Event {
                 seq,
                 at_ms,
+                tenant: "default".into(),
                 kind: EventKind::TimerFired {
                     agent: AgentId(1),
                     due_at_ms,
@@ -451,7 +493,7 @@ mod tests {
         let probe = |now_ms| TraceEvent::Probe {
             target: "vigil-1",
             now_ms,
-            agents: vec![(1, "a".into(), 1_000)],
+            agents: vec![(1, "a".into(), Some(1_000))],
         };
         checker.observe(&record(100, probe(9_000))).unwrap();
         let err = checker.observe(&record(100_000, probe(9_000))).unwrap_err();

@@ -1,0 +1,174 @@
+//! Everything the engine keeps about one agent: its coordinator (what decisions need), the
+//! latest finished runs (for the API) and its idempotency keys.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use super::agent::Agent;
+use super::coordinator::Coordinator;
+use super::event::{Event, EventKind};
+use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
+use super::wakeup::{WakeupOutcome, WakeupRecord, IDEMPOTENCY_TTL_MS};
+
+/// One agent's whole state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentState {
+    pub coordinator: Coordinator,
+    /// Finished runs still held in memory, by id...
+    finished: BTreeMap<RunId, Run>,
+    /// ...and in the order they finished, oldest first.
+    finished_order: VecDeque<RunId>,
+    /// Wakeups that carried an idempotency key, by key.
+    keys: BTreeMap<String, WakeupRecord>,
+    /// The same keys ordered by the wall time they were first seen, for expiry.
+    key_ages: BTreeSet<(u64, String)>,
+}
+
+impl AgentState {
+    /// The state right after `AgentCreated`.
+    pub fn new(agent: Agent) -> Self {
+        AgentState {
+            coordinator: Coordinator::new(agent),
+            finished: BTreeMap::new(),
+            finished_order: VecDeque::new(),
+            keys: BTreeMap::new(),
+            key_ages: BTreeSet::new(),
+        }
+    }
+
+    /// The agent.
+    pub fn agent(&self) -> &Agent {
+        &self.coordinator.agent
+    }
+
+    /// A run this agent still holds in memory (live, or among its latest finished).
+    pub fn run(&self, id: RunId) -> Option<&Run> {
+        self.coordinator
+            .live_run(id)
+            .or_else(|| self.finished.get(&id))
+    }
+
+    /// Every run held in memory, in id order.
+    pub fn runs(&self) -> impl Iterator<Item = &Run> {
+        let mut runs: Vec<&Run> = self
+            .coordinator
+            .live_runs()
+            .chain(self.finished.values())
+            .collect();
+        runs.sort_by_key(|r| r.id);
+        runs.into_iter()
+    }
+
+    /// The running run, if any.
+    pub fn active_run(&self) -> Option<RunId> {
+        self.coordinator.active_run()
+    }
+
+    /// Queued runs in the order they will start.
+    pub fn queued_runs(&self) -> impl Iterator<Item = RunId> + '_ {
+        self.coordinator.queued_runs()
+    }
+
+    /// The earlier wakeup with this idempotency key, if it is still honoured at `now_ms`.
+    /// A key first seen "in the future" (the wall clock went back since) is still honoured.
+    pub fn idempotent_wakeup(&self, key: &str, now_ms: u64) -> Option<&WakeupRecord> {
+        self.keys
+            .get(key)
+            .filter(|w| now_ms < w.at_ms.saturating_add(IDEMPOTENCY_TTL_MS))
+    }
+
+    /// Keys still honoured at `now_ms`.
+    pub fn live_keys(&self, now_ms: u64) -> usize {
+        let expired = self
+            .key_ages
+            .iter()
+            .take_while(|(at_ms, _)| at_ms.saturating_add(IDEMPOTENCY_TTL_MS) <= now_ms)
+            .count();
+        self.keys.len() - expired
+    }
+
+    /// Folds one persisted event about this agent into its state. Returns the finished run that
+    /// fell out of the in-memory history, if one did.
+    pub fn apply(&mut self, event: &Event) -> Option<RunId> {
+        let ended = self.coordinator.apply(event);
+        self.remember_key(event);
+        let ended = ended?;
+        let id = ended.id;
+        self.finished.insert(id, ended);
+        self.finished_order.push_back(id);
+        if self.finished_order.len() > FINISHED_RUNS_KEPT_PER_AGENT {
+            let evicted = self.finished_order.pop_front().expect("non-empty");
+            self.finished.remove(&evicted);
+            return Some(evicted);
+        }
+        None
+    }
+
+    fn remember_key(&mut self, event: &Event) {
+        let agent = self.coordinator.agent.id;
+        let at_ms = event.at_ms;
+        let record = |wakeup, source, reason: &String, task_key: &Option<String>, key: &String, outcome| {
+            WakeupRecord {
+                wakeup,
+                agent,
+                source,
+                reason: reason.clone(),
+                task_key: task_key.clone(),
+                idempotency_key: Some(key.clone()),
+                at_ms,
+                outcome,
+            }
+        };
+        let (key, record) = match &event.kind {
+            EventKind::WakeupQueued {
+                wakeup,
+                source,
+                reason,
+                task_key,
+                idempotency_key: Some(key),
+                run,
+                ..
+            } => (key, record(*wakeup, *source, reason, task_key, key, WakeupOutcome::Queued { run: *run })),
+            EventKind::WakeupCoalesced {
+                wakeup,
+                source,
+                reason,
+                idempotency_key: Some(key),
+                run,
+                coalesced_count,
+                ..
+            } => {
+                let task_key = self.run(*run).and_then(|r| r.task_key.clone());
+                let outcome = WakeupOutcome::Coalesced {
+                    run: *run,
+                    coalesced_count: *coalesced_count,
+                };
+                (key, record(*wakeup, *source, reason, &task_key, key, outcome))
+            }
+            EventKind::WakeupRefused {
+                wakeup,
+                source,
+                reason,
+                task_key,
+                idempotency_key: Some(key),
+                refusal,
+                ..
+            } => {
+                let outcome = WakeupOutcome::Refused { refusal: *refusal };
+                (key, record(*wakeup, *source, reason, task_key, key, outcome))
+            }
+            _ => return,
+        };
+        // Forget keys whose time is up, as of this event's wall time.
+        while let Some((first_at_ms, _)) = self.key_ages.first() {
+            if first_at_ms.saturating_add(IDEMPOTENCY_TTL_MS) > at_ms {
+                break;
+            }
+            let (_, old) = self.key_ages.pop_first().expect("non-empty");
+            self.keys.remove(&old);
+        }
+        if let Some(previous) = self.keys.insert(key.clone(), record) {
+            self.key_ages.remove(&(previous.at_ms, key.clone()));
+        }
+        self.key_ages.insert((at_ms, key.clone()));
+    }
+}

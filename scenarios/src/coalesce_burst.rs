@@ -1,0 +1,87 @@
+//! Scenario `coalesce_burst`: four agents take bursts of hundreds of on-demand wakeups for a
+//! handful of task keys, each burst inside one second, while the node crashes, loses power
+//! mid-commit and has its clock jump. Duplicates must coalesce onto the queued run of their task
+//! key (invariant 6), each agent runs one run at a time (1), every accepted wakeup ends once (5),
+//! and nothing acknowledged is lost (4).
+
+use rand::Rng;
+use vigil_faults::plan::FaultKind;
+use vigil_faults::stream;
+use vigil_world::recorder::Recorder;
+use vigil_world::workload::{Action, Step};
+
+use crate::phases::{self, Setup};
+use crate::smoke::rate;
+
+pub const SAFETY_MS: u64 = 90 * MINUTE_MS;
+pub const QUIET_MS: u64 = 30 * MINUTE_MS;
+const MINUTE_MS: u64 = 60_000;
+const AGENTS: usize = 4;
+const TASK_KEYS: [Option<&str>; 4] = [None, Some("inbox"), Some("triage"), Some("report")];
+const BURSTS_MIN: usize = 2;
+const BURSTS_MAX: usize = 5;
+const BURST_WAKEUPS_MIN: usize = 100;
+const BURST_WAKEUPS_MAX: usize = 200;
+/// Every wakeup of a burst arrives within this window.
+const BURST_WINDOW_MS: u64 = 1_000;
+
+/// Runs the scenario for `seed`, recording into `recorder`.
+pub async fn run(seed: u64, recorder: Recorder) {
+    let mut rng = stream(seed, "coalesce_burst");
+    let mut steps = Vec::new();
+    for i in 0..AGENTS {
+        steps.push(Step {
+            at_ms: rng.gen_range(0..MINUTE_MS),
+            action: Action::CreateAgent {
+                spec: serde_json::json!({
+                    "name": format!("agent-{i}"),
+                    "adapter": { "type": "scripted", "steps": [
+                        { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "succeeded" },
+                        { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "failed" },
+                    ]},
+                }),
+            },
+        });
+    }
+    let bursts = rng.gen_range(BURSTS_MIN..=BURSTS_MAX);
+    let mut wakeups = 0;
+    for burst in 0..bursts {
+        let start_ms = rng.gen_range(2 * MINUTE_MS..SAFETY_MS);
+        let size = rng.gen_range(BURST_WAKEUPS_MIN..=BURST_WAKEUPS_MAX);
+        wakeups += size;
+        for i in 0..size {
+            let task_key = TASK_KEYS[rng.gen_range(0..TASK_KEYS.len())];
+            steps.push(Step {
+                at_ms: start_ms + rng.gen_range(0..BURST_WINDOW_MS),
+                action: Action::Wake {
+                    agent: format!("agent-{}", rng.gen_range(0..AGENTS)),
+                    request: serde_json::json!({
+                        "source": "on_demand",
+                        "reason": format!("burst {burst} wake {i}"),
+                        "task_key": task_key,
+                    }),
+                },
+            });
+        }
+    }
+    steps.sort_by_key(|s| s.at_ms);
+    let setup = Setup {
+        scenario: "coalesce_burst",
+        seed,
+        safety_ms: SAFETY_MS,
+        quiet_ms: QUIET_MS,
+        rates: vec![
+            rate(FaultKind::Crash, 1.0, 16),
+            rate(FaultKind::PowerCut, 1.0, 16),
+            rate(FaultKind::ClockJump, 0.5, 8),
+        ],
+        downtime_ms_max: 5 * MINUTE_MS,
+        skew_ms_max: 5_000,
+        power_cut_wait_ms: 10 * MINUTE_MS,
+        steps,
+        probe_every_ms: 5 * MINUTE_MS,
+        tail_every_ms: 2 * MINUTE_MS,
+        describe: format!("bursts={bursts} wakeups={wakeups}"),
+    };
+    phases::run(setup, recorder).await;
+}
