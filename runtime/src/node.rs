@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::api::{self, Gate};
-use crate::engine::event::EventKind;
+use crate::engine::event::{Event, EventKind};
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::io::clock::SharedClock;
@@ -50,13 +50,14 @@ pub struct NodeConfig {
     pub tenants: Vec<TenantToken>,
     /// Optional observer of committed events (the simulator's trace).
     pub on_commit: Option<CommitObserver>,
-    /// Optional observer called once the log is replayed, before start-up commits anything
-    /// (the simulator checks the recovered log here).
+    /// Optional observer of the whole replayed log, called once recovery has read it and
+    /// before start-up commits anything (the simulator checks the recovered log here). Only
+    /// when it is set is the log kept in memory for it.
     pub on_replayed: Option<ReplayObserver>,
 }
 
-/// Called with the shell right after the log was replayed, before any new event.
-pub type ReplayObserver = Arc<dyn Fn(&Shell) + Send + Sync>;
+/// Called with every event the start-up replayed, in order, before any new event.
+pub type ReplayObserver = Arc<dyn Fn(&[Event]) + Send + Sync>;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -169,7 +170,15 @@ impl Node {
 /// The slow part of start-up: replay the log, set up tenants, recover runs.
 async fn recover(config: NodeConfig) -> Result<(Arc<Shell>, Recovered), StartError> {
     let store = Store::open(config.storage)?;
-    let engine = store.recover()?;
+    let engine = match &config.on_replayed {
+        None => store.recover()?,
+        Some(observe) => {
+            let mut replayed = Vec::new();
+            let engine = store.recover_observed(&mut |page| replayed.extend_from_slice(page))?;
+            observe(&replayed);
+            engine
+        }
+    };
     let events = engine.last_seq();
     tracing::info!(
         events,
@@ -178,9 +187,6 @@ async fn recover(config: NodeConfig) -> Result<(Arc<Shell>, Recovered), StartErr
     );
     let had_tenants = engine.tenants().next().is_some();
     let shell = Shell::new(engine, store, config.clock, config.entropy, config.on_commit);
-    if let Some(observe) = &config.on_replayed {
-        observe(&shell);
-    }
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();
         move |source| StartError::Tenant { tenant, source }

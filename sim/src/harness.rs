@@ -15,8 +15,7 @@ use vigil::io::clock::SharedClock;
 use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
-use vigil::shell::{CommitObserver, Shell};
-use vigil::store::EVENTS_PAGE_MAX;
+use vigil::shell::CommitObserver;
 
 use crate::check::Violation;
 use crate::clock::SimClock;
@@ -241,7 +240,7 @@ async fn run_node(
         on_commit: Some(observer),
         on_replayed: Some({
             let recorder = recorder.clone();
-            Arc::new(move |shell: &Shell| report_recovery(name, &recorder, shell))
+            Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))
         }),
     };
     let started = match Node::start(config).await {
@@ -263,42 +262,23 @@ async fn run_node(
     }
 }
 
-/// Records what the node recovered, before start-up commits anything new.
-fn report_recovery(name: &'static str, recorder: &Recorder, shell: &Shell) {
-    match read_whole_log(shell) {
-        Ok(events) => {
-            let head_seq = events.last().map_or(0, |e| e.seq);
-            let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
-            // Events on disk the oracle never saw committed: the tail of a commit a power cut
-            // interrupted, which may or may not have landed. Recorded whole so it can judge them.
-            let known = recorder.durable_events() as usize;
-            let unreported = events.get(known..).unwrap_or_default().to_vec();
-            recorder.record(
-                name,
-                TraceEvent::Recovered {
-                    head_seq,
-                    digests,
-                    unreported,
-                },
-            );
-        }
-        Err(error) => recorder.record(name, TraceEvent::RecoveryFailed { error }),
-    }
-}
-
-/// The whole recovered log, read back through the store as any reader would.
-fn read_whole_log(shell: &Shell) -> Result<Vec<Event>, String> {
-    let mut events: Vec<Event> = Vec::new();
-    loop {
-        let after = events.last().map_or(0, |e| e.seq);
-        let (page, _head) = shell
-            .events_after(after, EVENTS_PAGE_MAX)
-            .map_err(|e| e.to_string())?;
-        if page.is_empty() {
-            return Ok(events);
-        }
-        events.extend(page);
-    }
+/// Records what the node recovered (the whole log it replayed from its disk), before start-up
+/// commits anything new.
+fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
+    let head_seq = events.last().map_or(0, |e| e.seq);
+    let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
+    // Events on disk the oracle never saw committed: the tail of a commit a power cut
+    // interrupted, which may or may not have landed. Recorded whole so it can judge them.
+    let known = recorder.durable_events() as usize;
+    let unreported = events.get(known..).unwrap_or_default().to_vec();
+    recorder.record(
+        name,
+        TraceEvent::Recovered {
+            head_seq,
+            digests,
+            unreported,
+        },
+    );
 }
 
 /// What one simulated run produced.

@@ -7,6 +7,14 @@ impl Store {
     /// Replays the whole log into a fresh engine. The log is checked as it is read: a gap or a
     /// reordering is reported as corruption rather than papered over (invariant 11).
     pub fn recover(&self) -> Result<Engine, StoreError> {
+        self.recover_observed(&mut |_| {})
+    }
+
+    /// Like [`Store::recover`], handing each page of replayed events to `observe` as it goes.
+    pub fn recover_observed(
+        &self,
+        observe: &mut dyn FnMut(&[crate::engine::event::Event]),
+    ) -> Result<Engine, StoreError> {
         let mut engine = Engine::new();
         loop {
             let page = self.events_after(engine.last_seq(), EVENTS_PAGE_MAX)?;
@@ -23,6 +31,7 @@ impl Store {
                 }
                 engine.apply(event);
             }
+            observe(&page);
             debug_assert_eq!(engine.last_seq(), last_seq);
         }
     }
