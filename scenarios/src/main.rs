@@ -24,9 +24,12 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use vigil_scenarios::run::{
-        find, replay_command, run_seed, run_seed_twice, sweep, Outcome, Scenario, SweepOptions,
-        SCENARIOS,
+        find, parse_regressions, regression_lines, replay_command, run_seed, run_seed_twice,
+        sweep, Outcome, Scenario, SweepOptions, SweepSummary, SCENARIOS,
     };
+
+    /// Width of the sweep's progress bar, in characters.
+    const PROGRESS_BAR_CHARS: u64 = 30;
 
     #[derive(Parser)]
     #[command(
@@ -56,7 +59,8 @@ mod cli {
         },
         /// Re-run a seed with its whole trace printed: `vigil-sim replay SEED SCENARIO`.
         Replay { seed: u64, scenario: String },
-        /// Run many seeds on all cores; list the failing ones.
+        /// Run many seeds on all cores; list the failing ones. `--scenario all` sweeps every
+        /// scenario and ends with a table.
         Sweep {
             #[arg(long, default_value = "smoke")]
             scenario: String,
@@ -72,7 +76,12 @@ mod cli {
             /// Run every seed twice and compare the whole traces.
             #[arg(long)]
             check_determinism: bool,
+            /// Append each failing `<scenario> <seed>` to this file (for `vigil-sim regress`).
+            #[arg(long)]
+            failures_file: Option<std::path::PathBuf>,
         },
+        /// Re-run every `<scenario> <seed>` listed in a regression file.
+        Regress { file: std::path::PathBuf },
         /// List the scenarios.
         List,
     }
@@ -104,25 +113,56 @@ mod cli {
                 start,
                 jobs,
                 check_determinism,
+                failures_file,
             } => {
-                let Some(scenario) = scenario_named(&scenario) else {
-                    return ExitCode::from(2);
+                let scenarios: Vec<&'static Scenario> = if scenario == "all" {
+                    SCENARIOS.iter().collect()
+                } else {
+                    match scenario_named(&scenario) {
+                        Some(s) => vec![s],
+                        None => return ExitCode::from(2),
+                    }
                 };
                 let jobs = jobs
                     .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-                run_sweep(
-                    scenario,
-                    SweepOptions {
-                        start,
-                        seeds,
-                        jobs,
-                        check_determinism,
-                    },
-                )
+                let options = SweepOptions {
+                    start,
+                    seeds,
+                    jobs,
+                    check_determinism,
+                };
+                let summaries: Vec<SweepSummary> = scenarios
+                    .into_iter()
+                    .map(|scenario| run_sweep(scenario, options))
+                    .collect();
+                if summaries.len() > 1 {
+                    print_table(&summaries);
+                }
+                if let Some(path) = failures_file {
+                    let lines: String = summaries.iter().map(regression_lines).collect();
+                    if !lines.is_empty() {
+                        let appended = std::fs::OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(&path)
+                            .and_then(|mut file| file.write_all(lines.as_bytes()));
+                        if let Err(error) = appended {
+                            eprintln!("could not append failures to {}: {error}", path.display());
+                            return ExitCode::from(2);
+                        }
+                        eprintln!("failing seeds appended to {}", path.display());
+                    }
+                }
+                if summaries.iter().all(|s| s.failed.is_empty()) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::FAILURE
+                }
             }
+            Command::Regress { file } => regress(&file),
             Command::List => {
                 for scenario in SCENARIOS {
-                    println!("{:<12} {}", scenario.name, scenario.summary);
+                    println!("{:<15} {}", scenario.name, scenario.summary);
                 }
                 ExitCode::SUCCESS
             }
@@ -181,14 +221,77 @@ mod cli {
         }
     }
 
-    fn run_sweep(scenario: &'static Scenario, options: SweepOptions) -> ExitCode {
+    /// Re-runs every seed of a regression file; fails if any still fails.
+    fn regress(path: &std::path::Path) -> ExitCode {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(error) => {
+                eprintln!("could not read {}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        let regressions = match parse_regressions(&text) {
+            Ok(regressions) => regressions,
+            Err(error) => {
+                eprintln!("{}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        };
+        let mut failed = 0;
+        for regression in &regressions {
+            let outcome = run_seed(regression.scenario, regression.seed);
+            if let Some(report) = outcome.failure_report() {
+                print!("{report}");
+                failed += 1;
+            }
+            println!("{}", outcome.result_line());
+        }
+        println!(
+            "regress file={} seeds={} passed={} failed={failed}",
+            path.display(),
+            regressions.len(),
+            regressions.len() - failed
+        );
+        if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+
+    /// One row per scenario swept.
+    fn print_table(summaries: &[SweepSummary]) {
+        println!(
+            "{:<15} {:>6} {:>6} {:>6} {:>9} {:>12}",
+            "scenario", "seeds", "passed", "failed", "wall_s", "sim_h/wall_s"
+        );
+        for s in summaries {
+            let wall_s = s.wall_ms.max(1) as f64 / 1_000.0;
+            println!(
+                "{:<15} {:>6} {:>6} {:>6} {:>9.1} {:>12.0}",
+                s.scenario,
+                s.seeds,
+                s.seeds - s.failed.len() as u64,
+                s.failed.len(),
+                wall_s,
+                s.virtual_ms_total as f64 / 3_600_000.0 / wall_s
+            );
+        }
+    }
+
+    fn run_sweep(scenario: &'static Scenario, options: SweepOptions) -> SweepSummary {
         let interactive = std::io::stderr().is_terminal();
         let started = vigil_scenarios::wall_clock::Stopwatch::start();
         let progress = |done: u64, failed: u64, outcome: &Outcome| {
             let wall_s = started.elapsed_ms().max(1) as f64 / 1_000.0;
             let sim_hours = done as f64 * scenario.virtual_ms as f64 / 3_600_000.0;
+            let filled = done * PROGRESS_BAR_CHARS / options.seeds.max(1);
+            let bar: String = (0..PROGRESS_BAR_CHARS)
+                .map(|i| if i < filled { '#' } else { '.' })
+                .collect();
             let line = format!(
-                "[{done:>5}/{}] failed={failed} sim_h/wall_s={:.0}",
+                "{} [{bar}] {done:>5}/{} failed={failed} sim_h/wall_s={:.0}",
+                scenario.name,
                 options.seeds,
                 sim_hours / wall_s
             );
@@ -225,10 +328,6 @@ mod cli {
             );
         }
         println!("{}", summary.result_line());
-        if summary.failed.is_empty() {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::FAILURE
-        }
+        summary
     }
 }

@@ -273,3 +273,59 @@ pub fn sweep(
         virtual_ms_total: virtual_ms_total.load(Ordering::SeqCst),
     }
 }
+
+/// One line of a regression file: a scenario and a seed that once failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regression {
+    pub scenario: &'static Scenario,
+    pub seed: u64,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.name)
+    }
+}
+
+impl PartialEq for Scenario {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Scenario {}
+
+/// Parses a regression file: one `<scenario> <seed>` per line; `#` starts a comment. Errors
+/// name the line.
+pub fn parse_regressions(text: &str) -> Result<Vec<Regression>, String> {
+    let mut regressions = Vec::new();
+    for (index, raw) in text.lines().enumerate() {
+        let line = raw.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let number = index + 1;
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(seed), None) = (words.next(), words.next(), words.next()) else {
+            return Err(format!("line {number}: expected `<scenario> <seed>`, got {raw:?}"));
+        };
+        let scenario = find(name).ok_or_else(|| format!("line {number}: unknown scenario {name:?}"))?;
+        let seed = seed
+            .parse()
+            .map_err(|_| format!("line {number}: seed must be a number, got {seed:?}"))?;
+        regressions.push(Regression { scenario, seed });
+    }
+    Ok(regressions)
+}
+
+/// The lines a sweep appends to a regression file for its failures.
+pub fn regression_lines(summary: &SweepSummary) -> String {
+    summary
+        .failed
+        .iter()
+        .map(|o| {
+            let invariant = o.violation.as_ref().map_or("", |(_, v)| v.invariant);
+            format!("{} {}  # {invariant}\n", o.scenario, o.seed)
+        })
+        .collect()
+}
