@@ -1,7 +1,7 @@
 # Every workflow of the project. Each recipe delegates to `cargo xtask` (xtask/src/main.rs), the
 # one implementation, which also works on machines without `just`.
 
-# Run the runtime with three demo agents on ./vigil-data.
+# Run the runtime with the example fleet (examples/fleet.toml) on ./vigil-data.
 run *args:
     cargo xtask run {{args}}
 

@@ -5,8 +5,10 @@
 //! surface; `io` the seams (clock, storage) the simulator substitutes.
 
 pub mod api;
+pub mod cli;
 pub mod engine;
 pub mod exec;
+pub mod fleet;
 pub mod io;
 pub mod node;
 pub mod shell;

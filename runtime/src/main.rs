@@ -1,21 +1,26 @@
-//! `vigil`: the heartbeat runtime's one binary.
+//! `vigil`: the heartbeat runtime's one binary. `vigil serve` runs a node; `vigil agent|runs|events`
+//! operate one over its HTTP API (the calls and their output live in `vigil::cli`).
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use vigil::engine::agent::AgentSpec;
+use clap::{Args, Parser, Subcommand};
+use vigil::cli::{
+    parse_interval, resolve_token, AgentCreate, CliError, Output, Printed, RunFilter, Session,
+    SpecSource, Wake, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
+};
 use vigil::engine::tenant::DEFAULT_TENANT;
-use vigil::io::entropy::OsEntropy;
+use vigil::fleet::{checked_token, Fleet};
 use vigil::io::clock::SystemClock;
+use vigil::io::entropy::OsEntropy;
 use vigil::io::storage::StorageLocation;
-use vigil::node::{Node, NodeConfig};
+use vigil::node::{Node, NodeConfig, TenantToken};
 
 /// Database file name inside the data directory.
 const DATABASE_FILE: &str = "vigil.redb";
-/// File in the data directory holding the generated operator token.
-const OPERATOR_TOKEN_FILE: &str = "operator-token";
 
 #[derive(Parser)]
 #[command(
@@ -31,43 +36,324 @@ struct Cli {
 #[derive(Subcommand)]
 enum CliCommand {
     /// Run the runtime: recover state from the data directory, fire timers, serve the HTTP API.
-    Serve {
-        /// Address of the HTTP API (port 0 picks a free port; the chosen one is printed).
-        #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:7070")]
-        listen: SocketAddr,
-        /// Directory holding the database (created if absent).
-        #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
-        data_dir: PathBuf,
-        /// On an empty database, register three demo agents (5 s, 7 s and 11 s timers) so that
-        /// something visibly happens.
-        #[arg(long)]
-        demo: bool,
+    Serve(ServeArgs),
+    /// Register, read, wake, pause, resume and terminate agents.
+    Agent {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: AgentCommand,
+    },
+    /// List, read and cancel runs.
+    Runs {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: RunsCommand,
+    },
+    /// Read the event log.
+    Events {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: EventsCommand,
     },
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(Args)]
+struct ServeArgs {
+    /// Address of the HTTP API (port 0 picks a free port; the chosen one is printed).
+    #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:7070")]
+    listen: SocketAddr,
+    /// Directory holding the database (created if absent).
+    #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
+    data_dir: PathBuf,
+    /// Fleet file (TOML): agents to create at start if they do not exist yet, and tenant
+    /// tokens. See examples/fleet.toml.
+    #[arg(long, env = "VIGIL_FLEET")]
+    fleet: Option<PathBuf>,
+    /// Operator token of tenant `default` (at least 16 characters). Without it, the first start
+    /// generates one and writes it to <data-dir>/operator-token.
+    #[arg(long, env = "VIGIL_OPERATOR_TOKEN", hide_env_values = true)]
+    operator_token: Option<String>,
+}
+
+/// Where the node is and how to authenticate; accepted before or after the subcommand.
+#[derive(Args)]
+struct Connection {
+    /// The node's API.
+    #[arg(long, env = "VIGIL_SERVER", default_value = SERVER_DEFAULT, global = true)]
+    server: String,
+    /// Bearer token (the operator token, or an agent's). Default: <data-dir>/operator-token.
+    #[arg(long, env = "VIGIL_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Data directory of a local `vigil serve`, to read its operator-token file.
+    #[arg(
+        long,
+        env = "VIGIL_DATA_DIR",
+        default_value = "vigil-data",
+        global = true
+    )]
+    data_dir: PathBuf,
+    /// Print the server's JSON instead of tables.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum AgentCommand {
+    /// Register an agent; prints its token, shown only this once.
+    Create {
+        /// Unique within the tenant: 1 to 64 of A-Z a-z 0-9 . _ -
+        #[arg(long)]
+        name: Option<String>,
+        /// Timer period: 30s, 5m, 1h, or milliseconds. Without it (and without one in the
+        /// spec), the agent is only woken on request.
+        #[arg(long, value_parser = parse_interval)]
+        interval: Option<u64>,
+        /// A full agent spec, JSON or TOML (as in POST /v1/agents), from a file or `-` for
+        /// stdin; --name and --interval override its fields.
+        #[arg(long, value_name = "FILE|-")]
+        spec: Option<String>,
+    },
+    /// The tenant's agents, one per line.
+    List,
+    /// One agent: policy and counters.
+    Show {
+        /// Agent id or name.
+        agent: String,
+    },
+    /// Wake an agent through the one wakeup entry point.
+    Wake {
+        /// Agent id or name.
+        agent: String,
+        /// timer, idle, assignment, on_demand, automation or predicate.
+        #[arg(long, default_value = "on_demand")]
+        source: String,
+        /// Why, for humans and the agent.
+        #[arg(long)]
+        reason: Option<String>,
+        /// Wakeups with the same task key coalesce onto one queued run.
+        #[arg(long)]
+        task_key: Option<String>,
+        /// A retry with a key seen in the last 24 h gets the first answer.
+        #[arg(long)]
+        idempotency_key: Option<String>,
+        /// JSON handed to the run.
+        #[arg(long)]
+        payload: Option<String>,
+    },
+    /// Stop taking wakeups until resumed; cancels queued and running runs.
+    Pause { agent: String },
+    /// Take wakeups again.
+    Resume { agent: String },
+    /// Stop taking wakeups for good; the name stays taken.
+    Terminate { agent: String },
+}
+
+#[derive(Subcommand)]
+enum RunsCommand {
+    /// Runs, newest first.
+    List {
+        /// Only this agent's (id or name).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only runs in this status: queued, running, succeeded, failed, cancelled, timed_out.
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many (server default 100).
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+    /// One run.
+    Show { run: u64 },
+    /// Cancel a queued or running run.
+    Cancel { run: u64 },
+}
+
+#[derive(Subcommand)]
+enum EventsCommand {
+    /// Print events, one per line: up to the current head, or live with --follow.
+    Tail {
+        /// Start after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        after: u64,
+        /// Keep the stream open (Server-Sent Events) and print events as they happen.
+        #[arg(long)]
+        follow: bool,
+    },
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("could not start the async runtime")?;
-    match cli.command {
-        CliCommand::Serve {
-            listen,
-            data_dir,
-            demo,
-        } => runtime.block_on(serve(listen, data_dir, demo)),
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: could not start the async runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        CliCommand::Serve(args) => {
+            tracing_subscriber::fmt()
+                .with_env_filter(
+                    tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
+                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                )
+                .with_writer(std::io::stderr)
+                .init();
+            runtime.block_on(serve(args))
+        }
+        CliCommand::Agent {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Agent(command))),
+        CliCommand::Runs {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Runs(command))),
+        CliCommand::Events {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Events(command))),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            // The chain, minus causes a message already quotes (many end in their source's text).
+            let mut message = error.to_string();
+            for cause in error.chain().skip(1) {
+                let cause = cause.to_string();
+                if !message.contains(&cause) {
+                    message = format!("{message}: {cause}");
+                }
+            }
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
     }
 }
 
-async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Result<()> {
+enum Operation {
+    Agent(AgentCommand),
+    Runs(RunsCommand),
+    Events(EventsCommand),
+}
+
+/// Runs one operator command against the node and prints its answer.
+async fn operate(connection: Connection, operation: Operation) -> anyhow::Result<()> {
+    let token = resolve_token(connection.token.as_deref(), &connection.data_dir)?;
+    let output = if connection.json {
+        Output::Json
+    } else {
+        Output::Human
+    };
+    let session = Session::new(&connection.server, token, output)?;
+    let printed = match operation {
+        Operation::Agent(command) => match command {
+            AgentCommand::Create {
+                name,
+                interval,
+                spec,
+            } => {
+                let spec = spec.map(|name| read_spec(&name)).transpose()?;
+                let request = AgentCreate {
+                    name,
+                    interval_ms: interval,
+                    spec,
+                };
+                session.agent_create(&request).await?
+            }
+            AgentCommand::List => session.agent_list().await?,
+            AgentCommand::Show { agent } => session.agent_show(&agent).await?,
+            AgentCommand::Wake {
+                agent,
+                source,
+                reason,
+                task_key,
+                idempotency_key,
+                payload,
+            } => {
+                let wake = Wake {
+                    source,
+                    reason,
+                    task_key,
+                    idempotency_key,
+                    payload,
+                };
+                session.agent_wake(&agent, &wake).await?
+            }
+            AgentCommand::Pause { agent } => session.agent_control(&agent, "pause").await?,
+            AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
+            AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,
+        },
+        Operation::Runs(command) => match command {
+            RunsCommand::List {
+                agent,
+                status,
+                limit,
+            } => {
+                let filter = RunFilter {
+                    agent,
+                    status,
+                    limit,
+                };
+                session.runs_list(&filter).await?
+            }
+            RunsCommand::Show { run } => session.runs_show(run).await?,
+            RunsCommand::Cancel { run } => session.runs_cancel(run).await?,
+        },
+        Operation::Events(EventsCommand::Tail { after, follow }) => {
+            let mut emit = |printed: Printed| print(&printed);
+            let after = session.events_catch_up(after, &mut emit).await?;
+            if follow {
+                session.events_follow(after, &mut emit).await?;
+            }
+            Printed::default()
+        }
+    };
+    print(&printed);
+    Ok(())
+}
+
+fn print(printed: &Printed) {
+    // A closed pipe (`vigil events tail | head`) is not worth a panic.
+    let _ = std::io::stdout().write_all(printed.stdout.as_bytes());
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().write_all(printed.stderr.as_bytes());
+}
+
+/// The `--spec` argument's text: a file, or stdin for `-`.
+fn read_spec(name: &str) -> Result<SpecSource, CliError> {
+    let text = if name == "-" {
+        let mut text = String::new();
+        std::io::stdin().read_to_string(&mut text).map(|_| text)
+    } else {
+        std::fs::read_to_string(name)
+    };
+    let text = text.map_err(|error| CliError::Input {
+        field: "spec".into(),
+        message: format!("could not read {name}: {error}"),
+    })?;
+    Ok(SpecSource {
+        name: name.to_string(),
+        text,
+    })
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let ServeArgs {
+        listen,
+        data_dir,
+        fleet,
+        operator_token,
+    } = args;
+    // Everything configured is checked before binding, so a mistake never half-starts a node.
+    let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
+    let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     std::fs::create_dir_all(&data_dir)
         .with_context(|| format!("could not create data directory {}", data_dir.display()))?;
     let mut node = Node::start(NodeConfig {
@@ -75,8 +361,9 @@ async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Res
         storage: StorageLocation::File(data_dir.join(DATABASE_FILE)),
         clock: SystemClock::shared(),
         entropy: OsEntropy::shared(),
-        tenants: Vec::new(),
+        tenants: tenants.clone(),
         on_commit: None,
+        on_replayed: None,
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.
@@ -86,20 +373,41 @@ async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Res
         data_dir.display()
     );
     let recovered = node.ready().await?.clone();
+    let token_path = data_dir.join(OPERATOR_TOKEN_FILE);
     if let Some(token) = &recovered.generated_token {
-        let path = data_dir.join(OPERATOR_TOKEN_FILE);
-        std::fs::write(&path, format!("{token}\n"))
-            .with_context(|| format!("could not write {}", path.display()))?;
-        eprintln!("operator token (also in {}): {token}", path.display());
+        write_token(&token_path, token)?;
+        eprintln!("operator token (also in {}): {token}", token_path.display());
     }
-    if demo && node.shell().engine().agents().next().is_none() {
-        for (name, interval_ms) in [("demo-5s", 5_000), ("demo-7s", 7_000), ("demo-11s", 11_000)] {
-            let spec = AgentSpec::with_interval(name, Some(interval_ms));
-            node.shell().create_agent(DEFAULT_TENANT, spec)?;
+    if let Some(configured) = tenants.iter().find(|t| t.tenant == DEFAULT_TENANT) {
+        forget_stale_token(&token_path, &configured.token);
+    }
+    if let Some(fleet) = &fleet {
+        let applied = fleet
+            .apply(node.shell())
+            .context("could not apply the fleet file")?;
+        for (tenant, token) in &applied.generated_tokens {
+            if tenant == DEFAULT_TENANT {
+                write_token(&token_path, token)?;
+                eprintln!("operator token (also in {}): {token}", token_path.display());
+            } else {
+                eprintln!("operator token of tenant {tenant:?} (shown once): {token}");
+            }
         }
+        for (tenant, name, id) in &applied.created {
+            tracing::info!(%tenant, %name, %id, "fleet: created agent");
+        }
+        for warning in &applied.warnings {
+            tracing::warn!("fleet: {warning}");
+        }
+        tracing::info!(
+            declared = fleet.agent_count(),
+            created = applied.created.len(),
+            unchanged = applied.unchanged,
+            "fleet applied"
+        );
     }
     eprintln!(
-        "try: curl -s -H \"Authorization: Bearer $(cat {1}/{2})\" http://{0}/v1/agents   (Ctrl-C stops)",
+        "try: vigil agent list --server http://{0} --data-dir {1}   or   curl -s -H \"Authorization: Bearer $(cat {1}/{2})\" http://{0}/v1/agents   (Ctrl-C stops)",
         node.local_addr(),
         data_dir.display(),
         OPERATOR_TOKEN_FILE
@@ -108,6 +416,64 @@ async fn serve(listen: SocketAddr, data_dir: PathBuf, demo: bool) -> anyhow::Res
     tracing::info!("stopping");
     node.stop();
     Ok(())
+}
+
+/// Tenant tokens from `--operator-token` and the fleet file; the two must agree on `default`.
+fn configured_tenants(
+    fleet: Option<&Fleet>,
+    operator_token: Option<String>,
+) -> anyhow::Result<Vec<TenantToken>> {
+    let mut tenants = match fleet {
+        Some(fleet) => fleet.tenant_tokens(|variable| std::env::var(variable).ok())?,
+        None => Vec::new(),
+    };
+    if let Some(token) = operator_token.filter(|t| !t.trim().is_empty()) {
+        let token = checked_token(DEFAULT_TENANT, "--operator-token", token)?;
+        match tenants.iter().find(|t| t.tenant == DEFAULT_TENANT) {
+            Some(other) if other.token != token => anyhow::bail!(
+                "--operator-token (or VIGIL_OPERATOR_TOKEN) and the fleet file's operator_token_env for tenant \"default\" differ; configure one"
+            ),
+            Some(_) => {}
+            None => tenants.insert(
+                0,
+                TenantToken {
+                    tenant: DEFAULT_TENANT.to_string(),
+                    token,
+                },
+            ),
+        }
+    }
+    Ok(tenants)
+}
+
+/// Writes a generated token where the CLI looks for it, readable by the owner only.
+fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("could not write {}", path.display()))?;
+    file.write_all(format!("{token}\n").as_bytes())
+        .with_context(|| format!("could not write {}", path.display()))
+}
+
+/// A token file left by an earlier generated token no longer works once tenant `default` is
+/// given a configured token: remove it, so the CLI says "no token" rather than "unknown token".
+fn forget_stale_token(path: &Path, configured: &str) {
+    let Ok(stored) = std::fs::read_to_string(path) else {
+        return;
+    };
+    if stored.trim() != configured {
+        match std::fs::remove_file(path) {
+            Ok(()) => tracing::warn!(
+                "removed {}: tenant default now uses the configured operator token",
+                path.display()
+            ),
+            Err(error) => tracing::warn!(%error, "could not remove stale {}", path.display()),
+        }
+    }
 }
 
 /// Waits for Ctrl-C or, on Unix, SIGTERM (what service managers send). Stopping this way is a

@@ -91,11 +91,14 @@ pub struct Recovered {
     pub generated_token: Option<String>,
 }
 
+/// What the background recovery task yields.
+type RecoveryOutcome = Result<(Arc<Shell>, Recovered), StartError>;
+
 /// A node that is listening; recovery may still be going on (see [`Node::ready`]).
 pub struct Node {
     local_addr: SocketAddr,
     gate: Gate,
-    recovery: Option<JoinHandle<Result<(Arc<Shell>, Recovered), StartError>>>,
+    recovery: Option<JoinHandle<RecoveryOutcome>>,
     ready: Option<(Arc<Shell>, Recovered)>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -168,7 +171,7 @@ impl Node {
 }
 
 /// The slow part of start-up: replay the log, set up tenants, recover runs.
-async fn recover(config: NodeConfig) -> Result<(Arc<Shell>, Recovered), StartError> {
+async fn recover(config: NodeConfig) -> RecoveryOutcome {
     let store = Store::open(config.storage)?;
     let engine = match &config.on_replayed {
         None => store.recover()?,

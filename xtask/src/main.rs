@@ -1,7 +1,7 @@
 //! The project's workflows as one portable program, so a fresh machine needs nothing but cargo.
 //! The justfile's recipes call these; README and CI use them directly.
 //!
-//!   cargo xtask run                      vigil serve --demo on ./vigil-data (release build)
+//!   cargo xtask run                      vigil serve --fleet examples/fleet.toml on ./vigil-data (release)
 //!   cargo xtask test                     every test: workspace tests, then the simulation suite
 //!   cargo xtask sim <vigil-sim args>     build the simulator (--cfg madsim, target/sim) and run it
 //!   cargo xtask sweep <scenario> <seeds> sweep seeds 0..seeds of a scenario on all cores
@@ -24,7 +24,16 @@ fn main() {
     env::set_current_dir(workspace_root()).expect("cannot enter the workspace root");
     match task.as_str() {
         "run" => {
-            let mut serve = vec!["run", "--release", "-p", "vigil", "--", "serve", "--demo"];
+            let mut serve = vec![
+                "run",
+                "--release",
+                "-p",
+                "vigil",
+                "--",
+                "serve",
+                "--fleet",
+                "examples/fleet.toml",
+            ];
             serve.extend(rest.iter().map(String::as_str));
             cargo(&serve, false);
         }

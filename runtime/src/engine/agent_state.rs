@@ -21,6 +21,9 @@ pub struct AgentState {
     keys: BTreeMap<String, WakeupRecord>,
     /// The same keys ordered by the wall time they were first seen, for expiry.
     key_ages: BTreeSet<(u64, String)>,
+    /// The latest wall time of a keyed wakeup of this agent: a key expires once this passes
+    /// its first use + TTL, and a later backward clock jump does not revive it.
+    keys_clock_ms: u64,
 }
 
 impl AgentState {
@@ -32,6 +35,7 @@ impl AgentState {
             finished_order: VecDeque::new(),
             keys: BTreeMap::new(),
             key_ages: BTreeSet::new(),
+            keys_clock_ms: 0,
         }
     }
 
@@ -68,20 +72,23 @@ impl AgentState {
         self.coordinator.queued_runs()
     }
 
-    /// The earlier wakeup with this idempotency key, if it is still honoured at `now_ms`.
-    /// A key first seen "in the future" (the wall clock went back since) is still honoured.
+    /// The earlier wakeup with this idempotency key, if it is still honoured at `now_ms`: until
+    /// the wall clock (now, or any keyed wakeup of this agent since) passes its first use + TTL.
+    /// A wall clock that went back keeps a key honoured, but never revives an expired one.
     pub fn idempotent_wakeup(&self, key: &str, now_ms: u64) -> Option<&WakeupRecord> {
+        let clock_ms = now_ms.max(self.keys_clock_ms);
         self.keys
             .get(key)
-            .filter(|w| now_ms < w.at_ms.saturating_add(IDEMPOTENCY_TTL_MS))
+            .filter(|w| clock_ms < w.at_ms.saturating_add(IDEMPOTENCY_TTL_MS))
     }
 
     /// Keys still honoured at `now_ms`.
     pub fn live_keys(&self, now_ms: u64) -> usize {
+        let clock_ms = now_ms.max(self.keys_clock_ms);
         let expired = self
             .key_ages
             .iter()
-            .take_while(|(at_ms, _)| at_ms.saturating_add(IDEMPOTENCY_TTL_MS) <= now_ms)
+            .take_while(|(at_ms, _)| at_ms.saturating_add(IDEMPOTENCY_TTL_MS) <= clock_ms)
             .count();
         self.keys.len() - expired
     }
@@ -158,9 +165,10 @@ impl AgentState {
             }
             _ => return,
         };
-        // Forget keys whose time is up, as of this event's wall time.
+        // Forget keys whose time is up, as of the latest wall time seen.
+        self.keys_clock_ms = self.keys_clock_ms.max(at_ms);
         while let Some((first_at_ms, _)) = self.key_ages.first() {
-            if first_at_ms.saturating_add(IDEMPOTENCY_TTL_MS) > at_ms {
+            if first_at_ms.saturating_add(IDEMPOTENCY_TTL_MS) > self.keys_clock_ms {
                 break;
             }
             let (_, old) = self.key_ages.pop_first().expect("non-empty");

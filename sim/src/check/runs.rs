@@ -36,6 +36,9 @@ pub struct RunsOracle {
     queued_by_key: BTreeMap<(u64, Option<String>), u64>,
     /// (agent, idempotency key) -> (wakeup, node wall ms when first recorded).
     keys: BTreeMap<(u64, String), (u64, u64)>,
+    /// Per agent, the latest node wall ms of a keyed wakeup: a key expires for good once this
+    /// passes its first use + TTL (a backward clock jump does not revive it).
+    keys_clock: BTreeMap<u64, u64>,
     /// Every wakeup id in the durable log.
     wakeups: BTreeMap<u64, ()>,
     /// (agent, idempotency key) -> wakeup id the API answered with, and virtual ms of the answer.
@@ -174,9 +177,12 @@ impl RunsOracle {
         let Some(key) = key else {
             return Ok(());
         };
+        let clock_ms = self.keys_clock.entry(agent).or_default();
+        let seen_ms = at_ms.max(*clock_ms);
+        *clock_ms = seen_ms;
         if let Some(&(first, first_at_ms)) = self.keys.get(&(agent, key.clone())) {
-            // The runtime honours a key while its wall clock reads less than first + TTL.
-            if at_ms < first_at_ms.saturating_add(IDEMPOTENCY_TTL_MS) {
+            // The runtime honours a key until its wall clock has read first use + TTL.
+            if seen_ms < first_at_ms.saturating_add(IDEMPOTENCY_TTL_MS) {
                 return violation(
                     "idempotency_honoured",
                     format!("agent {agent} recorded wakeup {wakeup} with idempotency key {key:?}, already used by wakeup {first} at wall {first_at_ms} (now {at_ms})"),

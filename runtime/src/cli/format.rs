@@ -1,0 +1,174 @@
+//! Human output: aligned tables, times, durations, and the one-line form of an event.
+
+use serde_json::Value;
+
+/// Columns separated by two spaces, each as wide as its widest cell; the last is not padded.
+pub struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(header: &[&'static str]) -> Self {
+        Table {
+            header: header.to_vec(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn row(&mut self, cells: Vec<String>) {
+        assert_eq!(
+            cells.len(),
+            self.header.len(),
+            "a row has one cell per column"
+        );
+        self.rows.push(cells);
+    }
+
+    pub fn render(&self) -> String {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
+        for row in &self.rows {
+            for (width, cell) in widths.iter_mut().zip(row) {
+                *width = (*width).max(cell.chars().count());
+            }
+        }
+        let header: Vec<String> = self.header.iter().map(|h| h.to_string()).collect();
+        let mut text = String::new();
+        for row in std::iter::once(&header).chain(&self.rows) {
+            let last = row.len() - 1;
+            let mut line = String::new();
+            for (i, (cell, width)) in row.iter().zip(&widths).enumerate() {
+                if i == last {
+                    line.push_str(cell);
+                } else {
+                    line.push_str(&format!("{cell:<width$}  "));
+                }
+            }
+            text.push_str(line.trim_end());
+            text.push('\n');
+        }
+        text
+    }
+}
+
+/// Unix milliseconds as `2025-01-31T12:00:05Z`.
+pub fn time(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || format!("{ms}ms"),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+        )
+}
+
+/// A JSON number of Unix milliseconds as a time, `-` when null or absent.
+pub fn time_of(value: &Value) -> String {
+    value.as_u64().map_or_else(|| "-".to_string(), time)
+}
+
+/// A short span: `250ms`, `1.2s`, `5m03s`, `2h15m`.
+pub fn span(ms: u64) -> String {
+    match ms {
+        0..=999 => format!("{ms}ms"),
+        1_000..=59_999 => format!("{:.1}s", ms as f64 / 1_000.0),
+        60_000..=3_599_999 => format!("{}m{:02}s", ms / 60_000, ms % 60_000 / 1_000),
+        _ => format!("{}h{:02}m", ms / 3_600_000, ms % 3_600_000 / 60_000),
+    }
+}
+
+/// `value` as text for a table cell: strings bare, null as `-`.
+pub fn cell(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_string(),
+        Value::String(s) if s.is_empty() => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Fields an event line leaves out: placed elsewhere on the line, secret-ish, or bulky.
+const EVENT_FIELDS_HIDDEN: &[&str] = &["seq", "at_ms", "tenant", "type", "spec"];
+
+/// One event on one line: `seq  time  type  agent=3 run=7 key=value…`.
+pub fn event_line(event: &Value) -> String {
+    let seq = event.get("seq").and_then(Value::as_u64).unwrap_or(0);
+    let at = time_of(event.get("at_ms").unwrap_or(&Value::Null));
+    let kind = event.get("type").and_then(Value::as_str).unwrap_or("?");
+    let mut line = format!("{seq:>6}  {at}  {kind:<17}");
+    let Some(fields) = event.as_object() else {
+        return line;
+    };
+    // Agent and run first: they are what a reader scans for.
+    let mut keys: Vec<&String> = fields
+        .keys()
+        .filter(|k| !EVENT_FIELDS_HIDDEN.contains(&k.as_str()) && !k.ends_with("_hash"))
+        .collect();
+    keys.sort_by_key(|k| {
+        (
+            !matches!(k.as_str(), "agent" | "run"),
+            k.as_str() != "agent",
+        )
+    });
+    for key in keys {
+        let value = &fields[key];
+        if value.is_null() {
+            continue;
+        }
+        // `first_fire_at_ms=1795353845536` reads better as `first_fire_at=2026-11-22T13:24:05Z`.
+        if let (Some(name), Some(ms)) = (key.strip_suffix("_at_ms"), value.as_u64()) {
+            line.push_str(&format!(" {name}_at={}", time(ms)));
+            continue;
+        }
+        let shown = match value {
+            Value::String(s) if s.is_empty() || s.contains([' ', '"', '=']) => format!("{s:?}"),
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        line.push_str(&format!(" {key}={shown}"));
+    }
+    line.trim_end().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_columns() {
+        let mut table = Table::new(&["ID", "NAME", "STATUS"]);
+        table.row(vec!["1".into(), "triage".into(), "active".into()]);
+        table.row(vec!["12".into(), "x".into(), "paused".into()]);
+        assert_eq!(
+            table.render(),
+            "ID  NAME    STATUS\n1   triage  active\n12  x       paused\n"
+        );
+    }
+
+    #[test]
+    fn times_and_spans() {
+        assert_eq!(time(0), "1970-01-01T00:00:00Z");
+        assert_eq!(time(1_700_000_000_123), "2023-11-14T22:13:20Z");
+        assert_eq!(span(250), "250ms");
+        assert_eq!(span(1_250), "1.2s");
+        assert_eq!(span(303_000), "5m03s");
+        assert_eq!(span(8_100_000), "2h15m");
+    }
+
+    #[test]
+    fn event_lines_put_agent_and_run_first_and_hide_hashes() {
+        let event = json!({"seq": 7, "at_ms": 0, "tenant": "default", "type": "wakeup_queued",
+            "wakeup": 3, "run": 4, "agent": 2, "source": "on_demand", "reason": "look now",
+            "payload": null, "task_key": null, "token_hash": "abc", "due_at_ms": 1_000});
+        assert_eq!(
+            event_line(&event),
+            "     7  1970-01-01T00:00:00Z  wakeup_queued     agent=2 run=4 due_at=1970-01-01T00:00:01Z reason=\"look now\" source=on_demand wakeup=3"
+        );
+        let quiet = json!({"seq": 1, "at_ms": 0, "tenant": "default", "type": "tenant_created"});
+        assert_eq!(
+            event_line(&quiet),
+            "     1  1970-01-01T00:00:00Z  tenant_created"
+        );
+    }
+}

@@ -1,0 +1,601 @@
+//! Fleet files: the agents (and tenant tokens) `vigil serve --fleet FILE` makes sure of at start.
+//!
+//! A fleet file is TOML. Top-level `[[agents]]` belong to tenant `default`; `[[tenants]]` name
+//! further tenants, the environment variable holding each one's operator token, and their own
+//! `[[tenants.agents]]`. An agent entry has exactly the fields of the JSON `AgentSpec`
+//! (`POST /v1/agents`), so one spec reads the same in both places:
+//!
+//! ```toml
+//! [[agents]]
+//! name = "triage"
+//! heartbeat = { interval_ms = 30000 }
+//! adapter = { type = "scripted", steps = [{ duration_ms = 500, outcome = "succeeded" }] }
+//!
+//! [[tenants]]
+//! name = "acme"
+//! operator_token_env = "ACME_OPERATOR_TOKEN"
+//!
+//! [[tenants.agents]]
+//! name = "billing"
+//! ```
+//!
+//! Tokens never live in the file, only the name of the variable that holds them. Applying a fleet
+//! creates the agents that do not exist yet (by name, within their tenant) and warns about the
+//! ones whose stored spec differs: there is no update API yet, so the log stays the truth.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+
+use crate::engine::agent::{AgentId, AgentSpec, AgentStatus};
+use crate::engine::tenant::{validate_name, DEFAULT_TENANT, TENANT_NAME_CHARS_MAX};
+use crate::node::TenantToken;
+use crate::shell::{ExecuteError, Shell};
+
+/// Largest fleet file read: a fleet is configuration, not data.
+pub const FLEET_FILE_BYTES_MAX: u64 = 4 * 1024 * 1024;
+/// Shortest operator token accepted from configuration: shorter ones are guessable.
+pub const OPERATOR_TOKEN_CHARS_MIN: usize = 16;
+
+/// A fleet file, parsed and checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fleet {
+    /// Tenants in file order; tenant `default` first when it has agents or a token.
+    pub tenants: Vec<FleetTenant>,
+}
+
+/// One tenant of a fleet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetTenant {
+    pub name: String,
+    /// Environment variable holding the tenant's operator token. Required except for `default`,
+    /// which otherwise keeps (or is given) a generated token.
+    pub operator_token_env: Option<String>,
+    pub agents: Vec<AgentSpec>,
+}
+
+/// Why a fleet file was refused. Messages name the file, the place and what to change.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("could not read fleet file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("fleet file {path} is {bytes} bytes; the most accepted is {FLEET_FILE_BYTES_MAX}")]
+    TooLarge { path: String, bytes: u64 },
+    /// TOML syntax, an unknown or missing field, a value of the wrong type.
+    #[error("{path}:{line}:{column}: {}{message}", place.as_deref().map_or(String::new(), |p| format!("{p}: ")))]
+    Parse {
+        path: String,
+        line: usize,
+        column: usize,
+        /// `agent "triage"` when the problem is inside an agent entry.
+        place: Option<String>,
+        message: String,
+    },
+    /// A value that parses but breaks a limit or a rule.
+    #[error("{path}: {place}: {message} (field: {field})")]
+    Invalid {
+        path: String,
+        place: String,
+        field: String,
+        message: String,
+    },
+    #[error("tenant {tenant:?}: operator_token_env names {variable}, which is not set; export it or remove the line")]
+    TokenMissing { tenant: String, variable: String },
+    #[error("tenant {tenant:?}: the operator token in {variable} has {chars} characters; use at least {OPERATOR_TOKEN_CHARS_MIN}")]
+    TokenTooShort {
+        tenant: String,
+        variable: String,
+        chars: usize,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileShape {
+    #[serde(default)]
+    tenants: Vec<TenantShape>,
+    #[serde(default)]
+    agents: Vec<AgentSpec>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TenantShape {
+    name: String,
+    #[serde(default)]
+    operator_token_env: Option<String>,
+    #[serde(default)]
+    agents: Vec<AgentSpec>,
+}
+
+impl Fleet {
+    /// Reads and parses the fleet file at `path`.
+    pub fn load(path: &Path) -> Result<Fleet, FleetError> {
+        let shown = path.display().to_string();
+        let read = |source| FleetError::Read {
+            path: shown.clone(),
+            source,
+        };
+        let bytes = std::fs::metadata(path).map_err(read)?.len();
+        if bytes > FLEET_FILE_BYTES_MAX {
+            return Err(FleetError::TooLarge { path: shown, bytes });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        Fleet::parse(&shown, &text)
+    }
+
+    /// Parses fleet file `text`; `path` only names the file in errors.
+    pub fn parse(path: &str, text: &str) -> Result<Fleet, FleetError> {
+        let parse_error =
+            |span: Option<std::ops::Range<usize>>, place: Option<String>, message: String| {
+                let (line, column) = line_column(text, span.map_or(0, |s| s.start));
+                FleetError::Parse {
+                    path: path.to_string(),
+                    line,
+                    column,
+                    place,
+                    message,
+                }
+            };
+        // Syntax first, so that the typed pass below can look agent names up in the table.
+        let table: toml::Table = toml::from_str(text)
+            .map_err(|e| parse_error(e.span(), None, e.message().trim().to_string()))?;
+        let deserializer = toml::Deserializer::parse(text)
+            .map_err(|e| parse_error(e.span(), None, e.message().trim().to_string()))?;
+        let shape: FileShape = serde_path_to_error::deserialize(deserializer).map_err(|e| {
+            let place = agent_place(&table, e.path());
+            let inner = e.inner();
+            parse_error(inner.span(), place, inner.message().trim().to_string())
+        })?;
+        let fleet = Fleet::from_shape(shape);
+        fleet.check(path)?;
+        Ok(fleet)
+    }
+
+    fn from_shape(shape: FileShape) -> Fleet {
+        let mut tenants: Vec<FleetTenant> = Vec::new();
+        if !shape.agents.is_empty() {
+            tenants.push(FleetTenant {
+                name: DEFAULT_TENANT.to_string(),
+                operator_token_env: None,
+                agents: shape.agents,
+            });
+        }
+        for entry in shape.tenants {
+            tenants.push(FleetTenant {
+                name: entry.name,
+                operator_token_env: entry.operator_token_env,
+                agents: entry.agents,
+            });
+        }
+        // A `[[tenants]] name = "default"` entry and top-level agents describe one tenant.
+        let mut merged: Vec<FleetTenant> = Vec::new();
+        for tenant in tenants {
+            match merged
+                .iter_mut()
+                .find(|t| t.name == tenant.name && t.name == DEFAULT_TENANT)
+            {
+                Some(default) => {
+                    default.agents.extend(tenant.agents);
+                    default.operator_token_env = default
+                        .operator_token_env
+                        .take()
+                        .or(tenant.operator_token_env);
+                }
+                None => merged.push(tenant),
+            }
+        }
+        Fleet { tenants: merged }
+    }
+
+    /// Rules no single field can check: names, duplicates, tokens for non-default tenants,
+    /// and each agent's own limits (the same `validate` the API runs).
+    fn check(&self, path: &str) -> Result<(), FleetError> {
+        let invalid = |place: String, field: &str, message: String| FleetError::Invalid {
+            path: path.to_string(),
+            place,
+            field: field.to_string(),
+            message,
+        };
+        for (index, tenant) in self.tenants.iter().enumerate() {
+            let place = format!("tenant {:?}", tenant.name);
+            validate_name("name", &tenant.name, TENANT_NAME_CHARS_MAX)
+                .map_err(|e| invalid(place.clone(), "tenants.name", e.message))?;
+            if self.tenants[..index].iter().any(|t| t.name == tenant.name) {
+                return Err(invalid(
+                    place,
+                    "tenants.name",
+                    "this tenant is declared twice".into(),
+                ));
+            }
+            match &tenant.operator_token_env {
+                Some(variable) if variable.trim().is_empty() => {
+                    return Err(invalid(place, "operator_token_env", "name an environment variable".into()))
+                }
+                None if tenant.name != DEFAULT_TENANT => {
+                    return Err(invalid(
+                        place,
+                        "operator_token_env",
+                        "only tenant \"default\" can have a generated token; name the environment variable holding this tenant's operator token".into(),
+                    ))
+                }
+                _ => {}
+            }
+            for (index, agent) in tenant.agents.iter().enumerate() {
+                let place = format!("agent {:?} of tenant {:?}", agent.name, tenant.name);
+                agent
+                    .validate()
+                    .map_err(|e| invalid(place.clone(), e.field, e.message))?;
+                if tenant.agents[..index].iter().any(|a| a.name == agent.name) {
+                    return Err(invalid(
+                        place,
+                        "name",
+                        "this agent is declared twice".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The operator tokens the fleet configures, read from the environment through `lookup`.
+    pub fn tenant_tokens(
+        &self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Vec<TenantToken>, FleetError> {
+        let mut tokens = Vec::new();
+        for tenant in &self.tenants {
+            let Some(variable) = &tenant.operator_token_env else {
+                continue;
+            };
+            let token = lookup(variable).ok_or_else(|| FleetError::TokenMissing {
+                tenant: tenant.name.clone(),
+                variable: variable.clone(),
+            })?;
+            tokens.push(TenantToken {
+                tenant: tenant.name.clone(),
+                token: checked_token(&tenant.name, variable, token)?,
+            });
+        }
+        Ok(tokens)
+    }
+
+    /// Number of agents declared, over all tenants.
+    pub fn agent_count(&self) -> usize {
+        self.tenants.iter().map(|t| t.agents.len()).sum()
+    }
+}
+
+/// Trims `token` and refuses one too short to be secret. `source` names where it came from.
+pub fn checked_token(tenant: &str, source: &str, token: String) -> Result<String, FleetError> {
+    let token = token.trim().to_string();
+    let chars = token.chars().count();
+    if chars < OPERATOR_TOKEN_CHARS_MIN {
+        return Err(FleetError::TokenTooShort {
+            tenant: tenant.to_string(),
+            variable: source.to_string(),
+            chars,
+        });
+    }
+    Ok(token)
+}
+
+/// `agent "name"` (or `agents[3]` when it has no name) for an error inside an agent entry.
+fn agent_place(table: &toml::Table, path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let segments: Vec<&Segment> = path.iter().collect();
+    let (entries, index, shown) = match segments.as_slice() {
+        [Segment::Map { key }, Segment::Seq { index }, ..] if key == "agents" => {
+            (table.get("agents")?, *index, format!("agents[{index}]"))
+        }
+        [Segment::Map { key }, Segment::Seq { index: t }, Segment::Map { key: a }, Segment::Seq { index }, ..]
+            if key == "tenants" && a == "agents" =>
+        {
+            let tenant = table.get("tenants")?.as_array()?.get(*t)?;
+            (
+                tenant.get("agents")?,
+                *index,
+                format!("tenants[{t}].agents[{index}]"),
+            )
+        }
+        _ => return None,
+    };
+    let name = entries
+        .as_array()?
+        .get(index)?
+        .get("name")
+        .and_then(toml::Value::as_str);
+    Some(match name {
+        Some(name) => format!("agent {name:?}"),
+        None => shown,
+    })
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
+    (line, column)
+}
+
+/// What applying a fleet did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Applied {
+    /// Agents created now: (tenant, name, id).
+    pub created: Vec<(String, String, AgentId)>,
+    /// Agents that already existed with the declared spec.
+    pub unchanged: usize,
+    /// Human warnings: an existing agent whose spec differs, or that is terminated.
+    pub warnings: Vec<String>,
+    /// Operator tokens generated for tenants the fleet needed but that did not exist and had
+    /// no token configured (only `default` can be in that case): (tenant, token), shown once.
+    pub generated_tokens: Vec<(String, String)>,
+}
+
+impl Fleet {
+    /// Creates the declared agents that do not exist yet; warns about those that differ.
+    pub fn apply(&self, shell: &Arc<Shell>) -> Result<Applied, ExecuteError> {
+        let mut applied = Applied::default();
+        for tenant in &self.tenants {
+            let exists = shell.engine().tenants().any(|t| t.name == tenant.name);
+            if !exists && !tenant.agents.is_empty() {
+                let token = shell.new_operator_token();
+                shell.ensure_tenant(&tenant.name, &token)?;
+                applied.generated_tokens.push((tenant.name.clone(), token));
+            }
+            for spec in &tenant.agents {
+                let existing = shell
+                    .engine()
+                    .agent_named(&tenant.name, &spec.name)
+                    .map(|a| (a.id, a.spec.clone(), a.status));
+                match existing {
+                    None => {
+                        let created = shell.create_agent(&tenant.name, spec.clone())?;
+                        applied.created.push((
+                            tenant.name.clone(),
+                            spec.name.clone(),
+                            created.agent,
+                        ));
+                    }
+                    Some((id, stored, status)) => {
+                        if stored != *spec {
+                            applied.warnings.push(format!(
+                                "agent {:?} (id {id}, tenant {:?}) exists with a different spec; the fleet file's version is not applied (no update API yet): terminate it and restart to re-create it",
+                                spec.name, tenant.name
+                            ));
+                        } else {
+                            applied.unchanged += 1;
+                        }
+                        if status == AgentStatus::Terminated {
+                            applied.warnings.push(format!(
+                                "agent {:?} (id {id}, tenant {:?}) is terminated; its name stays taken, so the fleet file cannot re-create it",
+                                spec.name, tenant.name
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(applied)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::agent::{AdapterSpec, ScriptOutcome};
+
+    const GOOD: &str = r#"
+[[agents]]
+name = "triage"
+[agents.heartbeat]
+interval_ms = 30000
+[agents.adapter]
+type = "scripted"
+steps = [{ duration_ms = 200, outcome = "succeeded" }, { duration_ms = 100, outcome = "failed" }]
+
+[[agents]]
+name = "on-call"
+heartbeat = { sources = ["on_demand"] }
+limits = { run_timeout_ms = 2000 }
+
+[[tenants]]
+name = "acme"
+operator_token_env = "ACME_TOKEN"
+
+[[tenants.agents]]
+name = "billing"
+time_zone = "Europe/Paris"
+"#;
+
+    fn parse(text: &str) -> Result<Fleet, FleetError> {
+        Fleet::parse("fleet.toml", text)
+    }
+
+    #[test]
+    fn parses_agents_per_tenant_with_the_api_spec() {
+        let fleet = parse(GOOD).unwrap();
+        assert_eq!(fleet.tenants.len(), 2);
+        let default = &fleet.tenants[0];
+        assert_eq!(default.name, "default");
+        assert_eq!(default.operator_token_env, None);
+        assert_eq!(default.agents.len(), 2);
+        assert_eq!(default.agents[0].heartbeat.interval_ms, Some(30_000));
+        let AdapterSpec::Scripted(script) = &default.agents[0].adapter;
+        assert_eq!(script.steps[1].outcome, ScriptOutcome::Failed);
+        assert_eq!(default.agents[1].limits.run_timeout_ms, 2_000);
+        // The TOML spec is the JSON spec: the same text through serde_json gives the same value.
+        let json: AgentSpec = serde_json::from_str(
+            r#"{"name":"on-call","heartbeat":{"sources":["on_demand"]},"limits":{"run_timeout_ms":2000}}"#,
+        )
+        .unwrap();
+        assert_eq!(default.agents[1], json);
+        let acme = &fleet.tenants[1];
+        assert_eq!(acme.operator_token_env.as_deref(), Some("ACME_TOKEN"));
+        assert_eq!(acme.agents[0].time_zone, "Europe/Paris");
+        assert_eq!(fleet.agent_count(), 3);
+    }
+
+    #[test]
+    fn unknown_fields_name_the_agent_the_field_and_the_line() {
+        let text = "[[agents]]\nname = \"ok\"\n\n[[agents]]\nname = \"triage\"\n[agents.heartbeat]\nintervall_ms = 5000\n";
+        let err = parse(text).unwrap_err();
+        let FleetError::Parse {
+            line,
+            column,
+            place,
+            message,
+            ..
+        } = &err
+        else {
+            panic!("expected a parse error, got {err:?}");
+        };
+        assert_eq!((*line, *column), (7, 1), "{err}");
+        assert_eq!(place.as_deref(), Some("agent \"triage\""));
+        assert!(message.contains("intervall_ms"), "{message}");
+        assert!(
+            err.to_string()
+                .starts_with("fleet.toml:7:1: agent \"triage\": "),
+            "{err}"
+        );
+
+        let err = parse("[[agents]]\nname = \"x\"\ncolour = \"blue\"\n").unwrap_err();
+        assert!(
+            err.to_string().contains("agent \"x\"") && err.to_string().contains("colour"),
+            "{err}"
+        );
+        let err = parse("[[tenants]]\nname = \"t\"\noperator_token_env = \"T\"\n[[tenants.agents]]\nname = \"y\"\nwat = 1\n").unwrap_err();
+        assert!(
+            err.to_string().contains("agent \"y\"") && err.to_string().contains("wat"),
+            "{err}"
+        );
+        let err = parse("agent = []\n").unwrap_err();
+        assert!(err.to_string().contains("agent"), "{err}");
+    }
+
+    #[test]
+    fn syntax_errors_show_line_and_column() {
+        let err = parse("[[agents]]\nname = \"a\"\nheartbeat = { interval_ms = }\n").unwrap_err();
+        let FleetError::Parse { line, .. } = &err else {
+            panic!("expected a parse error, got {err:?}");
+        };
+        assert_eq!(*line, 3, "{err}");
+        let err = parse("[[agents]]\nheartbeat = {}\n").unwrap_err();
+        assert!(
+            err.to_string().contains("agents[0]") && err.to_string().contains("name"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn limits_and_rules_name_agent_and_field() {
+        let err =
+            parse("[[agents]]\nname = \"fast\"\nheartbeat = { interval_ms = 10 }\n").unwrap_err();
+        let FleetError::Invalid { place, field, .. } = &err else {
+            panic!("expected an invalid-value error, got {err:?}");
+        };
+        assert_eq!(field, "heartbeat.interval_ms");
+        assert!(place.contains("\"fast\""), "{place}");
+        let err = parse("[[agents]]\nname = \"a\"\n[[agents]]\nname = \"a\"\n").unwrap_err();
+        assert!(err.to_string().contains("declared twice"), "{err}");
+        let err = parse("[[tenants]]\nname = \"acme\"\n").unwrap_err();
+        assert!(err.to_string().contains("operator_token_env"), "{err}");
+        let err = parse("[[tenants]]\nname = \"a b\"\noperator_token_env = \"X\"\n").unwrap_err();
+        assert!(err.to_string().contains("tenants.name"), "{err}");
+    }
+
+    #[test]
+    fn default_tenant_entry_merges_with_top_level_agents() {
+        let fleet = parse(
+            "[[agents]]\nname = \"a\"\n[[tenants]]\nname = \"default\"\noperator_token_env = \"T\"\n[[tenants.agents]]\nname = \"b\"\n",
+        )
+        .unwrap();
+        assert_eq!(fleet.tenants.len(), 1);
+        assert_eq!(fleet.tenants[0].operator_token_env.as_deref(), Some("T"));
+        assert_eq!(fleet.tenants[0].agents.len(), 2);
+        assert!(parse("[[agents]]\nname = \"a\"\n[[tenants]]\nname = \"default\"\n[[tenants.agents]]\nname = \"a\"\n").is_err());
+    }
+
+    #[test]
+    fn tokens_come_from_the_environment() {
+        let fleet = parse(GOOD).unwrap();
+        let tokens = fleet
+            .tenant_tokens(|v| (v == "ACME_TOKEN").then(|| " acme-token-0123456789 \n".to_string()))
+            .unwrap();
+        assert_eq!(
+            tokens,
+            vec![TenantToken {
+                tenant: "acme".into(),
+                token: "acme-token-0123456789".into()
+            }]
+        );
+        let missing = fleet.tenant_tokens(|_| None).unwrap_err();
+        assert!(missing.to_string().contains("ACME_TOKEN"), "{missing}");
+        let short = fleet.tenant_tokens(|_| Some("short".into())).unwrap_err();
+        assert!(matches!(short, FleetError::TokenTooShort { chars: 5, .. }));
+    }
+
+    #[tokio::test]
+    async fn apply_creates_missing_agents_and_warns_about_changed_ones() {
+        use crate::io::{clock::SystemClock, entropy::OsEntropy, storage::StorageLocation};
+        use crate::node::{Node, NodeConfig};
+        let dir = std::env::temp_dir().join(format!("vigil-fleet-apply-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut node = Node::start(NodeConfig {
+            listen_addr: "127.0.0.1:0".parse().unwrap(),
+            storage: StorageLocation::File(dir.join("vigil.redb")),
+            clock: SystemClock::shared(),
+            entropy: OsEntropy::shared(),
+            tenants: vec![TenantToken {
+                tenant: "acme".into(),
+                token: "acme-token-0123456789".into(),
+            }],
+            on_commit: None,
+            on_replayed: None,
+        })
+        .await
+        .unwrap();
+        node.ready().await.unwrap();
+        let shell = node.shell().clone();
+
+        // Tenant default did not exist (only acme was configured): it is made, with a token.
+        let first = parse(GOOD).unwrap().apply(&shell).unwrap();
+        assert_eq!(first.created.len(), 3);
+        assert_eq!(first.generated_tokens.len(), 1);
+        assert_eq!(first.generated_tokens[0].0, "default");
+        assert!(first.warnings.is_empty(), "{:?}", first.warnings);
+
+        // Applying again changes nothing; a changed spec is reported, not applied.
+        let changed = GOOD.replace("interval_ms = 30000", "interval_ms = 60000");
+        let second = parse(&changed).unwrap().apply(&shell).unwrap();
+        assert!(second.created.is_empty() && second.generated_tokens.is_empty());
+        assert_eq!(second.unchanged, 2);
+        assert_eq!(second.warnings.len(), 1);
+        assert!(
+            second.warnings[0].contains("\"triage\""),
+            "{:?}",
+            second.warnings
+        );
+        let stored = shell
+            .engine()
+            .agent_named("default", "triage")
+            .unwrap()
+            .spec
+            .clone();
+        assert_eq!(stored.heartbeat.interval_ms, Some(30_000));
+        node.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn an_empty_file_is_an_empty_fleet() {
+        assert_eq!(parse("").unwrap(), Fleet { tenants: vec![] });
+    }
+}

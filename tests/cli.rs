@@ -1,0 +1,451 @@
+//! The operator CLI against a real `vigil serve --fleet`: every command as a subprocess of the
+//! real binary, asserting on what it prints and how it exits.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Longest a test waits for something asynchronous (a run to finish, a timer to fire).
+const WAIT_MS: u64 = 10_000;
+
+const FLEET: &str = r#"
+# Fires every second; runs succeed quickly.
+[[agents]]
+name = "ticker"
+heartbeat = { interval_ms = 1000 }
+adapter = { type = "scripted", steps = [{ duration_ms = 50, outcome = "succeeded" }] }
+
+# Woken on demand only.
+[[agents]]
+name = "worker"
+heartbeat = { sources = ["on_demand"] }
+adapter = { type = "scripted", steps = [{ duration_ms = 100, outcome = "succeeded" }] }
+
+# Hangs until cancelled.
+[[agents]]
+name = "hanger"
+heartbeat = { sources = ["on_demand"] }
+adapter = { type = "scripted", steps = [{ duration_ms = 0, outcome = "hang" }] }
+limits = { run_timeout_ms = 600000 }
+"#;
+
+/// A `vigil serve` child, killed (and its directory removed) when dropped, even on a failed
+/// assertion.
+struct Server {
+    child: Child,
+    /// Kept open so the server never writes to a closed pipe.
+    _stdout: BufReader<ChildStdout>,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Server {
+    /// Starts `vigil serve` on a free port with the test fleet, in a fresh directory.
+    fn start(test: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
+        let dir = std::env::temp_dir().join(format!("vigil-cli-{test}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fleet = dir.join("fleet.toml");
+        std::fs::write(&fleet, FLEET).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--fleet")
+            .arg(&fleet)
+            .args(extra_args)
+            .env("VIGIL_LOG", "warn")
+            .env_remove("VIGIL_OPERATOR_TOKEN")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let mut child = command.spawn().expect("vigil serve starts");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        // The guard exists before the first assertion, so a bad start still kills the child.
+        let mut server = Server {
+            child,
+            _stdout: stdout,
+            url: String::new(),
+            dir,
+        };
+        let addr = line
+            .strip_prefix("vigil listening on http://")
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("unexpected first line from vigil serve: {line:?}"));
+        server.url = format!("http://{addr}");
+        server
+    }
+
+    /// Waits until the node is ready and has applied the fleet (it listens before both), for at
+    /// most `WAIT_MS`. `token` is needed when the operator token is configured, not generated.
+    fn wait_for_fleet(&self, token: Option<&str>) {
+        let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+        let mut args = vec!["agent", "list", "--json"];
+        args.extend(token.iter().flat_map(|t| ["--token", *t]));
+        loop {
+            let output = self.vigil(&args);
+            if output.status.success() {
+                let listing: Value = serde_json::from_slice(&output.stdout).unwrap();
+                if listing["agents"].as_array().is_some_and(|a| a.len() >= 3) {
+                    return;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the fleet never appeared: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// `vigil ARGS` against this server, with the token from its data directory.
+    fn vigil(&self, args: &[&str]) -> Output {
+        self.vigil_with_stdin(args, "")
+    }
+
+    fn vigil_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(args)
+            .env("VIGIL_SERVER", &self.url)
+            .env("VIGIL_DATA_DIR", self.data_dir())
+            .env_remove("VIGIL_TOKEN")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("vigil runs");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    }
+
+    /// `vigil ARGS`, which must succeed; its stdout.
+    fn ok(&self, args: &[&str]) -> String {
+        let output = self.vigil(args);
+        assert_succeeded(args, &output);
+        String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// `vigil ARGS --json`, which must succeed; its JSON.
+    fn json(&self, args: &[&str]) -> Value {
+        let mut args = args.to_vec();
+        args.push("--json");
+        serde_json::from_str(&self.ok(&args)).unwrap()
+    }
+
+    /// `vigil ARGS`, which must fail; its stderr.
+    fn fails(&self, args: &[&str]) -> String {
+        let output = self.vigil(args);
+        assert!(
+            !output.status.success(),
+            "vigil {args:?} succeeded: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        String::from_utf8(output.stderr).unwrap()
+    }
+
+    /// Polls `runs show RUN` until `done` holds for it, for at most `WAIT_MS`.
+    fn wait_run(&self, run: u64, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+        loop {
+            let shown = self.json(&["runs", "show", &run.to_string()]);
+            if done(&shown) {
+                return shown;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "run {run} never became {what}: {shown}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn assert_succeeded(args: &[&str], output: &Output) {
+    assert!(
+        output.status.success(),
+        "vigil {args:?} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The number after `word ` in `text` (e.g. the run id in "queued run 7").
+fn number_after(text: &str, word: &str) -> u64 {
+    text.split(word)
+        .nth(1)
+        .and_then(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .find(|s| !s.is_empty())
+        })
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {word:?} in {text:?}"))
+}
+
+#[test]
+fn operator_cli_drives_a_fleet() {
+    let server = Server::start("drive", &[], &[]);
+    server.wait_for_fleet(None);
+    assert!(server.data_dir().join("operator-token").exists());
+
+    // The fleet's agents are there, one line each under a header.
+    let list = server.ok(&["agent", "list"]);
+    let lines: Vec<&str> = list.lines().collect();
+    assert!(
+        lines[0].starts_with("ID") && lines[0].contains("NAME"),
+        "{list}"
+    );
+    for name in ["ticker", "worker", "hanger"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.split_whitespace().nth(1) == Some(name)),
+            "{name} missing:\n{list}"
+        );
+    }
+    assert_eq!(lines.len(), 4, "{list}");
+
+    // Create: the agent and its token, with the shown-once warning.
+    let created = server.vigil(&["agent", "create", "--name", "scout", "--interval", "30s"]);
+    assert_succeeded(&["agent", "create"], &created);
+    let stdout = String::from_utf8(created.stdout).unwrap();
+    assert!(
+        stdout.contains("created agent") && stdout.contains("scout"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("token: vgl_agent_"), "{stdout}");
+    assert!(String::from_utf8(created.stderr)
+        .unwrap()
+        .contains("shown only"));
+    let scout = number_after(&stdout, "created agent");
+
+    // A full spec from stdin, TOML.
+    let spec = "name = \"from-spec\"\ntime_zone = \"Asia/Tokyo\"\n[heartbeat]\nsources = [\"on_demand\"]\n";
+    let output = server.vigil_with_stdin(&["agent", "create", "--spec", "-"], spec);
+    assert_succeeded(&["agent", "create", "--spec", "-"], &output);
+    let shown = server.json(&["agent", "show", "from-spec"]);
+    assert_eq!(shown["spec"]["time_zone"], "Asia/Tokyo");
+    assert_eq!(
+        shown["spec"]["heartbeat"]["sources"],
+        serde_json::json!(["on_demand"])
+    );
+
+    // Errors: the server's field, a local parse error, a duplicate name, an unknown agent.
+    let err = server.fails(&["agent", "create", "--name", "fast", "--interval", "500ms"]);
+    assert!(
+        err.starts_with("error: ") && err.contains("(field: heartbeat.interval_ms)"),
+        "{err}"
+    );
+    let err = server.fails(&["agent", "create", "--name", "fast", "--interval", "soon"]);
+    assert!(err.contains("--interval"), "{err}");
+    let err = server.fails(&["agent", "create", "--name", "scout"]);
+    assert!(err.contains("(field: name)"), "{err}");
+    let err = server.fails(&["agent", "show", "999"]);
+    assert!(err.contains("no agent with id 999"), "{err}");
+
+    // Show, by id and by name.
+    let show = server.ok(&["agent", "show", &scout.to_string()]);
+    assert!(
+        show.lines()
+            .any(|l| l.starts_with("name") && l.ends_with("scout")),
+        "{show}"
+    );
+    assert!(
+        show.lines()
+            .any(|l| l.starts_with("timer ") && l.ends_with("30s")),
+        "{show}"
+    );
+    assert_eq!(server.json(&["agent", "show", "scout"])["id"], scout);
+
+    // Wake: queued, then replayed for the same idempotency key; the run succeeds.
+    let wake = [
+        "agent",
+        "wake",
+        "worker",
+        "--reason",
+        "look at ticket 7",
+        "--idempotency-key",
+        "k1",
+        "--payload",
+        r#"{"ticket":7}"#,
+    ];
+    let answer = server.ok(&wake);
+    assert!(answer.contains("queued run"), "{answer}");
+    let run = number_after(&answer, "queued run");
+    let again = server.ok(&wake);
+    assert!(
+        again.contains("replayed") && again.contains(&format!("run {run}")),
+        "{again}"
+    );
+    server.wait_run(run, "succeeded", |r| r["status"] == "succeeded");
+    let shown = server.ok(&["runs", "show", &run.to_string()]);
+    assert!(
+        shown
+            .lines()
+            .any(|l| l.starts_with("status") && l.ends_with("succeeded")),
+        "{shown}"
+    );
+    // A finished run keeps its reason; its payload lives on in the wakeup's event (see below).
+    assert!(shown.contains("look at ticket 7"), "{shown}");
+    let listed = server.ok(&["runs", "list", "--agent", "worker", "--status", "succeeded"]);
+    let row = listed
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(&run.to_string()));
+    assert!(
+        row.is_some_and(|r| r.contains("worker") && r.contains("on_demand")),
+        "{listed}"
+    );
+    let err = server.fails(&["runs", "list", "--status", "sleeping"]);
+    assert!(err.contains("(field: status)"), "{err}");
+
+    // Cancel a hanging run once it runs; cancelling again is refused.
+    let answer = server.ok(&["agent", "wake", "hanger"]);
+    let hanging = number_after(&answer, "queued run");
+    server.wait_run(hanging, "running", |r| r["status"] == "running");
+    let cancelled = server.ok(&["runs", "cancel", &hanging.to_string()]);
+    assert!(cancelled.contains("cancelled"), "{cancelled}");
+    server.fails(&["runs", "cancel", &hanging.to_string()]);
+
+    // Pause refuses wakeups; resume takes them again; terminate is for good.
+    assert!(server.ok(&["agent", "pause", "scout"]).contains("paused"));
+    let refused = server.ok(&["agent", "wake", "scout"]);
+    assert!(refused.contains("refused: paused"), "{refused}");
+    assert!(server.ok(&["agent", "resume", "scout"]).contains("active"));
+    assert!(server
+        .ok(&["agent", "terminate", "scout"])
+        .contains("terminated"));
+    assert_eq!(
+        server.json(&["agent", "show", "scout"])["status"],
+        "terminated"
+    );
+
+    // The fleet's timer fires by itself.
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    loop {
+        let runs = server.json(&["runs", "list", "--agent", "ticker", "--status", "succeeded"]);
+        if runs["runs"].as_array().is_some_and(|r| !r.is_empty()) {
+            assert_eq!(runs["runs"][0]["source"], "timer");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "ticker's timer never ran: {runs}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The event log: every event once, in order, one line each; JSON lines parse.
+    let tail = server.ok(&["events", "tail"]);
+    for kind in [
+        "tenant_created",
+        "agent_created",
+        "wakeup_queued",
+        "run_started",
+        "run_finished",
+        "agent_paused",
+        "timer_fired",
+    ] {
+        assert!(
+            tail.lines().any(|l| l.contains(kind)),
+            "no {kind} in:\n{tail}"
+        );
+    }
+    let queued = tail.lines().find(|l| l.contains("wakeup_queued")).unwrap();
+    assert!(
+        queued.contains(r#"payload={"ticket":7}"#)
+            && queued.contains("reason=\"look at ticket 7\""),
+        "{queued}"
+    );
+    let json_tail = server.ok(&["events", "tail", "--json"]);
+    let seqs: Vec<u64> = json_tail
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        seqs.len() >= tail.lines().count(),
+        "json tail shorter than the text tail"
+    );
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+    let after = seqs[2];
+    let later = server.ok(&["events", "tail", "--after", &after.to_string(), "--json"]);
+    let first = serde_json::from_str::<Value>(later.lines().next().unwrap()).unwrap();
+    assert_eq!(first["seq"].as_u64(), Some(seqs[3]));
+}
+
+#[test]
+fn missing_bad_and_unreachable_credentials_say_what_to_do() {
+    let server = Server::start("token", &[], &[]);
+    server.wait_for_fleet(None);
+    // No --token, no VIGIL_TOKEN, no token file in the data directory.
+    let empty = server.dir.join("elsewhere");
+    let output = server.vigil(&["agent", "list", "--data-dir", empty.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let err = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        err.contains("no operator token")
+            && err.contains("--token")
+            && err.contains("operator-token"),
+        "{err}"
+    );
+
+    let err = server.fails(&["agent", "list", "--token", "vgl_op_wrong"]);
+    assert!(
+        err.starts_with("error: ") && err.contains("not known"),
+        "{err}"
+    );
+
+    let dead = closed_port_url();
+    let err = server.fails(&["agent", "list", "--server", &dead]);
+    assert!(
+        err.contains("not reachable") && err.contains(&dead) && err.contains("vigil serve"),
+        "{err}"
+    );
+}
+
+#[test]
+fn configured_operator_token_is_used_and_not_written() {
+    let token = "test-operator-token-0123456789";
+    let server = Server::start("configured", &[], &[("VIGIL_OPERATOR_TOKEN", token)]);
+    server.wait_for_fleet(Some(token));
+    assert!(!server.data_dir().join("operator-token").exists());
+    let list = server.ok(&["agent", "list", "--token", token]);
+    assert!(list.contains("ticker"), "{list}");
+    let err = server.fails(&["agent", "list"]);
+    assert!(err.contains("no operator token"), "{err}");
+}
+
+/// A URL where nothing listens: a port bound and released by this process.
+fn closed_port_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    format!("http://{addr}")
+}
