@@ -713,6 +713,7 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
                 let got = node.execute(
                     &Command::PauseAgent {
                         agent: model.agents[agent].id,
+                        minutes: None,
                     },
                     now_ms,
                 );

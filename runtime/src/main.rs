@@ -143,8 +143,14 @@ enum AgentCommand {
         #[arg(long)]
         payload: Option<String>,
     },
-    /// Stop taking wakeups until resumed; cancels queued and running runs.
-    Pause { agent: String },
+    /// Pause an agent: until resumed (every wakeup refused, its runs cancelled), or with
+    /// `--minutes N` for N minutes (timer and idle wakeups refused, the running run cancelled).
+    Pause {
+        agent: String,
+        /// Pause for this many minutes (1..=10080) instead of until resumed.
+        #[arg(long)]
+        minutes: Option<u64>,
+    },
     /// Take wakeups again.
     Resume { agent: String },
     /// Stop taking wakeups for good; the name stays taken.
@@ -286,7 +292,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                 };
                 session.agent_wake(&agent, &wake).await?
             }
-            AgentCommand::Pause { agent } => session.agent_control(&agent, "pause").await?,
+            AgentCommand::Pause { agent, minutes } => session.agent_pause(&agent, minutes).await?,
             AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
             AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,
         },

@@ -5,7 +5,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::Path;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use super::auth::{parse_id, Caller};
 use super::body::parse_json;
@@ -74,15 +75,14 @@ pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Agent>,
     caller.agent(id).map(Json)
 }
 
-/// What `POST /v1/agents/{id}/{pause|resume|terminate}` does.
+/// What `POST /v1/agents/{id}/{resume|terminate}` does.
 #[derive(Debug, Clone, Copy)]
 pub enum Control {
-    Pause,
     Resume,
     Terminate,
 }
 
-/// Pauses, resumes or terminates an agent (operator only); answers with the agent.
+/// Resumes or terminates an agent (operator only); answers with the agent.
 pub async fn control(
     caller: Caller,
     Path(id): Path<String>,
@@ -91,11 +91,60 @@ pub async fn control(
     let agent = AgentId(parse_id("id", &id)?);
     caller.operated_agent(agent)?;
     let command = match action {
-        Control::Pause => Command::PauseAgent { agent },
         Control::Resume => Command::ResumeAgent { agent },
         Control::Terminate => Command::TerminateAgent { agent },
     };
     caller.shell.execute(command)?;
+    caller.agent(agent).map(Json)
+}
+
+/// The optional body of the pause endpoints.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PauseRequest {
+    #[serde(default)]
+    pub minutes: Option<u64>,
+}
+
+/// An empty body means "no fields given".
+fn optional_body<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+    match &body {
+        Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(T::default()),
+        _ => parse_json(body),
+    }
+}
+
+/// `POST /v1/agents/{id}/pause` (operator only): `{"minutes": N}` pauses for N minutes
+/// (1..=10080); no body pauses until resumed. Answers with the agent.
+pub async fn pause(
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Agent>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.operated_agent(agent)?;
+    let request: PauseRequest = optional_body(body)?;
+    caller.shell.execute(Command::PauseAgent {
+        agent,
+        minutes: request.minutes,
+    })?;
+    caller.agent(agent).map(Json)
+}
+
+/// `POST /v1/agents/{id}/pause_heartbeats` (the agent itself, or an operator): the agent's own
+/// rest, `{"minutes": N}` clamped to 1..=60, 2 when absent. Answers with the agent.
+pub async fn pause_heartbeats(
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Agent>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.agent(agent)?;
+    let request: PauseRequest = optional_body(body)?;
+    caller.shell.execute(Command::PauseHeartbeats {
+        agent,
+        minutes: request.minutes,
+    })?;
     caller.agent(agent).map(Json)
 }
 

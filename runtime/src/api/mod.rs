@@ -45,9 +45,10 @@ pub fn router(gate: Gate) -> Router {
         .route("/v1/health", get(health))
         .route("/v1/agents", get(agents::list).post(agents::create))
         .route("/v1/agents/{id}", get(agents::show))
+        .route("/v1/agents/{id}/pause", post(agents::pause))
         .route(
-            "/v1/agents/{id}/pause",
-            post(|c, p| agents::control(c, p, Control::Pause)),
+            "/v1/agents/{id}/pause_heartbeats",
+            post(agents::pause_heartbeats),
         )
         .route(
             "/v1/agents/{id}/resume",

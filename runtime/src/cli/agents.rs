@@ -208,6 +208,27 @@ impl Session {
         )))
     }
 
+    /// `agent pause [--minutes N]`.
+    pub async fn agent_pause(&self, agent: &str, minutes: Option<u64>) -> Result<Printed, CliError> {
+        let Some(minutes) = minutes else {
+            return self.agent_control(agent, "pause").await;
+        };
+        let id = self.agent_id(agent).await?;
+        let body = serde_json::json!({ "minutes": minutes });
+        let agent = self
+            .post(&format!("/v1/agents/{id}/pause"), Some(&body))
+            .await?;
+        if self.json() {
+            return Ok(Printed::out(format!("{agent}\n")));
+        }
+        Ok(Printed::out(format!(
+            "agent {} {} is paused until {}\n",
+            cell(&agent["id"]),
+            cell(&agent["name"]),
+            cell(&agent["paused_until_ms"])
+        )))
+    }
+
     /// `agent wake`: what became of the wakeup (queued, coalesced, or refused and why).
     pub async fn agent_wake(&self, agent: &str, wake: &Wake) -> Result<Printed, CliError> {
         let body = wake.body()?;

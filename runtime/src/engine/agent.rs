@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::daily_cap::{DayCount, DAILY_CAP_MAX};
+use super::pause::{PausedBy, WhilePaused};
 use super::tenant::{validate_name, TenantName, TokenHash};
 use super::wakeup::WakeupSource;
 
@@ -118,6 +120,9 @@ pub struct HeartbeatPolicy {
     /// Wakeup sources this agent accepts; others are refused with `disabled_source`.
     #[serde(default = "WakeupSource::all")]
     pub sources: Vec<WakeupSource>,
+    /// What non-routine wakeups do while a timed pause is in force.
+    #[serde(default)]
+    pub while_paused: WhilePaused,
 }
 
 impl Default for HeartbeatPolicy {
@@ -125,6 +130,7 @@ impl Default for HeartbeatPolicy {
         HeartbeatPolicy {
             interval_ms: None,
             sources: WakeupSource::all(),
+            while_paused: WhilePaused::default(),
         }
     }
 }
@@ -139,6 +145,9 @@ pub struct AgentLimits {
     /// Most runs waiting to start; a wakeup that would queue one more is refused `queue_full`.
     #[serde(default = "queued_runs_default")]
     pub queued_runs_max: usize,
+    /// Most runs started per local day (in `time_zone`); none means no cap.
+    #[serde(default)]
+    pub daily_cap: Option<u32>,
 }
 
 fn run_timeout_default() -> u64 {
@@ -154,6 +163,7 @@ impl Default for AgentLimits {
         AgentLimits {
             run_timeout_ms: RUN_TIMEOUT_MS_DEFAULT,
             queued_runs_max: QUEUED_RUNS_MAX_DEFAULT,
+            daily_cap: None,
         }
     }
 }
@@ -256,6 +266,14 @@ impl AgentSpec {
                 ),
             ));
         }
+        if let Some(cap) = limits.daily_cap {
+            if !(1..=DAILY_CAP_MAX).contains(&cap) {
+                return Err(FieldError::new(
+                    "limits.daily_cap",
+                    format!("limits.daily_cap must be between 1 and {DAILY_CAP_MAX} (got {cap})"),
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -304,6 +322,12 @@ pub struct Agent {
     pub last_due_at_ms: Option<u64>,
     /// Runs started so far; the next run is number `runs_started`.
     pub runs_started: u64,
+    /// While `Some` and ahead of the wall clock, a timed pause is in force.
+    pub paused_until_ms: Option<u64>,
+    /// Who asked for the current pause, if any.
+    pub paused_by: Option<PausedBy>,
+    /// Runs started on the latest counted local day (the daily cap's reservations).
+    pub day_count: DayCount,
 }
 
 #[cfg(test)]
@@ -361,6 +385,14 @@ mod tests {
         assert_eq!(s.validate().unwrap_err().field, "limits.queued_runs_max");
         s.limits.queued_runs_max = QUEUED_RUNS_MAX_LIMIT + 1;
         assert_eq!(s.validate().unwrap_err().field, "limits.queued_runs_max");
+
+        let mut s = spec("a", 60_000);
+        s.limits.daily_cap = Some(0);
+        assert_eq!(s.validate().unwrap_err().field, "limits.daily_cap");
+        s.limits.daily_cap = Some(DAILY_CAP_MAX + 1);
+        assert_eq!(s.validate().unwrap_err().field, "limits.daily_cap");
+        s.limits.daily_cap = Some(48);
+        assert!(s.validate().is_ok());
 
         let mut s = spec("a", 60_000);
         s.adapter = AdapterSpec::Scripted(ScriptedSpec { steps: vec![] });

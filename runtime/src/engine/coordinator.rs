@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus};
+use super::pause::{self, PausedBy};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
 use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
@@ -79,18 +80,30 @@ impl Coordinator {
     pub fn wake(&mut self, draft: &mut Draft, request: &WakeupRequest) -> WakeupRecord {
         let wakeup = draft.wakeup_id();
         let agent = self.agent.id;
+        let now_ms = draft.now_ms();
+        let heartbeat = &self.agent.spec.heartbeat;
+        let paused = pause::in_force(self.agent.paused_until_ms, now_ms)
+            && pause::refuses(request.source, heartbeat.while_paused);
         let refusal = match self.agent.status {
             AgentStatus::Terminated => Some(RefusalReason::Terminated),
             AgentStatus::Paused => Some(RefusalReason::Paused),
-            AgentStatus::Active if !self.agent.spec.heartbeat.sources.contains(&request.source) => {
+            AgentStatus::Active if paused => Some(RefusalReason::Paused),
+            AgentStatus::Active if !heartbeat.sources.contains(&request.source) => {
                 Some(RefusalReason::DisabledSource)
             }
             AgentStatus::Active => None,
         };
         let coalesce_onto = self.queued_by_key.get(&request.task_key).copied();
+        // Joining a queued run costs no invocation and no queue slot.
         let refusal = refusal.or_else(|| {
+            if coalesce_onto.is_some() {
+                return None;
+            }
+            if self.daily_cap_reached(now_ms, self.queue.len() as u32) {
+                return Some(RefusalReason::DailyCap);
+            }
             let full = self.queue.len() >= self.agent.spec.limits.queued_runs_max;
-            (coalesce_onto.is_none() && full).then_some(RefusalReason::QueueFull)
+            full.then_some(RefusalReason::QueueFull)
         });
         let outcome = if let Some(refusal) = refusal {
             draft.emit(
@@ -207,31 +220,68 @@ impl Coordinator {
         Ok(())
     }
 
-    /// Stops taking wakeups and cancels every queued and running run. Pausing a paused agent
-    /// changes nothing.
-    pub fn pause(&mut self, draft: &mut Draft) -> Result<(), Refusal> {
-        match self.agent.status {
-            AgentStatus::Paused => Ok(()),
-            AgentStatus::Terminated => Err(Refusal::AgentTerminated(self.agent.id)),
-            AgentStatus::Active => {
-                draft.emit(self, EventKind::AgentPaused { agent: self.agent.id });
+    /// Pauses the agent. Without `until_ms`: until resumed, every run cancelled, every wakeup
+    /// refused (pausing such an agent again changes nothing). With `until_ms`: a timed pause (it
+    /// replaces any earlier one) that cancels the running run and every queued timer or idle
+    /// run (every queued run when the policy refuses on-demand wakes too).
+    pub fn pause(
+        &mut self,
+        draft: &mut Draft,
+        until_ms: Option<u64>,
+        by: PausedBy,
+    ) -> Result<(), Refusal> {
+        let agent = self.agent.id;
+        match (self.agent.status, until_ms) {
+            (AgentStatus::Terminated, _) => Err(Refusal::AgentTerminated(agent)),
+            // Paused until resumed already: a shorter pause adds nothing.
+            (AgentStatus::Paused, _) => Ok(()),
+            (AgentStatus::Active, None) => {
+                draft.emit(self, EventKind::AgentPaused { agent, until_ms, by });
                 self.cancel_all(draft, "agent paused");
+                Ok(())
+            }
+            (AgentStatus::Active, Some(_)) => {
+                draft.emit(self, EventKind::AgentPaused { agent, until_ms, by });
+                let while_paused = self.agent.spec.heartbeat.while_paused;
+                let doomed: Vec<RunId> = self
+                    .active
+                    .into_iter()
+                    .chain(
+                        self.queued_runs()
+                            .filter(|id| pause::refuses(self.live[id].source, while_paused)),
+                    )
+                    .collect();
+                for run in doomed {
+                    self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "agent paused"));
+                }
+                self.start_next(draft);
                 Ok(())
             }
         }
     }
 
-    /// Takes wakeups again. Resuming an active agent changes nothing.
+    /// Ends any pause. Resuming an agent that is not paused changes nothing.
     pub fn resume(&mut self, draft: &mut Draft) -> Result<(), Refusal> {
+        let timed = pause::in_force(self.agent.paused_until_ms, draft.now_ms());
         match self.agent.status {
-            AgentStatus::Active => Ok(()),
             AgentStatus::Terminated => Err(Refusal::AgentTerminated(self.agent.id)),
-            AgentStatus::Paused => {
+            AgentStatus::Active if !timed => Ok(()),
+            AgentStatus::Active | AgentStatus::Paused => {
                 draft.emit(self, EventKind::AgentResumed { agent: self.agent.id });
                 self.start_next(draft);
                 Ok(())
             }
         }
+    }
+
+    /// Whether `extra` more starts today would pass the agent's daily cap.
+    fn daily_cap_reached(&self, now_ms: u64, extra: u32) -> bool {
+        let Some(cap) = self.agent.spec.limits.daily_cap else {
+            return false;
+        };
+        let count = &self.agent.day_count;
+        let day = count.day_for(now_ms, &self.agent.spec.time_zone);
+        count.started_on(day).saturating_add(extra) >= cap
     }
 
     /// Stops the agent for good, cancelling its runs. Terminating twice changes nothing.
@@ -289,22 +339,41 @@ impl Coordinator {
         );
     }
 
-    /// Starts the first queued run if the agent is active and nothing runs (invariant 1).
+    /// Starts the first queued run if the agent is active and nothing runs (invariant 1). A
+    /// queued run that may not start now (a timer or idle run during a timed pause, invariant 3;
+    /// any run once the daily cap is used up, invariant 2) is cancelled instead, and the next
+    /// one is tried.
     fn start_next(&mut self, draft: &mut Draft) {
         if self.active.is_some() || self.agent.status != AgentStatus::Active {
             return;
         }
-        let Some(&(_, run)) = self.queue.first() else {
+        let now_ms = draft.now_ms();
+        while let Some(&(_, run)) = self.queue.first() {
+            let source = self.live[&run].source;
+            let while_paused = self.agent.spec.heartbeat.while_paused;
+            if pause::in_force(self.agent.paused_until_ms, now_ms) && pause::refuses(source, while_paused) {
+                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "agent paused"));
+                continue;
+            }
+            if self.daily_cap_reached(now_ms, 0) {
+                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "daily_cap"));
+                continue;
+            }
+            let day = self
+                .agent
+                .day_count
+                .day_for(now_ms, &self.agent.spec.time_zone);
+            draft.emit(
+                self,
+                EventKind::RunStarted {
+                    run,
+                    agent: self.agent.id,
+                    run_number: self.agent.runs_started,
+                    day,
+                },
+            );
             return;
-        };
-        draft.emit(
-            self,
-            EventKind::RunStarted {
-                run,
-                agent: self.agent.id,
-                run_number: self.agent.runs_started,
-            },
-        );
+        }
     }
 
     // ---- apply: the only code that changes the coordinator's state ----
@@ -320,8 +389,18 @@ impl Coordinator {
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }
-            EventKind::AgentPaused { .. } => self.agent.status = AgentStatus::Paused,
-            EventKind::AgentResumed { .. } => self.agent.status = AgentStatus::Active,
+            EventKind::AgentPaused { until_ms, by, .. } => {
+                match until_ms {
+                    None => self.agent.status = AgentStatus::Paused,
+                    Some(until) => self.agent.paused_until_ms = Some(*until),
+                }
+                self.agent.paused_by = Some(*by);
+            }
+            EventKind::AgentResumed { .. } => {
+                self.agent.status = AgentStatus::Active;
+                self.agent.paused_until_ms = None;
+                self.agent.paused_by = None;
+            }
             EventKind::AgentTerminated { .. } => {
                 self.agent.status = AgentStatus::Terminated;
                 self.agent.next_fire_at_ms = None;
@@ -424,8 +503,12 @@ impl Coordinator {
                 }
             }
             EventKind::RunStarted {
-                run, run_number, ..
+                run,
+                run_number,
+                day,
+                ..
             } => {
+                self.agent.day_count.count(*day);
                 assert!(
                     self.active.is_none(),
                     "agent {} started run {run} while run {:?} is active (invariant 1)",

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, AgentSpec};
+use super::daily_cap::LocalDay;
+use super::pause::PausedBy;
 use super::run::{RunId, RunStatus};
 use super::tenant::{TenantName, TokenHash};
 use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
@@ -40,9 +42,14 @@ pub enum EventKind {
         /// `first_fire_at_ms + k * interval_ms`.
         first_fire_at_ms: Option<u64>,
     },
-    /// The agent stopped taking wakeups until resumed; its queued and running runs are
-    /// cancelled by the events that follow.
-    AgentPaused { agent: AgentId },
+    /// The agent was paused: until resumed (`until_ms` none: every wakeup refused, every run
+    /// cancelled), or until the wall instant `until_ms` (timer and idle wakeups refused; the
+    /// running run and queued timer/idle runs cancelled by the events that follow).
+    AgentPaused {
+        agent: AgentId,
+        until_ms: Option<u64>,
+        by: PausedBy,
+    },
     AgentResumed { agent: AgentId },
     /// The agent stopped taking wakeups for good.
     AgentTerminated { agent: AgentId },
@@ -98,12 +105,14 @@ pub enum EventKind {
         retry_of: RunId,
         coalesced: bool,
     },
-    /// A queued run started.
+    /// A queued run started. This event is the run's daily-cap reservation.
     RunStarted {
         run: RunId,
         agent: AgentId,
         /// The agent's n-th run start (from 0); picks the scripted adapter's step.
         run_number: u64,
+        /// The local day (agent's time zone) the start counts against.
+        day: LocalDay,
     },
     /// A run reached its terminal state.
     RunFinished {
@@ -139,7 +148,7 @@ impl EventKind {
         match self {
             EventKind::TenantCreated { .. } | EventKind::OperatorTokenSet { .. } => None,
             EventKind::AgentCreated { agent, .. }
-            | EventKind::AgentPaused { agent }
+            | EventKind::AgentPaused { agent, .. }
             | EventKind::AgentResumed { agent }
             | EventKind::AgentTerminated { agent }
             | EventKind::TimerFired { agent, .. }

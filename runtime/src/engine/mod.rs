@@ -11,8 +11,10 @@
 pub mod agent;
 pub mod agent_state;
 pub mod coordinator;
+pub mod daily_cap;
 pub mod draft;
 pub mod event;
+pub mod pause;
 pub mod run;
 pub mod schedule;
 pub mod tenant;
@@ -47,7 +49,16 @@ pub enum Command {
         agent: AgentId,
         request: WakeupRequest,
     },
-    PauseAgent { agent: AgentId },
+    /// An operator pause: until resumed (`minutes` none), or for `minutes`.
+    PauseAgent {
+        agent: AgentId,
+        minutes: Option<u64>,
+    },
+    /// The agent's own `pause_heartbeats(minutes)`: default 2, clamped to 1..=60.
+    PauseHeartbeats {
+        agent: AgentId,
+        minutes: Option<u64>,
+    },
     ResumeAgent { agent: AgentId },
     TerminateAgent { agent: AgentId },
     /// Fire every timer whose slot has come.
@@ -228,7 +239,31 @@ impl Engine {
                     replayed: false,
                 });
             }
-            Command::PauseAgent { agent } => self.coordinator(*agent)?.pause(&mut draft)?,
+            Command::PauseAgent { agent, minutes } => {
+                let until_ms = match minutes {
+                    None => None,
+                    Some(m) if (1..=pause::OPERATOR_PAUSE_MINUTES_MAX).contains(m) => {
+                        Some(pause::pause_until_ms(now_ms, *m))
+                    }
+                    Some(m) => {
+                        return Err(Refusal::InvalidField(FieldError::new(
+                            "minutes",
+                            format!(
+                                "minutes must be between 1 and {} (got {m}); leave it out to pause until resumed",
+                                pause::OPERATOR_PAUSE_MINUTES_MAX
+                            ),
+                        )))
+                    }
+                };
+                self.coordinator(*agent)?
+                    .pause(&mut draft, until_ms, pause::PausedBy::Operator)?
+            }
+            Command::PauseHeartbeats { agent, minutes } => {
+                let minutes = pause::heartbeat_pause_minutes(*minutes);
+                let until_ms = Some(pause::pause_until_ms(now_ms, minutes));
+                self.coordinator(*agent)?
+                    .pause(&mut draft, until_ms, pause::PausedBy::Agent)?
+            }
             Command::ResumeAgent { agent } => self.coordinator(*agent)?.resume(&mut draft)?,
             Command::TerminateAgent { agent } => self.coordinator(*agent)?.terminate(&mut draft),
             Command::FireDueTimers => {
@@ -346,10 +381,12 @@ impl Engine {
                 name: spec.name.clone(),
                 spec: spec.clone(),
                 token_hash: token_hash.clone(),
-                first_fire_at_ms: spec
-                    .heartbeat
-                    .interval_ms
-                    .map(|interval_ms| now_ms.saturating_add(interval_ms)),
+                // The grid is offset by the agent's jitter, so alike agents do not align.
+                first_fire_at_ms: spec.heartbeat.interval_ms.map(|interval_ms| {
+                    now_ms
+                        .saturating_add(interval_ms)
+                        .saturating_add(schedule::jitter_ms(id.0, interval_ms))
+                }),
             },
         );
         Ok(())
@@ -420,6 +457,9 @@ impl Engine {
                     timer_fires: 0,
                     last_due_at_ms: None,
                     runs_started: 0,
+                    paused_until_ms: None,
+                    paused_by: None,
+                    day_count: daily_cap::DayCount::default(),
                 });
                 assert!(
                     self.agents.insert(*agent, state).is_none(),

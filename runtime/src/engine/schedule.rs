@@ -2,6 +2,24 @@
 //! stands for. Slots lie on a grid anchored at the agent's first slot, so other wakes never move
 //! them, and after downtime or a forward clock jump one fire covers every missed slot.
 
+/// The largest jitter added to an agent's first slot.
+pub const JITTER_MS_MAX: u64 = 5 * 60 * 1_000;
+
+/// A fixed offset of the agent's timer grid, derived from its id, so that a fleet configured
+/// alike does not wake in one instant. At most a tenth of the interval and `JITTER_MS_MAX`.
+pub fn jitter_ms(agent: u64, interval_ms: u64) -> u64 {
+    let spread_ms = (interval_ms / 10).min(JITTER_MS_MAX);
+    if spread_ms == 0 {
+        return 0;
+    }
+    // splitmix64: consecutive ids land far apart.
+    let mut z = agent.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    z % (spread_ms + 1)
+}
+
 /// The outcome of firing a timer at `now_ms` whose next slot was `next_fire_at_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TimerFire {
@@ -34,6 +52,26 @@ pub fn fire_due(next_fire_at_ms: u64, interval_ms: u64, now_ms: u64) -> Option<T
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn jitter_is_bounded_stable_and_spread() {
+        let interval_ms = 30 * 60 * 1_000;
+        let offsets: Vec<u64> = (1..=100).map(|id| jitter_ms(id, interval_ms)).collect();
+        assert!(offsets.iter().all(|&j| j <= JITTER_MS_MAX));
+        assert_eq!(offsets, (1..=100).map(|id| jitter_ms(id, interval_ms)).collect::<Vec<_>>());
+        let mut distinct = offsets.clone();
+        distinct.sort();
+        distinct.dedup();
+        assert!(distinct.len() > 95, "100 agents share {} offsets", distinct.len());
+        // Spread over the whole range (a tenth of the interval), not bunched at one end.
+        let spread_ms = interval_ms / 10;
+        assert!(offsets.iter().all(|&j| j <= spread_ms));
+        let low = offsets.iter().filter(|&&j| j < spread_ms / 2).count();
+        assert!((30..=70).contains(&low), "{low} of 100 in the lower half");
+        // Short intervals get at most a tenth of themselves.
+        assert!((1..=100).all(|id| jitter_ms(id, 1_000) <= 100));
+        assert_eq!(jitter_ms(7, 9), 0);
+    }
 
     #[test]
     fn not_due_before_the_slot() {

@@ -227,7 +227,7 @@ fn refusals_are_recorded_with_their_reason() {
     let joins = wake(&mut engine, b, WakeupSource::OnDemand, Some("2"), 1);
     assert!(matches!(outcome(&joins), WakeupOutcome::Coalesced { .. }), "a full queue still coalesces");
 
-    run(&mut engine, Command::PauseAgent { agent: a }, 2);
+    run(&mut engine, Command::PauseAgent { agent: a, minutes: None }, 2);
     let paused = wake(&mut engine, a, WakeupSource::OnDemand, None, 3);
     assert_eq!(outcome(&paused), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
     run(&mut engine, Command::TerminateAgent { agent: a }, 4);
@@ -245,11 +245,11 @@ fn pausing_cancels_queued_and_running_runs_and_resume_takes_wakeups_again() {
     let a = create(&mut engine, "a", None, 0);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0);
-    let d = run(&mut engine, Command::PauseAgent { agent: a }, 1);
+    let d = run(&mut engine, Command::PauseAgent { agent: a, minutes: None }, 1);
     assert_eq!(types(&d.events), ["agent_paused", "run_finished", "run_finished"]);
     assert!(engine.agent_state(a).unwrap().runs().all(|r| r.status == RunStatus::Cancelled));
     assert_eq!(engine.agent(a).unwrap().status, AgentStatus::Paused);
-    assert!(engine.decide(&Command::PauseAgent { agent: a }, 2).unwrap().events.is_empty());
+    assert!(engine.decide(&Command::PauseAgent { agent: a, minutes: None }, 2).unwrap().events.is_empty());
     run(&mut engine, Command::ResumeAgent { agent: a }, 3);
     let d = wake(&mut engine, a, WakeupSource::OnDemand, None, 4);
     assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
@@ -320,9 +320,13 @@ fn timers_fire_on_their_slots_and_wake_through_the_coordinator() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", Some(1_000), 0);
     let b = create(&mut engine, "b", Some(3_000), 0);
-    assert_eq!(engine.next_deadline_ms(), Some(1_000));
-    assert!(engine.decide(&Command::FireDueTimers, 999).unwrap().events.is_empty());
-    for now in (1_000..=6_000).step_by(1_000) {
+    // Each grid is offset by its agent's jitter, at most a tenth of the interval.
+    let first_a = engine.agent(a).unwrap().next_fire_at_ms.unwrap();
+    let first_b = engine.agent(b).unwrap().next_fire_at_ms.unwrap();
+    assert!((1_000..=1_100).contains(&first_a) && (3_000..=3_300).contains(&first_b));
+    assert_eq!(engine.next_deadline_ms(), Some(first_a));
+    assert!(engine.decide(&Command::FireDueTimers, first_a - 1).unwrap().events.is_empty());
+    for now in (0..=6_400).step_by(50) {
         let d = run(&mut engine, Command::FireDueTimers, now);
         for event in &d.events {
             assert!(event.seq <= engine.last_seq());
@@ -371,4 +375,135 @@ fn applying_out_of_order_is_a_bug() {
         tenant: "t".into(),
         kind: EventKind::TenantCreated { operator_token_hash: TokenHash::of("x") },
     });
+}
+
+// ---- the Heart: timed pauses and the daily cap ----
+
+const MINUTE: u64 = 60_000;
+
+fn create_with(engine: &mut Engine, spec: AgentSpec, now_ms: u64) -> AgentId {
+    let name = spec.name.clone();
+    run(
+        engine,
+        Command::CreateAgent { tenant: "t".into(), token_hash: TokenHash::of(&name), spec },
+        now_ms,
+    );
+    engine.agent_named("t", &name).unwrap().id
+}
+
+#[test]
+fn a_timed_pause_refuses_timer_and_idle_and_cancels_the_running_run() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let WakeupOutcome::Queued { run: running } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("x"), 0)) else { panic!() };
+    let WakeupOutcome::Queued { run: timer_run } = outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("t"), 0)) else { panic!() };
+    let WakeupOutcome::Queued { run: user_run } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("u"), 0)) else { panic!() };
+    let d = run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(10) }, 1_000);
+    assert_eq!(types(&d.events), ["agent_paused", "run_finished", "run_finished", "run_started"]);
+    assert_eq!(engine.run(running).unwrap().status, RunStatus::Cancelled);
+    assert_eq!(engine.run(timer_run).unwrap().status, RunStatus::Cancelled);
+    // On-demand work goes on by default.
+    assert_eq!(engine.run(user_run).unwrap().status, RunStatus::Running);
+    assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(1_000 + 10 * MINUTE));
+    for source in [WakeupSource::Timer, WakeupSource::Idle] {
+        let d = wake(&mut engine, a, source, None, 2_000);
+        assert_eq!(outcome(&d), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
+    }
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("v"), 2_000)), WakeupOutcome::Queued { .. }));
+    // A backward jump keeps the pause; the instant itself ends it (a forward jump past it too).
+    let back = wake(&mut engine, a, WakeupSource::Timer, None, 0);
+    assert_eq!(outcome(&back), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
+    let at_end = wake(&mut engine, a, WakeupSource::Timer, None, 1_000 + 10 * MINUTE);
+    assert!(matches!(outcome(&at_end), WakeupOutcome::Queued { .. }));
+}
+
+#[test]
+fn a_timed_pause_survives_a_crash() {
+    let mut engine = Engine::new();
+    let mut log: Vec<Event> = Vec::new();
+    let mut step = |engine: &mut Engine, command: Command, now_ms: u64| {
+        log.extend(run(engine, command, now_ms).events);
+    };
+    step(&mut engine, Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op") }, 0);
+    step(&mut engine, Command::CreateAgent { tenant: "t".into(), spec: AgentSpec::with_interval("a", Some(MINUTE)), token_hash: TokenHash::of("a") }, 0);
+    let a = engine.agent_named("t", "a").unwrap().id;
+    step(&mut engine, Command::PauseHeartbeats { agent: a, minutes: None }, 5_000);
+    step(&mut engine, Command::FireDueTimers, 5_000 + MINUTE);
+    // Replaying the log (what a restart does) restores the pause, which still refuses timers.
+    let mut replayed = Engine::new();
+    log.iter().for_each(|e| replayed.apply(e));
+    assert_eq!(replayed, engine);
+    assert_eq!(replayed.agent(a).unwrap().paused_until_ms, Some(5_000 + 2 * MINUTE));
+    let d = replayed.decide(&Command::FireDueTimers, 5_000 + 2 * MINUTE - 1).unwrap();
+    assert_eq!(types(&d.events), ["timer_fired", "wakeup_refused"]);
+}
+
+#[test]
+fn pause_heartbeats_clamps_and_operator_pauses_are_bounded() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(0) }, 0);
+    assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(MINUTE));
+    run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(61) }, 0);
+    assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(60 * MINUTE));
+    for bad in [0, super::pause::OPERATOR_PAUSE_MINUTES_MAX + 1] {
+        let refused = engine.decide(&Command::PauseAgent { agent: a, minutes: Some(bad) }, 0);
+        assert!(matches!(refused, Err(Refusal::InvalidField(ref f)) if f.field == "minutes"), "{refused:?}");
+    }
+    run(&mut engine, Command::ResumeAgent { agent: a }, 1);
+    assert_eq!(engine.agent(a).unwrap().paused_until_ms, None);
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, None, 2)), WakeupOutcome::Queued { .. }));
+}
+
+#[test]
+fn the_daily_cap_counts_starts_per_local_day_and_never_reopens_a_day() {
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("capped", None);
+    spec.limits.daily_cap = Some(2);
+    spec.time_zone = "Asia/Tokyo".into();
+    // 2026-05-01T12:00:00Z is 21:00 in Tokyo; 15:00Z is midnight there.
+    let noon_utc: u64 = 1_777_636_800_000;
+    let a = create_with(&mut engine, spec, noon_utc);
+    let finish_active = |engine: &mut Engine, now| {
+        let active = engine.agent_state(a).unwrap().active_run().unwrap();
+        finish(engine, active, now);
+    };
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), noon_utc)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("2"), noon_utc)), WakeupOutcome::Queued { .. }));
+    // One running and one queued use up the cap of 2.
+    let capped = wake(&mut engine, a, WakeupSource::Assignment, Some("3"), noon_utc);
+    assert_eq!(outcome(&capped), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+    // Joining the queued run costs no invocation.
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("2"), noon_utc)), WakeupOutcome::Coalesced { .. }));
+    finish_active(&mut engine, noon_utc + 1);
+    finish_active(&mut engine, noon_utc + 2);
+    let still = wake(&mut engine, a, WakeupSource::OnDemand, None, noon_utc + 3);
+    assert_eq!(outcome(&still), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+    // After local midnight (15:00 UTC) the cap is fresh.
+    let midnight_tokyo = noon_utc + 3 * 60 * MINUTE;
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, None, midnight_tokyo)), WakeupOutcome::Queued { .. }));
+    finish_active(&mut engine, midnight_tokyo + 1);
+    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, None, midnight_tokyo + 2)), WakeupOutcome::Queued { .. }));
+    finish_active(&mut engine, midnight_tokyo + 3);
+    // The clock jumps back into the previous day: the new day stays counted (2 used), and the
+    // old day is not re-opened.
+    let back = wake(&mut engine, a, WakeupSource::OnDemand, None, noon_utc);
+    assert_eq!(outcome(&back), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+}
+
+#[test]
+fn a_timer_grid_is_offset_by_the_agents_jitter() {
+    let mut engine = with_tenant();
+    let interval_ms = 30 * MINUTE;
+    let first_slots: Vec<u64> = (0..20)
+        .map(|i| {
+            let id = create(&mut engine, &format!("a{i}"), Some(interval_ms), 0);
+            engine.agent(id).unwrap().next_fire_at_ms.unwrap()
+        })
+        .collect();
+    assert!(first_slots.iter().all(|&s| (interval_ms..=interval_ms + super::schedule::JITTER_MS_MAX).contains(&s)));
+    let mut distinct = first_slots.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(distinct.len() >= 18, "agents created alike fire apart: {first_slots:?}");
 }

@@ -42,6 +42,7 @@ impl Executor {
                     run,
                     agent,
                     run_number,
+                    ..
                 } => {
                     let state = engine.agent_state(*agent).expect("run of a known agent");
                     let started = state.run(*run).expect("started run is held");
