@@ -10,8 +10,12 @@ pub mod crash_mid_run;
 #[cfg(madsim)]
 pub mod idempotency;
 #[cfg(madsim)]
+pub mod pause;
+#[cfg(madsim)]
 pub mod phases;
 #[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]
 pub mod smoke;
+#[cfg(madsim)]
+pub mod wakeup_storm;

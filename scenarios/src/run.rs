@@ -54,6 +54,18 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::crash_mid_run::SAFETY_MS + crate::crash_mid_run::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::crash_mid_run::run(seed, recorder)),
     },
+    Scenario {
+        name: "pause",
+        summary: "6 timer agents take pause_heartbeats rests (0-61 min) under skew, clock jumps, crashes and power cuts; 3 h",
+        virtual_ms: crate::pause::SAFETY_MS + crate::pause::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::pause::run(seed, recorder)),
+    },
+    Scenario {
+        name: "wakeup_storm",
+        summary: "travel_rescue: 5-min timer, daily_cap 48 in New York time, bursts, long downtimes, jumps; 2 days",
+        virtual_ms: crate::wakeup_storm::SAFETY_MS + crate::wakeup_storm::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::wakeup_storm::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

@@ -32,6 +32,9 @@ pub enum Action {
         agent: String,
         request: serde_json::Value,
     },
+    /// The agent called `agent` asks for a rest: `pause_heartbeats(minutes)`, retried until
+    /// answered (a retry pauses again from its own instant, as a real agent's would).
+    PauseHeartbeats { agent: String, minutes: Option<u64> },
 }
 
 /// An action and when it happens.
@@ -78,6 +81,19 @@ impl Workload {
                 match &step.action {
                     Action::CreateAgent { spec } => {
                         self.create(&client, &recorder, &directory, spec).await;
+                    }
+                    Action::PauseHeartbeats { agent, minutes } => {
+                        let body = serde_json::json!({ "minutes": minutes });
+                        let pause = post_to_agent(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            "pause_heartbeats",
+                            body,
+                        );
+                        madsim::task::spawn_local(pause);
                     }
                     Action::Wake { agent, request } => {
                         let wake = wake(
@@ -280,5 +296,35 @@ async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+    }
+}
+
+/// Posts `body` to `/v1/agents/{id}/{action}` until a 2xx answer.
+async fn post_to_agent(
+    until_ms: u64,
+    client: ApiClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+    action: &'static str,
+    body: serde_json::Value,
+) {
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        let id = directory.borrow().get(&agent).copied();
+        let Some(id) = id else {
+            learn_ids(until_ms, &client, &directory).await;
+            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            continue;
+        };
+        match client.post_json(&format!("/v1/agents/{id}/{action}"), &body).await {
+            Ok(answer) if answer.status.is_success() => return,
+            Ok(answer) if answer.status.is_client_error() => {
+                panic!("workload sent a bad {action}: {} {:?}", answer.status, answer.body)
+            }
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
     }
 }

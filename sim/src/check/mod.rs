@@ -3,11 +3,13 @@
 //! It sees only what a trace record says, never the runtime's memory, so what it checks is what
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
+mod heart;
 mod runs;
 
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
+use vigil::engine::schedule::JITTER_MS_MAX;
 use vigil::node::WALL_RECHECK_MS;
 
 use crate::trace::{event_digest, TraceEvent, TraceRecord};
@@ -61,6 +63,7 @@ pub struct Checker {
     quiet_since_ms: Option<u64>,
     quiet_probes_checked: u32,
     runs: runs::RunsOracle,
+    heart: heart::HeartOracle,
 }
 
 impl Checker {
@@ -243,6 +246,7 @@ impl Checker {
             _ => {}
         }
         self.runs.committed(t_ms, event)?;
+        self.heart.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
@@ -346,7 +350,10 @@ impl Checker {
                 // No timer: nothing to judge (agents are never terminated in these scenarios).
                 continue;
             };
-            if *next_fire_at_ms > wall_seen_ms_max + interval_ms + TIMER_LAG_MS_MAX {
+            // The first slot of a grid is offset by the agent's jitter, at most a tenth of the
+            // interval (and JITTER_MS_MAX).
+            let jitter_ms_max = (interval_ms / 10).min(JITTER_MS_MAX);
+            if *next_fire_at_ms > wall_seen_ms_max + interval_ms + jitter_ms_max + TIMER_LAG_MS_MAX {
                 return violation(
                     "timer_not_lost",
                     format!(

@@ -326,6 +326,7 @@ mod tests {
             run: RunId(run),
             agent: AgentId(1),
             run_number: 0,
+            day: vigil::engine::daily_cap::LocalDay(0),
         })
     }
 

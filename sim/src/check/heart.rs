@@ -1,0 +1,214 @@
+//! The Heart's invariants, judged from committed events alone (docs/invariants.md, 2 and 3):
+//! no run starts past the agent's daily cap in a local day, and no timer or idle run starts
+//! while the agent's persisted pause is in force on its node's clock.
+
+use std::collections::BTreeMap;
+
+use vigil::engine::daily_cap::LocalDay;
+use vigil::engine::event::{Event, EventKind};
+use vigil::engine::wakeup::{RefusalReason, WakeupSource};
+
+use super::{violation, Violation};
+
+#[derive(Debug, Clone, Default)]
+struct AgentSeen {
+    time_zone: String,
+    daily_cap: Option<u32>,
+    /// Paused until resumed.
+    paused: bool,
+    /// A timed pause's end, on the node's wall clock.
+    paused_until_ms: Option<u64>,
+    /// The latest local day a start counted against, and the starts on it.
+    day: Option<(LocalDay, u32)>,
+}
+
+/// What the oracle has seen of agents' pauses and daily starts.
+#[derive(Debug, Default)]
+pub struct HeartOracle {
+    agents: BTreeMap<u64, AgentSeen>,
+    /// The source of every run (a re-queued run keeps its original's).
+    run_sources: BTreeMap<u64, WakeupSource>,
+}
+
+impl HeartOracle {
+    /// Checks one durable event.
+    pub fn committed(&mut self, event: &Event) -> Result<(), Violation> {
+        match &event.kind {
+            EventKind::AgentCreated { agent, spec, .. } => {
+                self.agents.insert(
+                    agent.0,
+                    AgentSeen {
+                        time_zone: spec.time_zone.clone(),
+                        daily_cap: spec.limits.daily_cap,
+                        ..AgentSeen::default()
+                    },
+                );
+            }
+            EventKind::AgentPaused { agent, until_ms, .. } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                match until_ms {
+                    None => seen.paused = true,
+                    Some(until) => seen.paused_until_ms = Some(*until),
+                }
+            }
+            EventKind::AgentResumed { agent } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                seen.paused = false;
+                seen.paused_until_ms = None;
+            }
+            EventKind::WakeupRefused {
+                agent,
+                source,
+                refusal: RefusalReason::Paused,
+                ..
+            } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                let routine = matches!(source, WakeupSource::Timer | WakeupSource::Idle);
+                let timed = seen.paused_until_ms.is_some_and(|until| event.at_ms < until);
+                if routine && !seen.paused && !timed {
+                    return violation(
+                        "pause_ends",
+                        format!(
+                            "agent {agent}'s {source:?} wakeup was refused as paused at wall {}, but its pause ended at {:?}",
+                            event.at_ms, seen.paused_until_ms
+                        ),
+                    );
+                }
+            }
+            EventKind::WakeupQueued { run, source, .. } => {
+                self.run_sources.insert(run.0, *source);
+            }
+            EventKind::RunRequeued {
+                run,
+                retry_of,
+                coalesced: false,
+                ..
+            } => {
+                if let Some(source) = self.run_sources.get(&retry_of.0).copied() {
+                    self.run_sources.insert(run.0, source);
+                }
+            }
+            EventKind::RunStarted { run, agent, .. } => {
+                let source = self.run_sources.get(&run.0).copied();
+                let Some(seen) = self.agents.get_mut(&agent.0) else {
+                    return violation("events_gap_free", format!("run {run} started for unknown agent {agent}"));
+                };
+                let routine = matches!(source, Some(WakeupSource::Timer | WakeupSource::Idle));
+                let timed = seen.paused_until_ms.is_some_and(|until| event.at_ms < until);
+                if seen.paused || (routine && timed) {
+                    return violation(
+                        "no_routine_wakeup_while_paused",
+                        format!(
+                            "run {run} ({source:?}) of agent {agent} started at wall {} while paused (until resumed: {}, until: {:?})",
+                            event.at_ms, seen.paused, seen.paused_until_ms
+                        ),
+                    );
+                }
+                let today = LocalDay::of(event.at_ms, &seen.time_zone);
+                // A day once counted is never re-opened: after a backward jump, starts count
+                // against the latest counted day.
+                let day = seen.day.map_or(today, |(counted, _)| counted.max(today));
+                let started = match seen.day {
+                    Some((counted, n)) if counted == day => n + 1,
+                    _ => 1,
+                };
+                seen.day = Some((day, started));
+                if let Some(cap) = seen.daily_cap {
+                    if started > cap {
+                        return violation(
+                            "daily_cap_respected",
+                            format!("agent {agent} started run {run}, its run {started} of local day {day:?}, over its cap of {cap}"),
+                        );
+                    }
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use vigil::engine::agent::{AgentId, AgentSpec};
+    use vigil::engine::pause::PausedBy;
+    use vigil::engine::run::RunId;
+    use vigil::engine::tenant::TokenHash;
+    use vigil::engine::wakeup::WakeupId;
+
+    use super::*;
+
+    fn event(at_ms: u64, kind: EventKind) -> Event {
+        Event { seq: 0, at_ms, tenant: "default".into(), kind }
+    }
+
+    fn created(cap: Option<u32>) -> Event {
+        let mut spec = AgentSpec::with_interval("a", Some(60_000));
+        spec.limits.daily_cap = cap;
+        event(0, EventKind::AgentCreated {
+            agent: AgentId(1),
+            name: "a".into(),
+            spec,
+            token_hash: TokenHash::of("a"),
+            first_fire_at_ms: Some(60_000),
+        })
+    }
+
+    fn queued(run: u64, source: WakeupSource) -> Event {
+        event(0, EventKind::WakeupQueued {
+            wakeup: WakeupId(run),
+            agent: AgentId(1),
+            source,
+            reason: String::new(),
+            payload: serde_json::Value::Null,
+            task_key: None,
+            idempotency_key: None,
+            run: RunId(run),
+        })
+    }
+
+    fn started(run: u64, at_ms: u64) -> Event {
+        event(at_ms, EventKind::RunStarted {
+            run: RunId(run),
+            agent: AgentId(1),
+            run_number: run,
+            day: LocalDay::of(at_ms, "UTC"),
+        })
+    }
+
+    #[test]
+    fn a_timer_run_starting_inside_a_pause_is_caught_but_not_an_on_demand_one() {
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&created(None)).unwrap();
+        oracle
+            .committed(&event(1_000, EventKind::AgentPaused { agent: AgentId(1), until_ms: Some(120_000), by: PausedBy::Agent }))
+            .unwrap();
+        oracle.committed(&queued(1, WakeupSource::OnDemand)).unwrap();
+        oracle.committed(&started(1, 2_000)).unwrap();
+        oracle.committed(&queued(2, WakeupSource::Timer)).unwrap();
+        let err = oracle.committed(&started(2, 119_999)).unwrap_err();
+        assert_eq!(err.invariant, "no_routine_wakeup_while_paused");
+        // At the pause's end instant it may start.
+        oracle.committed(&started(2, 120_000)).unwrap();
+    }
+
+    #[test]
+    fn starts_over_the_daily_cap_are_caught_and_a_backward_jump_does_not_reopen_a_day() {
+        let day_ms = 86_400_000;
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&created(Some(2))).unwrap();
+        for run in 1..=4 {
+            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+        }
+        oracle.committed(&started(1, 10 * day_ms + 1)).unwrap();
+        oracle.committed(&started(2, 10 * day_ms + 2)).unwrap();
+        // Next day: one more is fine...
+        oracle.committed(&started(3, 11 * day_ms)).unwrap();
+        // ...and a start stamped back on day 10 counts against day 11: 2 of 2, fine; a third
+        // would not be.
+        oracle.committed(&started(4, 10 * day_ms + 3)).unwrap();
+        oracle.committed(&queued(5, WakeupSource::OnDemand)).unwrap();
+        let err = oracle.committed(&started(5, 10 * day_ms + 4)).unwrap_err();
+        assert_eq!(err.invariant, "daily_cap_respected");
+    }
+}
