@@ -75,14 +75,16 @@ pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Agent>,
     caller.agent(id).map(Json)
 }
 
-/// What `POST /v1/agents/{id}/{resume|terminate}` does.
+/// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset}` does.
 #[derive(Debug, Clone, Copy)]
 pub enum Control {
     Resume,
     Terminate,
+    ResetBreaker,
 }
 
-/// Resumes or terminates an agent (operator only); answers with the agent.
+/// Resumes or terminates an agent, or resets its breaker (operator only); answers with the
+/// agent.
 pub async fn control(
     caller: Caller,
     Path(id): Path<String>,
@@ -93,6 +95,7 @@ pub async fn control(
     let command = match action {
         Control::Resume => Command::ResumeAgent { agent },
         Control::Terminate => Command::TerminateAgent { agent },
+        Control::ResetBreaker => Command::ResetBreaker { agent },
     };
     caller.shell.execute(command)?;
     caller.agent(agent).map(Json)

@@ -59,6 +59,10 @@ pub fn router(gate: Gate) -> Router {
             post(|c, p| agents::control(c, p, Control::Terminate)),
         )
         .route("/v1/agents/{id}/wakeup", post(agents::wakeup))
+        .route(
+            "/v1/agents/{id}/breaker/reset",
+            post(|c, p| agents::control(c, p, Control::ResetBreaker)),
+        )
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::breaker::{BreakerPolicy, BreakerState};
 use super::daily_cap::{DayCount, DAILY_CAP_MAX};
 use super::pause::{PausedBy, WhilePaused};
 use super::tenant::{validate_name, TenantName, TokenHash};
@@ -60,6 +61,9 @@ pub struct AgentSpec {
     pub time_zone: String,
     #[serde(default)]
     pub limits: AgentLimits,
+    /// The circuit breaker's settings.
+    #[serde(default)]
+    pub breaker: BreakerPolicy,
 }
 
 fn default_time_zone() -> String {
@@ -105,7 +109,10 @@ pub struct ScriptStep {
 #[serde(rename_all = "snake_case")]
 pub enum ScriptOutcome {
     Succeeded,
+    /// The model call fails (an LLM failure for the breaker).
     Failed,
+    /// A tool fails (a tool failure for the breaker).
+    ToolFailed,
     /// Never ends by itself: only the run timeout or a cancel ends it.
     Hang,
 }
@@ -198,6 +205,7 @@ impl AgentSpec {
             },
             time_zone: default_time_zone(),
             limits: AgentLimits::default(),
+            breaker: BreakerPolicy::default(),
         }
     }
 
@@ -247,6 +255,7 @@ impl AgentSpec {
             ));
         }
         validate_time_zone(&self.time_zone)?;
+        self.breaker.validate()?;
         let limits = &self.limits;
         if !(RUN_TIMEOUT_MS_MIN..=RUN_TIMEOUT_MS_MAX).contains(&limits.run_timeout_ms) {
             return Err(FieldError::new(
@@ -328,6 +337,8 @@ pub struct Agent {
     pub paused_by: Option<PausedBy>,
     /// Runs started on the latest counted local day (the daily cap's reservations).
     pub day_count: DayCount,
+    /// The circuit breaker.
+    pub breaker: BreakerState,
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus};
+use super::breaker::{BreakerState, FailureCause};
 use super::pause::{self, PausedBy};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
@@ -92,6 +93,10 @@ impl Coordinator {
                 Some(RefusalReason::DisabledSource)
             }
             AgentStatus::Active => None,
+        };
+        let refusal = match refusal {
+            None if !self.breaker_admits(draft) => Some(RefusalReason::BreakerOpen),
+            other => other,
         };
         let coalesce_onto = self.queued_by_key.get(&request.task_key).copied();
         // Joining a queued run costs no invocation and no queue slot.
@@ -204,9 +209,70 @@ impl Coordinator {
         if self.active != Some(run) {
             return Err(Refusal::RunNotRunning(run));
         }
+        let probe = matches!(self.agent.breaker, BreakerState::HalfOpen { probe: Some(p), .. } if p == run);
+        let cooldown_ms = match self.agent.breaker {
+            BreakerState::HalfOpen { cooldown_ms, .. } => cooldown_ms,
+            _ => 0,
+        };
         self.end_run(draft, run, end.clone());
+        let policy = self.agent.spec.breaker.clone();
+        let now_ms = draft.now_ms();
+        let trip = match (self.agent.breaker, end.cause) {
+            // The apply above counted the failure.
+            (BreakerState::Closed { llm_failures, .. }, Some(FailureCause::Llm))
+                if llm_failures >= policy.failures_to_open =>
+            {
+                Some((FailureCause::Llm, policy.cooldown_ms))
+            }
+            (BreakerState::Closed { tool_failures, .. }, Some(FailureCause::Tool))
+                if tool_failures >= policy.failures_to_open =>
+            {
+                Some((FailureCause::Tool, policy.cooldown_ms))
+            }
+            (_, Some(cause)) if probe => Some((cause, policy.next_cooldown_ms(cooldown_ms))),
+            _ => None,
+        };
+        if let Some((trigger, cooldown_ms)) = trip {
+            draft.emit(
+                self,
+                EventKind::BreakerOpened {
+                    agent: self.agent.id,
+                    trigger,
+                    until_ms: now_ms.saturating_add(cooldown_ms),
+                    cooldown_ms,
+                },
+            );
+            let queued: Vec<RunId> = self.queued_runs().collect();
+            for run in queued {
+                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "breaker_open"));
+            }
+        } else if probe && end.status == RunStatus::Succeeded {
+            draft.emit(self, EventKind::BreakerClosed { agent: self.agent.id });
+        }
         self.start_next(draft);
         Ok(())
+    }
+
+    /// An operator closes the breaker; closing a closed breaker changes nothing.
+    pub fn reset_breaker(&mut self, draft: &mut Draft) {
+        if !matches!(self.agent.breaker, BreakerState::Closed { .. }) {
+            draft.emit(self, EventKind::BreakerReset { agent: self.agent.id });
+            self.start_next(draft);
+        }
+    }
+
+    /// Refuses a wakeup the breaker does not let through; moves an open breaker whose cooldown
+    /// is over to half-open, letting this wakeup through as its probe.
+    fn breaker_admits(&mut self, draft: &mut Draft) -> bool {
+        match self.agent.breaker {
+            BreakerState::Closed { .. } | BreakerState::HalfOpen { probe: None, .. } => true,
+            BreakerState::HalfOpen { probe: Some(_), .. } => false,
+            BreakerState::Open { until_ms, .. } if draft.now_ms() < until_ms => false,
+            BreakerState::Open { .. } => {
+                draft.emit(self, EventKind::BreakerHalfOpened { agent: self.agent.id });
+                true
+            }
+        }
     }
 
     /// Cancels a queued or running run, then starts the next. (The engine answers for runs
@@ -335,6 +401,7 @@ impl Coordinator {
                 agent: self.agent.id,
                 status: end.status,
                 detail: end.detail,
+                cause: end.cause,
             },
         );
     }
@@ -349,6 +416,16 @@ impl Coordinator {
         }
         let now_ms = draft.now_ms();
         while let Some(&(_, run)) = self.queue.first() {
+            // Only a half-open breaker's probe (or a closed breaker) lets a run start.
+            let blocked = match self.agent.breaker {
+                BreakerState::Closed { .. } => false,
+                BreakerState::HalfOpen { probe, .. } => probe.is_some_and(|p| p != run),
+                BreakerState::Open { .. } => true,
+            };
+            if blocked {
+                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "breaker_open"));
+                continue;
+            }
             let source = self.live[&run].source;
             let while_paused = self.agent.spec.heartbeat.while_paused;
             if pause::in_force(self.agent.paused_until_ms, now_ms) && pause::refuses(source, while_paused) {
@@ -467,8 +544,31 @@ impl Coordinator {
                 target.reason = reason.clone();
                 target.payload = payload.clone();
                 self.raise_priority(*run, source.priority());
+                self.take_as_probe(*run);
             }
             EventKind::WakeupRefused { .. } => {}
+            EventKind::BreakerOpened {
+                until_ms,
+                cooldown_ms,
+                ..
+            } => {
+                self.agent.breaker = BreakerState::Open {
+                    until_ms: *until_ms,
+                    cooldown_ms: *cooldown_ms,
+                };
+            }
+            EventKind::BreakerHalfOpened { .. } => {
+                let BreakerState::Open { cooldown_ms, .. } = self.agent.breaker else {
+                    panic!("breaker of agent {} half-opened while not open", self.agent.id);
+                };
+                self.agent.breaker = BreakerState::HalfOpen {
+                    cooldown_ms,
+                    probe: None,
+                };
+            }
+            EventKind::BreakerClosed { .. } | EventKind::BreakerReset { .. } => {
+                self.agent.breaker = BreakerState::default();
+            }
             EventKind::RunRequeued {
                 run,
                 retry_of,
@@ -527,9 +627,31 @@ impl Coordinator {
                 self.agent.runs_started += 1;
             }
             EventKind::RunFinished {
-                run, status, detail, ..
+                run,
+                status,
+                detail,
+                cause,
+                ..
             } => {
                 assert!(status.is_terminal(), "run {run} finished as {status:?}");
+                match &mut self.agent.breaker {
+                    BreakerState::Closed {
+                        llm_failures,
+                        tool_failures,
+                    } => match (status, cause) {
+                        (RunStatus::Succeeded, _) => (*llm_failures, *tool_failures) = (0, 0),
+                        (_, Some(FailureCause::Llm)) => *llm_failures += 1,
+                        (_, Some(FailureCause::Tool)) => *tool_failures += 1,
+                        _ => {}
+                    },
+                    // A probe that was cancelled or cut off proves nothing: await another.
+                    BreakerState::HalfOpen { probe, .. }
+                        if *probe == Some(*run) && cause.is_none() && *status != RunStatus::Succeeded =>
+                    {
+                        *probe = None;
+                    }
+                    _ => {}
+                }
                 let mut ended = self
                     .live
                     .remove(run)
@@ -556,10 +678,18 @@ impl Coordinator {
         None
     }
 
+    /// A half-open breaker takes the first run admitted as its one probe.
+    fn take_as_probe(&mut self, run: RunId) {
+        if let BreakerState::HalfOpen { probe: probe @ None, .. } = &mut self.agent.breaker {
+            *probe = Some(run);
+        }
+    }
+
     fn enqueue(&mut self, run: Run) {
         let previous = self.queued_by_key.insert(run.task_key.clone(), run.id);
         assert!(previous.is_none(), "two queued runs for one task key (invariant 6)");
         self.queue.insert((run.priority, run.id));
+        self.take_as_probe(run.id);
         let existed = self.live.insert(run.id, run);
         assert!(existed.is_none(), "run id reused");
     }

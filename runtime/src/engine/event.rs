@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, AgentSpec};
+use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
 use super::run::{RunId, RunStatus};
@@ -120,7 +121,24 @@ pub enum EventKind {
         agent: AgentId,
         status: RunStatus,
         detail: String,
+        /// For a failure the breaker counts: which kind.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cause: Option<FailureCause>,
     },
+    /// The breaker opened (after `failures_to_open` failures of kind `trigger` in a row, or a
+    /// failed probe): wakeups are refused until `until_ms`.
+    BreakerOpened {
+        agent: AgentId,
+        trigger: FailureCause,
+        until_ms: u64,
+        cooldown_ms: u64,
+    },
+    /// The cooldown is over and a wakeup came: it is admitted as the one probe.
+    BreakerHalfOpened { agent: AgentId },
+    /// The probe succeeded.
+    BreakerClosed { agent: AgentId },
+    /// An operator closed the breaker.
+    BreakerReset { agent: AgentId },
 }
 
 impl EventKind {
@@ -140,6 +158,10 @@ impl EventKind {
             EventKind::RunRequeued { .. } => "run_requeued",
             EventKind::RunStarted { .. } => "run_started",
             EventKind::RunFinished { .. } => "run_finished",
+            EventKind::BreakerOpened { .. } => "breaker_opened",
+            EventKind::BreakerHalfOpened { .. } => "breaker_half_opened",
+            EventKind::BreakerClosed { .. } => "breaker_closed",
+            EventKind::BreakerReset { .. } => "breaker_reset",
         }
     }
 
@@ -157,7 +179,11 @@ impl EventKind {
             | EventKind::WakeupRefused { agent, .. }
             | EventKind::RunRequeued { agent, .. }
             | EventKind::RunStarted { agent, .. }
-            | EventKind::RunFinished { agent, .. } => Some(*agent),
+            | EventKind::RunFinished { agent, .. }
+            | EventKind::BreakerOpened { agent, .. }
+            | EventKind::BreakerHalfOpened { agent }
+            | EventKind::BreakerClosed { agent }
+            | EventKind::BreakerReset { agent } => Some(*agent),
         }
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod agent_state;
+pub mod breaker;
 pub mod coordinator;
 pub mod daily_cap;
 pub mod draft;
@@ -61,6 +62,8 @@ pub enum Command {
     },
     ResumeAgent { agent: AgentId },
     TerminateAgent { agent: AgentId },
+    /// An operator closes the agent's breaker.
+    ResetBreaker { agent: AgentId },
     /// Fire every timer whose slot has come.
     FireDueTimers,
     /// The executor reports that a running run ended.
@@ -266,6 +269,7 @@ impl Engine {
             }
             Command::ResumeAgent { agent } => self.coordinator(*agent)?.resume(&mut draft)?,
             Command::TerminateAgent { agent } => self.coordinator(*agent)?.terminate(&mut draft),
+            Command::ResetBreaker { agent } => self.coordinator(*agent)?.reset_breaker(&mut draft),
             Command::FireDueTimers => {
                 for state in self.agents.values() {
                     if state.agent().next_fire_at_ms.is_some_and(|due| due <= now_ms) {
@@ -460,6 +464,7 @@ impl Engine {
                     paused_until_ms: None,
                     paused_by: None,
                     day_count: daily_cap::DayCount::default(),
+                    breaker: breaker::BreakerState::default(),
                 });
                 assert!(
                     self.agents.insert(*agent, state).is_none(),

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent::AgentId;
+use super::breaker::FailureCause;
 use super::wakeup::{Priority, WakeupId, WakeupSource};
 
 /// Finished runs each agent keeps in memory for the API; older ones live on in the event log.
@@ -57,12 +58,15 @@ impl RunStatus {
     }
 }
 
-/// How a run ended: a terminal status and a short explanation.
+/// How a run ended: a terminal status, a short explanation, and for a failure the kind the
+/// circuit breaker counts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunEnd {
     pub status: RunStatus,
     #[serde(default)]
     pub detail: String,
+    #[serde(default)]
+    pub cause: Option<FailureCause>,
 }
 
 impl RunEnd {
@@ -73,6 +77,15 @@ impl RunEnd {
         RunEnd {
             status,
             detail: detail.chars().take(DETAIL_CHARS_MAX).collect(),
+            cause: None,
+        }
+    }
+
+    /// The same end, counted by the breaker as a failure of kind `cause`.
+    pub fn caused_by(self, cause: FailureCause) -> Self {
+        RunEnd {
+            cause: Some(cause),
+            ..self
         }
     }
 }

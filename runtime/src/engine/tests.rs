@@ -507,3 +507,79 @@ fn a_timer_grid_is_offset_by_the_agents_jitter() {
     distinct.dedup();
     assert!(distinct.len() >= 18, "agents created alike fire apart: {first_slots:?}");
 }
+
+// ---- the circuit breaker ----
+
+fn fail_active(engine: &mut Engine, agent: AgentId, cause: super::breaker::FailureCause, now_ms: u64) -> Decision {
+    let active = engine.agent_state(agent).unwrap().active_run().expect("a running run");
+    run(
+        engine,
+        Command::FinishRun { run: active, end: RunEnd::new(RunStatus::Failed, "boom").caused_by(cause) },
+        now_ms,
+    )
+}
+
+fn breaker(engine: &Engine, agent: AgentId) -> super::breaker::BreakerState {
+    engine.agent(agent).unwrap().breaker
+}
+
+#[test]
+fn the_breaker_opens_after_k_failures_probes_once_and_doubles_its_cooldown() {
+    use super::breaker::{BreakerState, FailureCause};
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let cooldown = super::breaker::COOLDOWN_MS_DEFAULT;
+    // Two LLM failures and a tool failure do not open it: the triggers count apart.
+    for (i, cause) in [FailureCause::Llm, FailureCause::Tool, FailureCause::Llm].into_iter().enumerate() {
+        wake(&mut engine, a, WakeupSource::OnDemand, None, i as u64);
+        fail_active(&mut engine, a, cause, i as u64);
+    }
+    assert_eq!(breaker(&engine, a), BreakerState::Closed { llm_failures: 2, tool_failures: 1 });
+    // A queued run is waiting when the third LLM failure opens the breaker: it is cancelled.
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("x"), 10);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("y"), 10);
+    let d = fail_active(&mut engine, a, FailureCause::Llm, 10);
+    assert_eq!(types(&d.events), ["run_finished", "breaker_opened", "run_finished"]);
+    assert_eq!(breaker(&engine, a), BreakerState::Open { until_ms: 10 + cooldown, cooldown_ms: cooldown });
+    let refused = wake(&mut engine, a, WakeupSource::Timer, None, 10 + cooldown - 1);
+    assert_eq!(outcome(&refused), WakeupOutcome::Refused { refusal: RefusalReason::BreakerOpen });
+    // After the cooldown: exactly one probe.
+    let probe = wake(&mut engine, a, WakeupSource::Timer, None, 10 + cooldown);
+    assert_eq!(types(&probe.events), ["breaker_half_opened", "wakeup_queued", "run_started"]);
+    let second = wake(&mut engine, a, WakeupSource::OnDemand, Some("z"), 10 + cooldown);
+    assert_eq!(outcome(&second), WakeupOutcome::Refused { refusal: RefusalReason::BreakerOpen });
+    // The probe fails: open again for twice as long.
+    let t = 20 + cooldown;
+    let d = fail_active(&mut engine, a, FailureCause::Tool, t);
+    assert_eq!(types(&d.events), ["run_finished", "breaker_opened"]);
+    assert_eq!(breaker(&engine, a), BreakerState::Open { until_ms: t + 2 * cooldown, cooldown_ms: 2 * cooldown });
+    // The next probe succeeds: closed, counters at zero.
+    wake(&mut engine, a, WakeupSource::OnDemand, None, t + 2 * cooldown);
+    let active = engine.agent_state(a).unwrap().active_run().unwrap();
+    let d = finish(&mut engine, active, t + 2 * cooldown + 1);
+    assert_eq!(types(&d.events), ["run_finished", "breaker_closed"]);
+    assert_eq!(breaker(&engine, a), BreakerState::default());
+}
+
+#[test]
+fn a_cancelled_probe_leaves_the_breaker_half_open_and_operators_can_reset_it() {
+    use super::breaker::{BreakerState, FailureCause};
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    for t in 0..3 {
+        wake(&mut engine, a, WakeupSource::OnDemand, None, t);
+        fail_active(&mut engine, a, FailureCause::Llm, t);
+    }
+    let cooldown = super::breaker::COOLDOWN_MS_DEFAULT;
+    wake(&mut engine, a, WakeupSource::OnDemand, None, 2 + cooldown);
+    let probe = engine.agent_state(a).unwrap().active_run().unwrap();
+    run(&mut engine, Command::CancelRun { run: probe }, 3 + cooldown);
+    assert_eq!(breaker(&engine, a), BreakerState::HalfOpen { cooldown_ms: cooldown, probe: None });
+    // A new wakeup becomes the probe.
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, 4 + cooldown);
+    assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
+    let d = run(&mut engine, Command::ResetBreaker { agent: a }, 5 + cooldown);
+    assert_eq!(types(&d.events), ["breaker_reset"]);
+    assert_eq!(breaker(&engine, a), BreakerState::default());
+    assert!(engine.decide(&Command::ResetBreaker { agent: a }, 6 + cooldown).unwrap().events.is_empty());
+}

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use crate::engine::agent::{AdapterSpec, AgentId};
+use crate::engine::breaker::FailureCause;
 use crate::engine::run::{RunId, RunStatus};
 
 /// What an adapter is given for one run.
@@ -24,6 +25,8 @@ pub struct AdapterOutcome {
     /// `Succeeded` or `Failed`.
     pub status: RunStatus,
     pub detail: String,
+    /// For a failure: whether the model or a tool failed (the breaker counts them apart).
+    pub cause: Option<FailureCause>,
 }
 
 /// The future an adapter returns.

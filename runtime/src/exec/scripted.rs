@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use super::adapter::{Adapter, AdapterFuture, AdapterOutcome, RunContext};
 use crate::engine::agent::{ScriptOutcome, ScriptedSpec};
+use crate::engine::breaker::FailureCause;
 use crate::engine::run::RunStatus;
 
 /// Plays a script.
@@ -27,13 +28,15 @@ impl Adapter for Scripted {
         let step = self.script.steps[index].clone();
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(step.duration_ms)).await;
-            let status = match step.outcome {
-                ScriptOutcome::Succeeded => RunStatus::Succeeded,
-                ScriptOutcome::Failed => RunStatus::Failed,
+            let (status, cause) = match step.outcome {
+                ScriptOutcome::Succeeded => (RunStatus::Succeeded, None),
+                ScriptOutcome::Failed => (RunStatus::Failed, Some(FailureCause::Llm)),
+                ScriptOutcome::ToolFailed => (RunStatus::Failed, Some(FailureCause::Tool)),
                 ScriptOutcome::Hang => std::future::pending().await,
             };
             AdapterOutcome {
                 status,
+                cause,
                 detail: format!("scripted step {index}: {:?} after {} ms", step.outcome, step.duration_ms),
             }
         })
