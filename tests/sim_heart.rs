@@ -49,6 +49,25 @@ fn pause_passes_500_seeds() {
 }
 
 #[test]
+fn breaker_passes_500_seeds() {
+    sweep_passes("breaker");
+}
+
+#[test]
+fn breaker_really_opens_probes_and_closes() {
+    let kinds = committed("breaker");
+    let count = |f: fn(&EventKind) -> bool| kinds.iter().filter(|k| f(k)).count();
+    let opened = count(|k| matches!(k, EventKind::BreakerOpened { .. }));
+    let half = count(|k| matches!(k, EventKind::BreakerHalfOpened { .. }));
+    let closed = count(|k| matches!(k, EventKind::BreakerClosed { .. }));
+    let refused = count(|k| matches!(k, EventKind::WakeupRefused { refusal: RefusalReason::BreakerOpen, .. }));
+    let doubled = kinds.windows(1).count() > 0
+        && kinds.iter().any(|k| matches!(k, EventKind::BreakerOpened { cooldown_ms, .. } if *cooldown_ms >= 4 * 60_000));
+    assert!(opened > 0 && half > 0 && closed > 0 && refused > 0, "opened={opened} half={half} closed={closed} refused={refused}");
+    assert!(doubled, "some cooldown doubled");
+}
+
+#[test]
 fn wakeup_storm_passes_500_seeds() {
     sweep_passes("wakeup_storm");
 }

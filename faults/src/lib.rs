@@ -5,14 +5,17 @@
 //! stream derived from the run's seed, so adding one fault to a plan never shifts the draws of
 //! another (see `stream`).
 //!
-//! Issue 2 ships the faults the `smoke` scenario needs: crash at a random instant, power cut
-//! mid-commit (CrashAfterWrite), clock jumps in both directions, and clock skew (a per-node
-//! initial offset the scenario draws). The rest of DESIGN.md §3 (I/O errors, disk full, network
-//! faults, LLM faults, wakeup storms) extends `Fault` with the issues that build the subsystems
-//! they hit.
+//! Built so far (docs/faults.md has the whole catalogue): crash at a random instant, power cut
+//! mid-commit (CrashAfterWrite), clock jumps in both directions and clock skew (a per-node
+//! initial offset the scenario draws), storage I/O errors and disk full (with an operation
+//! filter), and network partition, delay and loss between the workload and the runtime node.
+//! The rest of DESIGN.md §3 (LLM faults, tool and process faults, pulse loss, wakeup storms)
+//! extends `Fault` with the issues that build the subsystems they hit.
 
 pub mod plan;
 pub mod stream;
 
-pub use plan::{plan, Fault, FaultKind, FaultRate, Injection};
+pub use plan::{
+    plan, Fault, FaultKind, FaultRate, Injection, StorageError, StorageFilter, StorageOps,
+};
 pub use stream::stream;

@@ -1,15 +1,17 @@
 //! Fault plans: which faults happen at which virtual instants of a run.
 //!
-//! Faults that strike at an instant (crash, clock jump) arrive as a Poisson process with a mean
-//! rate per simulated hour, bounded by `max_triggers` and starting `after_ms` into the run. Each
-//! fault kind draws its arrivals and parameters from its own stream.
+//! Every fault arrives as a Poisson process with a mean rate per simulated hour, bounded by
+//! `max_triggers` and starting `after_ms` into the run. Instant faults (crash, power cut, clock
+//! jump) strike at their arrival; window faults (storage errors, network partition, delay, loss)
+//! open a window there that heals after a drawn duration. Each fault kind draws its arrivals and
+//! parameters from its own stream, so adding a kind to a plan never shifts another's draws.
 
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
 use crate::stream::stream;
 
-/// Something that goes wrong on a runtime node.
+/// Something that goes wrong on a runtime node or between nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum Fault {
@@ -23,6 +25,23 @@ pub enum Fault {
     PowerCut { after_ops: u64, downtime_ms: u64 },
     /// Move the node's wall clock by `delta_ms` (negative: backward). Monotonic time is untouched.
     ClockJump { delta_ms: i64 },
+    /// For `duration_ms`, or until `errors_max` operations have failed, each storage operation
+    /// that `filter` selects fails with `error`. Nothing of a failed operation reaches the disk.
+    StorageError {
+        error: StorageError,
+        filter: StorageFilter,
+        errors_max: u32,
+        duration_ms: u64,
+    },
+    /// Nothing passes between the workload and the runtime node, either way, for `duration_ms`:
+    /// new connections are refused, messages on open ones wait until the link heals.
+    Partition { duration_ms: u64 },
+    /// Every message on the network takes `latency_ms` longer, for `duration_ms`.
+    NetDelay { latency_ms: u64, duration_ms: u64 },
+    /// Each message (and each connection attempt) is lost with probability
+    /// `loss_permille / 1000`, for `duration_ms`; a lost message on an open connection is
+    /// resent after a back-off, as TCP would.
+    PacketLoss { loss_permille: u16, duration_ms: u64 },
 }
 
 impl Fault {
@@ -32,15 +51,89 @@ impl Fault {
             Fault::Crash { .. } => "crash",
             Fault::PowerCut { .. } => "power_cut",
             Fault::ClockJump { .. } => "clock_jump",
+            Fault::StorageError {
+                error: StorageError::Io,
+                ..
+            } => "storage_io_error",
+            Fault::StorageError {
+                error: StorageError::Full,
+                ..
+            } => "disk_full",
+            Fault::Partition { .. } => "partition",
+            Fault::NetDelay { .. } => "net_delay",
+            Fault::PacketLoss { .. } => "packet_loss",
+        }
+    }
+
+    /// How long the fault's window stays open (0 for an instant fault).
+    pub fn duration_ms(&self) -> u64 {
+        match *self {
+            Fault::Crash { .. } | Fault::PowerCut { .. } | Fault::ClockJump { .. } => 0,
+            Fault::StorageError { duration_ms, .. }
+            | Fault::Partition { duration_ms }
+            | Fault::NetDelay { duration_ms, .. }
+            | Fault::PacketLoss { duration_ms, .. } => duration_ms,
         }
     }
 }
 
-/// How often one kind of instant fault strikes, and within which bounds.
+/// What a failing storage operation returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageError {
+    /// `io::ErrorKind::Other`: a failing device, a bad sector, a lost NFS server.
+    Io,
+    /// `io::ErrorKind::StorageFull` (ENOSPC).
+    Full,
+}
+
+/// Which storage operations a storage fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageOps {
+    /// Writes and `set_len` (what grows the file).
+    Write,
+    /// `sync_data` (fsync).
+    Sync,
+    /// Both.
+    Any,
+}
+
+impl StorageOps {
+    /// Whether an operation that is (or is not) a sync is selected.
+    pub fn selects(self, is_sync: bool) -> bool {
+        match self {
+            StorageOps::Write => !is_sync,
+            StorageOps::Sync => is_sync,
+            StorageOps::Any => true,
+        }
+    }
+}
+
+/// The operation filter of a storage fault: which operations, and the chance that a selected
+/// operation fails while the fault's window is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageFilter {
+    pub ops: StorageOps,
+    /// Chance, in thousandths, that a selected operation fails (1000: every one).
+    pub probability_permille: u16,
+}
+
+impl StorageFilter {
+    /// Every operation of `ops` fails while the window is open.
+    pub const fn always(ops: StorageOps) -> Self {
+        StorageFilter {
+            ops,
+            probability_permille: PERMILLE,
+        }
+    }
+}
+
+/// How often one kind of fault strikes, and within which bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct FaultRate {
-    /// Which fault; `plan` draws each arrival's parameters (downtime, jump size, ...) from the
-    /// kind's own stream.
+    /// Which fault; `plan` draws each arrival's parameters (downtime, jump size, window length,
+    /// ...) from the kind's own stream.
     pub kind: FaultKind,
     /// Mean arrivals per simulated hour.
     pub per_hour: f64,
@@ -50,13 +143,23 @@ pub struct FaultRate {
     pub max_triggers: u32,
 }
 
-/// The kinds of instant fault a plan can schedule.
+/// The kinds of fault a plan can schedule. A storage fault carries its operation filter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FaultKind {
     Crash,
     PowerCut,
     ClockJump,
+    /// Storage operations fail with an I/O error (`ErrorKind::Other`).
+    StorageIoError(StorageFilter),
+    /// Storage operations fail with `ErrorKind::StorageFull`.
+    DiskFull(StorageFilter),
+    /// The link between the workload and the runtime node is cut both ways.
+    Partition,
+    /// The network's latency rises.
+    NetDelay,
+    /// The network loses packets.
+    PacketLoss,
 }
 
 impl FaultKind {
@@ -66,6 +169,11 @@ impl FaultKind {
             FaultKind::Crash => "crash",
             FaultKind::PowerCut => "power_cut",
             FaultKind::ClockJump => "clock_jump",
+            FaultKind::StorageIoError(_) => "storage_io_error",
+            FaultKind::DiskFull(_) => "disk_full",
+            FaultKind::Partition => "partition",
+            FaultKind::NetDelay => "net_delay",
+            FaultKind::PacketLoss => "packet_loss",
         }
     }
 }
@@ -77,6 +185,8 @@ pub struct Injection {
     pub fault: Fault,
 }
 
+/// Thousandths: the unit of every probability a fault carries (integers keep `Fault` `Eq`).
+pub const PERMILLE: u16 = 1_000;
 /// Shortest and longest downtime after a crash: from a quick restart to a long outage that
 /// makes many timer slots go missed.
 pub const CRASH_DOWNTIME_MS_MIN: u64 = 1_000;
@@ -87,6 +197,22 @@ pub const POWER_CUT_AFTER_OPS_MAX: u64 = 12;
 /// Largest forward and backward clock jumps.
 pub const CLOCK_JUMP_FORWARD_MS_MAX: i64 = 3 * 60 * 60 * 1_000;
 pub const CLOCK_JUMP_BACKWARD_MS_MAX: i64 = 60 * 60 * 1_000;
+/// A storage fault's window: from a blip to ten minutes of a sick disk. The node stops at the
+/// first failed append (ADR 0008), so a long window means a crash loop of restarts that fail.
+pub const STORAGE_ERROR_MS_MIN: u64 = 1_000;
+pub const STORAGE_ERROR_MS_MAX: u64 = 10 * 60_000;
+/// A storage fault's window also closes once this many operations have failed in it.
+pub const STORAGE_ERRORS_PER_WINDOW_MAX: u32 = 3;
+/// A network fault's window: from a blip to minutes (longer than the client's 10 s timeout).
+pub const NET_FAULT_MS_MIN: u64 = 1_000;
+pub const NET_FAULT_MS_MAX: u64 = 5 * 60 * 1_000;
+/// Extra latency per message under `NetDelay`: noticeable to far past the client's timeout
+/// (a request is at least two messages).
+pub const NET_DELAY_MS_MIN: u64 = 20;
+pub const NET_DELAY_MS_MAX: u64 = 8_000;
+/// Loss rate under `PacketLoss`, in thousandths.
+pub const PACKET_LOSS_PERMILLE_MIN: u16 = 50;
+pub const PACKET_LOSS_PERMILLE_MAX: u16 = 600;
 
 /// Every injection of `rates` within `[0, until_ms)`, in time order (ties in `rates` order).
 pub fn plan(seed: u64, until_ms: u64, rates: &[FaultRate]) -> Vec<Injection> {
@@ -106,37 +232,61 @@ pub fn plan(seed: u64, until_ms: u64, rates: &[FaultRate]) -> Vec<Injection> {
             if at_ms >= until_ms {
                 break;
             }
-            let fault = match rate.kind {
-                FaultKind::Crash => Fault::Crash {
-                    downtime_ms: log_uniform(
-                        &mut rng,
-                        CRASH_DOWNTIME_MS_MIN,
-                        CRASH_DOWNTIME_MS_MAX,
-                    ),
-                },
-                FaultKind::PowerCut => Fault::PowerCut {
-                    after_ops: rng.gen_range(1..=POWER_CUT_AFTER_OPS_MAX),
-                    downtime_ms: log_uniform(
-                        &mut rng,
-                        CRASH_DOWNTIME_MS_MIN,
-                        CRASH_DOWNTIME_MS_MAX,
-                    ),
-                },
-                FaultKind::ClockJump => {
-                    let delta_ms = if rng.gen_bool(0.5) {
-                        log_uniform(&mut rng, 1_000, CLOCK_JUMP_FORWARD_MS_MAX as u64) as i64
-                    } else {
-                        -(log_uniform(&mut rng, 1_000, CLOCK_JUMP_BACKWARD_MS_MAX as u64) as i64)
-                    };
-                    Fault::ClockJump { delta_ms }
-                }
-            };
+            let fault = draw(rate.kind, &mut rng);
             injections.push(Injection { at_ms, fault });
         }
     }
     // Stable sort: equal instants keep the order of `rates`, so the plan is fully determined.
     injections.sort_by_key(|i| i.at_ms);
     injections
+}
+
+/// A storage fault's window, drawn from its kind's stream.
+fn storage_window(error: StorageError, filter: StorageFilter, rng: &mut impl Rng) -> Fault {
+    assert!(
+        filter.probability_permille <= PERMILLE,
+        "a probability is at most {PERMILLE} permille"
+    );
+    Fault::StorageError {
+        error,
+        filter,
+        errors_max: rng.gen_range(1..=STORAGE_ERRORS_PER_WINDOW_MAX),
+        duration_ms: log_uniform(rng, STORAGE_ERROR_MS_MIN, STORAGE_ERROR_MS_MAX),
+    }
+}
+
+/// The parameters of one arrival of `kind`, from the kind's own stream.
+fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
+    match kind {
+        FaultKind::Crash => Fault::Crash {
+            downtime_ms: log_uniform(rng, CRASH_DOWNTIME_MS_MIN, CRASH_DOWNTIME_MS_MAX),
+        },
+        FaultKind::PowerCut => Fault::PowerCut {
+            after_ops: rng.gen_range(1..=POWER_CUT_AFTER_OPS_MAX),
+            downtime_ms: log_uniform(rng, CRASH_DOWNTIME_MS_MIN, CRASH_DOWNTIME_MS_MAX),
+        },
+        FaultKind::ClockJump => {
+            let delta_ms = if rng.gen_bool(0.5) {
+                log_uniform(rng, 1_000, CLOCK_JUMP_FORWARD_MS_MAX as u64) as i64
+            } else {
+                -(log_uniform(rng, 1_000, CLOCK_JUMP_BACKWARD_MS_MAX as u64) as i64)
+            };
+            Fault::ClockJump { delta_ms }
+        }
+        FaultKind::StorageIoError(filter) => storage_window(StorageError::Io, filter, rng),
+        FaultKind::DiskFull(filter) => storage_window(StorageError::Full, filter, rng),
+        FaultKind::Partition => Fault::Partition {
+            duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+        FaultKind::NetDelay => Fault::NetDelay {
+            latency_ms: log_uniform(rng, NET_DELAY_MS_MIN, NET_DELAY_MS_MAX),
+            duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+        FaultKind::PacketLoss => Fault::PacketLoss {
+            loss_permille: rng.gen_range(PACKET_LOSS_PERMILLE_MIN..=PACKET_LOSS_PERMILLE_MAX),
+            duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+    }
 }
 
 /// A value between `min` and `max` whose logarithm is uniform: short and long values are both
@@ -196,6 +346,118 @@ mod tests {
         let many_crashes = plan(9, day_ms, &rates(3.0));
         assert_ne!(few_crashes.len(), many_crashes.len());
         assert_eq!(jumps(&few_crashes), jumps(&many_crashes));
+    }
+
+    /// Every kind the plan knows, at rates that make each strike several times a day.
+    fn every_kind() -> Vec<FaultRate> {
+        let rate = |kind, per_hour| FaultRate {
+            kind,
+            per_hour,
+            after_ms: 0,
+            max_triggers: 50,
+        };
+        vec![
+            rate(FaultKind::Crash, 0.5),
+            rate(FaultKind::PowerCut, 0.5),
+            rate(FaultKind::ClockJump, 0.5),
+            rate(
+                FaultKind::StorageIoError(StorageFilter::always(StorageOps::Write)),
+                0.5,
+            ),
+            rate(
+                FaultKind::DiskFull(StorageFilter {
+                    ops: StorageOps::Sync,
+                    probability_permille: 250,
+                }),
+                0.5,
+            ),
+            rate(FaultKind::Partition, 0.5),
+            rate(FaultKind::NetDelay, 0.5),
+            rate(FaultKind::PacketLoss, 0.5),
+        ]
+    }
+
+    fn of_kind(plan: &[Injection], kind: &str) -> Vec<Injection> {
+        plan.iter()
+            .copied()
+            .filter(|i| i.fault.kind() == kind)
+            .collect()
+    }
+
+    #[test]
+    fn adding_or_changing_a_kind_never_shifts_the_others() {
+        let day_ms = 24 * 3_600_000;
+        let all = every_kind();
+        let full = plan(5, day_ms, &all);
+        for (index, rate) in all.iter().enumerate() {
+            // Without this kind, and with this kind at another rate: the rest is unchanged.
+            let mut without = all.clone();
+            without.remove(index);
+            let mut faster = all.clone();
+            faster[index].per_hour = 4.0;
+            let (without, faster) = (plan(5, day_ms, &without), plan(5, day_ms, &faster));
+            assert!(!of_kind(&full, rate.kind.name()).is_empty(), "{}", rate.kind.name());
+            assert_ne!(
+                of_kind(&full, rate.kind.name()),
+                of_kind(&faster, rate.kind.name())
+            );
+            for other in all.iter().filter(|r| r.kind != rate.kind) {
+                let name = other.kind.name();
+                assert_eq!(of_kind(&full, name), of_kind(&without, name), "{name}");
+                assert_eq!(of_kind(&full, name), of_kind(&faster, name), "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn window_faults_carry_their_knobs_within_bounds() {
+        let day_ms = 24 * 3_600_000;
+        let injections = plan(11, day_ms, &every_kind());
+        let mut kinds = std::collections::BTreeSet::new();
+        for injection in &injections {
+            kinds.insert(injection.fault.kind());
+            match injection.fault {
+                Fault::StorageError {
+                    error,
+                    filter,
+                    errors_max,
+                    duration_ms,
+                } => {
+                    let expected = match error {
+                        StorageError::Io => StorageFilter::always(StorageOps::Write),
+                        StorageError::Full => StorageFilter {
+                            ops: StorageOps::Sync,
+                            probability_permille: 250,
+                        },
+                    };
+                    assert_eq!(filter, expected);
+                    assert!((1..=STORAGE_ERRORS_PER_WINDOW_MAX).contains(&errors_max));
+                    assert!((STORAGE_ERROR_MS_MIN..=STORAGE_ERROR_MS_MAX).contains(&duration_ms));
+                }
+                Fault::NetDelay { latency_ms, .. } => {
+                    assert!((NET_DELAY_MS_MIN..=NET_DELAY_MS_MAX).contains(&latency_ms));
+                }
+                Fault::PacketLoss { loss_permille, .. } => assert!(
+                    (PACKET_LOSS_PERMILLE_MIN..=PACKET_LOSS_PERMILLE_MAX).contains(&loss_permille)
+                ),
+                _ => {}
+            }
+            if matches!(
+                injection.fault,
+                Fault::Partition { .. } | Fault::NetDelay { .. } | Fault::PacketLoss { .. }
+            ) {
+                let d = injection.fault.duration_ms();
+                assert!((NET_FAULT_MS_MIN..=NET_FAULT_MS_MAX).contains(&d));
+            }
+        }
+        assert_eq!(kinds.len(), every_kind().len(), "{kinds:?}");
+    }
+
+    #[test]
+    fn storage_ops_filter_selects_writes_or_syncs() {
+        assert!(StorageOps::Write.selects(false) && !StorageOps::Write.selects(true));
+        assert!(StorageOps::Sync.selects(true) && !StorageOps::Sync.selects(false));
+        assert!(StorageOps::Any.selects(true) && StorageOps::Any.selects(false));
     }
 
     #[test]

@@ -418,7 +418,17 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir.display(),
         OPERATOR_TOKEN_FILE
     );
-    stop_requested().await?;
+    tokio::select! {
+        stop = stop_requested() => stop?,
+        // Crash-only (ADR 0008): a failed write stopped the node; exit non-zero so that the
+        // supervisor restarts us and recovery reads what really reached the disk.
+        cause = node.failed() => anyhow::bail!(
+            "stopped after a failed write to {}: {cause}; restart vigil serve (a supervisor such \
+             as systemd with Restart=on-failure does this): it recovers every acknowledged \
+             write from the data directory",
+            data_dir.join(DATABASE_FILE).display()
+        ),
+    }
     tracing::info!("stopping");
     node.stop();
     Ok(())

@@ -4,6 +4,10 @@
 //! Start-up order: listen first (answering `503 recovering` meanwhile), then open the store,
 //! replay the log, make sure the configured tenants exist, fail the runs the previous process
 //! left running, and only then serve requests and fire timers.
+//!
+//! Crash-only (ADR 0008): a write to the event log that fails stops the node (its listener,
+//! timer loop and runs end at once); [`Node::failed`] tells the host, which exits so that a
+//! supervisor restarts it and recovery reads what really reached the disk.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,8 +29,6 @@ use crate::store::{Store, StoreError};
 /// Longest the timer loop sleeps without looking at the wall clock again: a jump of the wall
 /// clock is noticed within this, so a due timer fires at most this late (docs/invariants.md).
 pub const WALL_RECHECK_MS: u64 = 1_000;
-/// Pause before retrying a timer fire whose write failed.
-pub const STORE_RETRY_MS: u64 = 1_000;
 
 /// A tenant and the operator token it answers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,6 +136,7 @@ impl Node {
         if let Some(recovery) = self.recovery.take() {
             let (shell, recovered) = recovery.await.expect("recovery task does not panic")?;
             self.tasks.push(tokio::spawn(run_timers(shell.clone())));
+            shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
             self.gate.open(shell.clone());
             self.ready = Some((shell, recovered));
         }
@@ -153,6 +156,24 @@ impl Node {
             .as_ref()
             .expect("Node::shell before Node::ready")
             .0
+    }
+
+    /// Why the node stopped itself: `None` while it runs; the failed write's error once one
+    /// failed, the node's tasks have ended and the process should exit (ADR 0008). Before
+    /// [`Node::ready`] a failed write shows up as its error instead.
+    pub fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.shell().failure()
+    }
+
+    /// Resolves once a write has failed and the node has stopped itself (see
+    /// [`Node::failure`]), with the failed write's error.
+    pub async fn failed(&self) -> String {
+        let mut failure = self.failure();
+        let failed = failure
+            .wait_for(Option::is_some)
+            .await
+            .expect("the shell outlives its node");
+        failed.clone().expect("waited for a failure")
     }
 
     /// Stops the timer loop, the runs and the listener. Open connections finish their
@@ -254,9 +275,14 @@ async fn run_timers(shell: Arc<Shell>) {
                     }
                     continue;
                 }
-                Err(error) => {
-                    tracing::warn!(%error, "could not record due timers; retrying");
-                    tokio::time::sleep(Duration::from_millis(STORE_RETRY_MS)).await;
+                // The failed write stopped the node (ADR 0008); this task is ending with it.
+                Err(ExecuteError::Store(error)) => {
+                    tracing::warn!(%error, "could not record due timers; the node stops");
+                    return;
+                }
+                Err(error @ ExecuteError::Refused(_)) => {
+                    tracing::warn!(%error, "the engine refused to fire due timers; retrying");
+                    tokio::time::sleep(Duration::from_millis(WALL_RECHECK_MS)).await;
                     continue;
                 }
             }

@@ -4,6 +4,10 @@
 //! engine is never ahead of the durable log and observers see events in log order. The executor
 //! is told about committed run events under the same lock, so it starts and stops runs in log
 //! order too.
+//!
+//! A write that fails stops the node (ADR 0008): the shell latches the failure, writes nothing
+//! more, and ends the node's tasks at once; the host learns it from `Node::failed` and exits, so
+//! a supervisor restarts the process and recovery reads what really reached the disk.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -65,6 +69,10 @@ pub struct Shell {
     pub(crate) schedule_changed: tokio::sync::Notify,
     /// The log head, for live readers of the event stream.
     head: tokio::sync::watch::Sender<u64>,
+    /// Why the node stopped: set by the first append that failed, never cleared (ADR 0008).
+    failure: tokio::sync::watch::Sender<Option<String>>,
+    /// The node's own tasks (listener, timer loop), ended when a write fails.
+    node_tasks: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 impl Shell {
@@ -86,6 +94,8 @@ impl Shell {
             executor: Executor::new(),
             schedule_changed: tokio::sync::Notify::new(),
             head,
+            failure: tokio::sync::watch::Sender::new(None),
+            node_tasks: Mutex::default(),
         })
     }
 
@@ -116,7 +126,15 @@ impl Shell {
         if events.is_empty() {
             return Ok(());
         }
-        self.store.append(events)?;
+        if self.failure.borrow().is_some() {
+            // Crash-only: after a failed write the database must be reopened before it is
+            // trusted again, and only a restart does that.
+            return Err(StoreError::Storage(redb::Error::PreviousIo));
+        }
+        if let Err(error) = self.store.append(events) {
+            self.fail(&error);
+            return Err(error);
+        }
         for event in events {
             engine.apply(event);
         }
@@ -221,5 +239,37 @@ impl Shell {
     /// Aborts every run task (the node is stopping).
     pub(crate) fn stop_runs(&self) {
         self.executor.abort_all();
+    }
+
+    /// Latches a failed write and stops the node: its tasks and runs end now, nothing is
+    /// written again. redb must be reopened after an I/O error (it answers `PreviousIo` until
+    /// then), and whether the failed commit landed is only known after a restart (ADR 0008).
+    fn fail(&self, error: &StoreError) {
+        let first = self.failure.send_if_modified(|failure| {
+            let first = failure.is_none();
+            failure.get_or_insert_with(|| error.to_string());
+            first
+        });
+        if first {
+            tracing::error!(%error, "a write to the event log failed; the node stops (ADR 0008)");
+        }
+        for task in self.node_tasks.lock().expect("node tasks lock").drain(..) {
+            task.abort();
+        }
+        self.executor.abort_all();
+    }
+
+    /// Hands the shell the node's own tasks, to end when a write fails (at once if one has).
+    pub(crate) fn stop_with_failure(&self, tasks: impl IntoIterator<Item = tokio::task::AbortHandle>) {
+        let mut node_tasks = self.node_tasks.lock().expect("node tasks lock");
+        node_tasks.extend(tasks);
+        if self.failure.borrow().is_some() {
+            node_tasks.drain(..).for_each(|task| task.abort());
+        }
+    }
+
+    /// Why the node stopped itself, once a write has failed (`None` while it runs).
+    pub fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.failure.subscribe()
     }
 }

@@ -1,11 +1,13 @@
 //! Scenario `coalesce_burst`: four agents take bursts of hundreds of on-demand wakeups for a
 //! handful of task keys, each burst inside one second, while the node crashes, loses power
-//! mid-commit and has its clock jump. Duplicates must coalesce onto the queued run of their task
-//! key (invariant 6), each agent runs one run at a time (1), every accepted wakeup ends once (5),
-//! and nothing acknowledged is lost (4).
+//! mid-commit, has its clock jump and its disk fail writes and syncs (it stops itself and is
+//! restarted), and the network is cut, slowed or lossy. Duplicates must coalesce onto the queued
+//! run of their task key (invariant 6), each agent runs one run at a time (1), every accepted
+//! wakeup ends once (5), and nothing acknowledged is lost (4).
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
+use vigil_faults::{StorageFilter, StorageOps};
 use vigil_faults::stream;
 use vigil_world::recorder::Recorder;
 use vigil_world::workload::{Action, Step};
@@ -74,6 +76,22 @@ pub async fn run(seed: u64, recorder: Recorder) {
             rate(FaultKind::Crash, 1.0, 16),
             rate(FaultKind::PowerCut, 1.0, 16),
             rate(FaultKind::ClockJump, 0.5, 8),
+            rate(
+                FaultKind::StorageIoError(StorageFilter::always(StorageOps::Any)),
+                0.5,
+                4,
+            ),
+            rate(
+                FaultKind::DiskFull(StorageFilter {
+                    ops: StorageOps::Write,
+                    probability_permille: 500,
+                }),
+                0.3,
+                4,
+            ),
+            rate(FaultKind::Partition, 0.5, 4),
+            rate(FaultKind::NetDelay, 0.5, 4),
+            rate(FaultKind::PacketLoss, 0.5, 4),
         ],
         downtime_ms_max: 5 * MINUTE_MS,
         skew_ms_max: 5_000,

@@ -1,10 +1,12 @@
-//! Scenario `idempotency`: clients retry keyed wakeups, several times each and across crashes
-//! and power cuts mid-commit. Every answer for a key names the same wakeup, the log records at
-//! most one wakeup per key within its 24 h TTL (invariant 6), and every acknowledged wakeup is in
-//! the durable log (invariant 4).
+//! Scenario `idempotency`: clients retry keyed wakeups, several times each and across crashes,
+//! power cuts mid-commit, failing disks (the node stops itself and is restarted) and a network
+//! that is cut, slow or lossy (answers lost, requests retried). Every answer for a key names the
+//! same wakeup, the log records at most one wakeup per key within its 24 h TTL (invariant 6), and
+//! every acknowledged wakeup is in the durable log (invariant 4).
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
+use vigil_faults::{StorageFilter, StorageOps};
 use vigil_faults::stream;
 use vigil_world::recorder::Recorder;
 use vigil_world::workload::{Action, Step};
@@ -84,6 +86,22 @@ pub async fn run(seed: u64, recorder: Recorder) {
             rate(FaultKind::Crash, 1.5, 16),
             rate(FaultKind::PowerCut, 1.5, 16),
             rate(FaultKind::ClockJump, 0.5, 8),
+            rate(
+                FaultKind::StorageIoError(StorageFilter::always(StorageOps::Any)),
+                0.5,
+                4,
+            ),
+            rate(
+                FaultKind::DiskFull(StorageFilter {
+                    ops: StorageOps::Write,
+                    probability_permille: 500,
+                }),
+                0.3,
+                4,
+            ),
+            rate(FaultKind::Partition, 0.5, 4),
+            rate(FaultKind::NetDelay, 0.5, 4),
+            rate(FaultKind::PacketLoss, 0.5, 4),
         ],
         downtime_ms_max: 5 * MINUTE_MS,
         skew_ms_max: 5_000,

@@ -4,6 +4,8 @@
 pub mod wall_clock;
 
 #[cfg(madsim)]
+pub mod breaker;
+#[cfg(madsim)]
 pub mod coalesce_burst;
 #[cfg(madsim)]
 pub mod crash_mid_run;

@@ -1,13 +1,20 @@
 //! The shape every scenario shares: one runtime node and one workload node; a safety phase in
-//! which the node is killed, has its power cut mid-commit, and has its wall clock jump, each at
-//! instants drawn from the seed; then a quiet phase (faults healed, node up, clock steady) in
-//! which liveness is judged. A scenario only says which agents, which wakeups and which faults.
+//! which faults strike at instants drawn from the seed (the node is killed, has its power cut
+//! mid-commit, has its wall clock jump, has its disk fail writes or syncs, is cut off from the
+//! workload or slowed down or loses packets); then a quiet phase (every fault healed, node up,
+//! clock steady) in which liveness is judged. A scenario only says which agents, which wakeups
+//! and which faults. docs/faults.md describes each fault.
 
+use std::cell::RefCell;
 use std::net::{IpAddr, Ipv4Addr};
+use std::rc::Rc;
+use std::time::Duration;
 
+use madsim::net::NetSim;
+use madsim::task::NodeId;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use vigil_faults::{plan, stream, Fault, FaultRate};
+use vigil_faults::{plan, stream, Fault, FaultRate, Injection};
 use vigil_world::disk::lying_fsync_from_env;
 use vigil_world::harness::{elapsed_ms, sleep_until_ms, RuntimeNode};
 use vigil_world::recorder::Recorder;
@@ -17,6 +24,20 @@ use vigil_world::workload::{Step, Workload};
 /// The simulated addresses (virtual: nothing leaves the process).
 const RUNTIME_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
 const WORKLOAD_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 100));
+/// A supervisor (systemd `Restart=on-failure`, a Kubernetes pod) restarts a node that stopped
+/// itself after this long.
+pub const SUPERVISOR_RESTART_MS: u64 = 1_000;
+/// After its disk failed an operation, a node has this long to stop itself before the harness
+/// decides the failure did not reach it.
+const NODE_STOP_WAIT_MS: u64 = 2_000;
+/// The fault kinds that open a window, in the order the run's first record counts them.
+const WINDOW_KINDS: [&str; 5] = [
+    "storage_io_error",
+    "disk_full",
+    "partition",
+    "net_delay",
+    "packet_loss",
+];
 
 /// What a scenario asks of the shared runner.
 #[derive(Debug, Clone)]
@@ -46,9 +67,22 @@ pub struct Setup {
 pub async fn run(setup: Setup, recorder: Recorder) {
     let Setup { seed, .. } = setup;
     let mut rng = stream(seed, "skew");
-    let injections = plan(seed, setup.safety_ms, &setup.rates);
+    let (windows, injections): (Vec<Injection>, Vec<Injection>) =
+        plan(seed, setup.safety_ms, &setup.rates)
+            .into_iter()
+            .partition(|i| i.fault.duration_ms() > 0);
     let skew_ms = rng.gen_range(-setup.skew_ms_max..=setup.skew_ms_max);
     let count = |kind: &str| injections.iter().filter(|i| i.fault.kind() == kind).count();
+    // Window faults are counted only when the scenario lists them, so the first record of a
+    // scenario without them reads as it always has.
+    let window_counts: String = WINDOW_KINDS
+        .iter()
+        .filter(|kind| setup.rates.iter().any(|r| r.kind.name() == **kind))
+        .map(|kind| {
+            let n = windows.iter().filter(|i| i.fault.kind() == *kind).count();
+            format!(" {kind}={n}")
+        })
+        .collect();
     let lying_fsync = lying_fsync_from_env();
     recorder.record(
         "sim",
@@ -56,7 +90,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             seed,
             scenario: setup.scenario.into(),
             plan: format!(
-                "skew_ms={skew_ms} crashes={} power_cuts={} clock_jumps={} lying_fsync={lying_fsync} {}",
+                "skew_ms={skew_ms} crashes={} power_cuts={} clock_jumps={}{window_counts} lying_fsync={lying_fsync} {}",
                 count("crash"),
                 count("power_cut"),
                 count("clock_jump"),
@@ -83,14 +117,30 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         until_ms: end_ms,
     };
     let workload_recorder = recorder.clone();
-    madsim::runtime::Handle::current()
+    let workload_node = madsim::runtime::Handle::current()
         .create_node()
         .name("workload")
         .ip(WORKLOAD_IP)
         .init(move || workload.clone().run(workload_recorder.clone()))
         .build();
 
+    // Window faults run on their own timeline, so that a long wait for a power cut never
+    // delays a partition or its healing.
+    let window_faults = (!windows.is_empty()).then(|| {
+        let faults = Rc::new(RefCell::new(Windows::new(workload_node.id(), node.id())));
+        let task = madsim::task::spawn_local(run_windows(
+            windows,
+            faults.clone(),
+            node.disk.clone(),
+            node.name,
+            recorder.clone(),
+            seed,
+        ));
+        (faults, task)
+    });
+
     let mut disk_rng = stream(seed, "crash_disk");
+    let mut disk_failures = node.disk.injected_errors();
     let mut restart_at_ms: Option<u64> = None;
     let mut injections = injections.into_iter().peekable();
     let safety_ms = setup.safety_ms;
@@ -99,15 +149,34 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     };
     loop {
         let next_injection_ms = injections.peek().map(|i| i.at_ms);
-        let Some(next_ms) = [next_injection_ms, restart_at_ms]
+        let next_ms = [next_injection_ms, restart_at_ms]
             .into_iter()
             .flatten()
             .min()
-        else {
-            break;
+            .unwrap_or(safety_ms);
+        // Waiting on the disk's failure counter wakes this task only when a storage fault
+        // bites, so scenarios without one keep their schedule.
+        let disk_failed = tokio::select! {
+            biased;
+            changed = disk_failures.changed() => changed.is_ok(),
+            on_time = sleep_until_ms(&recorder, next_ms) => {
+                if !on_time {
+                    return;
+                }
+                false
+            }
         };
-        if !sleep_until_ms(&recorder, next_ms).await {
-            return;
+        if disk_failed {
+            if node.is_up() {
+                if let Some(cause) = node.wait_for_stop(&recorder, NODE_STOP_WAIT_MS).await {
+                    node.exited(&recorder, &cause);
+                    restart_at_ms = Some(restart_after(elapsed_ms(), SUPERVISOR_RESTART_MS));
+                }
+            }
+            continue;
+        }
+        if next_injection_ms.is_none() && restart_at_ms.is_none() {
+            break;
         }
         if restart_at_ms == Some(next_ms) {
             node.restart(&recorder);
@@ -149,6 +218,26 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             }
             Fault::Crash { .. } | Fault::PowerCut { .. } => {}
             Fault::ClockJump { delta_ms } => node.jump_clock(&recorder, delta_ms),
+            Fault::StorageError { .. }
+            | Fault::Partition { .. }
+            | Fault::NetDelay { .. }
+            | Fault::PacketLoss { .. } => unreachable!("window faults run on their own task"),
+        }
+    }
+    // The quiet phase: heal every window, and restart a node that stopped itself just now.
+    if let Some((faults, task)) = window_faults {
+        task.abort();
+        node.disk.disarm_errors();
+        if faults.borrow_mut().heal_all() {
+            recorder.record(
+                "sim",
+                TraceEvent::Fault {
+                    description: "healed every fault for the quiet phase".into(),
+                },
+            );
+        }
+        if let Some(cause) = node.stopped_cause() {
+            node.exited(&recorder, &cause);
         }
     }
     if !node.is_up() {
@@ -159,4 +248,173 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     }
     recorder.record("sim", TraceEvent::QuietPhase);
     sleep_until_ms(&recorder, end_ms).await;
+}
+
+/// Opens each window fault at its instant and heals it when its duration is over.
+async fn run_windows(
+    windows: Vec<Injection>,
+    faults: Rc<RefCell<Windows>>,
+    disk: std::sync::Arc<vigil_world::disk::SimDisk>,
+    node_name: &'static str,
+    recorder: Recorder,
+    seed: u64,
+) {
+    // (instant, opens?, fault): closings sort before openings at the same instant.
+    let mut timeline: Vec<(u64, bool, Fault)> = windows
+        .iter()
+        .flat_map(|w| {
+            [
+                (w.at_ms, true, w.fault),
+                (w.at_ms + w.fault.duration_ms(), false, w.fault),
+            ]
+        })
+        .collect();
+    timeline.sort_by_key(|(at_ms, opens, _)| (*at_ms, *opens));
+    let mut storage_rng = stream(seed, "storage_error_ops");
+    let mut storage_until_ms = 0;
+    for (at_ms, opens, fault) in timeline {
+        if !sleep_until_ms(&recorder, at_ms).await {
+            return;
+        }
+        let (node, what) = match fault {
+            Fault::StorageError { .. } => (node_name, fault.kind()),
+            _ => ("sim", fault.kind()),
+        };
+        let description = if opens {
+            match fault {
+                Fault::StorageError {
+                    error,
+                    filter,
+                    errors_max,
+                    duration_ms,
+                } => {
+                    let ops_rng = ChaCha8Rng::seed_from_u64(storage_rng.gen());
+                    disk.arm_errors(error, filter, errors_max, ops_rng);
+                    storage_until_ms = storage_until_ms.max(at_ms + duration_ms);
+                    format!(
+                        "{what} ops={:?} probability_permille={} errors_max={errors_max} duration_ms={duration_ms}",
+                        filter.ops, filter.probability_permille
+                    )
+                }
+                _ => {
+                    faults.borrow_mut().open(at_ms, fault);
+                    format!("{what} {}", describe_window(fault))
+                }
+            }
+        } else {
+            match fault {
+                Fault::StorageError { .. } if at_ms >= storage_until_ms => disk.disarm_errors(),
+                Fault::StorageError { .. } => {}
+                _ => faults.borrow_mut().close(at_ms),
+            }
+            format!("{what} healed")
+        };
+        recorder.record(node, TraceEvent::Fault { description });
+    }
+}
+
+fn describe_window(fault: Fault) -> String {
+    match fault {
+        Fault::Partition { duration_ms } => format!("duration_ms={duration_ms}"),
+        Fault::NetDelay {
+            latency_ms,
+            duration_ms,
+        } => format!("latency_ms={latency_ms} duration_ms={duration_ms}"),
+        Fault::PacketLoss {
+            loss_permille,
+            duration_ms,
+        } => format!("loss_permille={loss_permille} duration_ms={duration_ms}"),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The network faults in force between the workload and the runtime node. Windows may
+/// overlap: the network always shows the worst of the open ones, and returns to its normal
+/// configuration when the last one closes. madsim's latency and loss settings are global; the
+/// workload and the runtime node are the only nodes that talk, so they apply to that link.
+struct Windows {
+    workload: NodeId,
+    runtime: NodeId,
+    normal_latency: std::ops::Range<Duration>,
+    normal_loss_rate: f64,
+    /// (closes at, fault) of each open window.
+    open: Vec<(u64, Fault)>,
+}
+
+impl Windows {
+    fn new(workload: NodeId, runtime: NodeId) -> Self {
+        let mut normal = None;
+        NetSim::current().update_config(|config| normal = Some(config.clone()));
+        let normal = normal.expect("update_config calls back");
+        Windows {
+            workload,
+            runtime,
+            normal_latency: normal.send_latency,
+            normal_loss_rate: normal.packet_loss_rate,
+            open: Vec::new(),
+        }
+    }
+
+    fn open(&mut self, now_ms: u64, fault: Fault) {
+        self.open.push((now_ms + fault.duration_ms(), fault));
+        self.apply();
+    }
+
+    /// Closes the windows that are over at `now_ms`.
+    fn close(&mut self, now_ms: u64) {
+        self.open.retain(|(closes_ms, _)| *closes_ms > now_ms);
+        self.apply();
+    }
+
+    /// Heals everything; returns whether anything was open.
+    fn heal_all(&mut self) -> bool {
+        let any = !self.open.is_empty();
+        self.open.clear();
+        self.apply();
+        any
+    }
+
+    fn apply(&self) {
+        let net = NetSim::current();
+        let partitioned = self
+            .open
+            .iter()
+            .any(|(_, f)| matches!(f, Fault::Partition { .. }));
+        for (src, dst) in [
+            (self.workload, self.runtime),
+            (self.runtime, self.workload),
+        ] {
+            if partitioned {
+                net.clog_link(src, dst);
+            } else {
+                net.unclog_link(src, dst);
+            }
+        }
+        let delay_ms = self
+            .open
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::NetDelay { latency_ms, .. } => Some(*latency_ms),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let loss_permille = self
+            .open
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::PacketLoss { loss_permille, .. } => Some(*loss_permille),
+                _ => None,
+            })
+            .max();
+        let delay = Duration::from_millis(delay_ms);
+        let latency = self.normal_latency.start + delay..self.normal_latency.end + delay;
+        let loss_rate = loss_permille.map_or(self.normal_loss_rate, |p| {
+            f64::from(p) / f64::from(vigil_faults::plan::PERMILLE)
+        });
+        net.update_config(|config| {
+            config.send_latency = latency;
+            config.packet_loss_rate = loss_rate;
+        });
+    }
 }

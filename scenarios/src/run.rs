@@ -61,6 +61,12 @@ pub static SCENARIOS: &[Scenario] = &[
         body: |seed, recorder| Box::pin(crate::pause::run(seed, recorder)),
     },
     Scenario {
+        name: "breaker",
+        summary: "3 agents whose runs fail for a stretch (LLM or tool): breaker opens, one probe per doubling cooldown, closes; 5 h",
+        virtual_ms: crate::breaker::SAFETY_MS + crate::breaker::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::breaker::run(seed, recorder)),
+    },
+    Scenario {
         name: "wakeup_storm",
         summary: "travel_rescue: 5-min timer, daily_cap 48 in New York time, bursts, long downtimes, jumps; 2 days",
         virtual_ms: crate::wakeup_storm::SAFETY_MS + crate::wakeup_storm::QUIET_MS,

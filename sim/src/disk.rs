@@ -4,6 +4,8 @@
 //! Reads see the volatile image; writes and `set_len` land there at once and queue as pending
 //! operations. `sync_data` makes the pending operations durable. `crash` keeps a seeded subset of
 //! them, tearing writes at sector boundaries, the way a real disk may after a power cut.
+//! A storage fault window makes selected writes or syncs fail (I/O error, disk full) without
+//! touching the image; `fence` is a process exit, which keeps the page cache.
 
 use std::fmt;
 use std::io;
@@ -11,6 +13,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
+use vigil_faults::plan::PERMILLE;
+use vigil_faults::{StorageError, StorageFilter};
 
 /// Bytes per sector: the unit a disk writes atomically, so a crash tears writes at multiples of it.
 pub const SECTOR_BYTES: u64 = 512;
@@ -43,6 +47,8 @@ pub struct DiskStats {
     pub crashes: u64,
     /// Bytes in accepted writes.
     pub bytes_written: u64,
+    /// Operations a storage fault made fail.
+    pub injected_errors: u64,
 }
 
 /// What one crash did to the unsynced operations, so a trace can tell how hard a crash bit.
@@ -81,6 +87,17 @@ struct State {
     power_cut: Option<(u64, ChaCha8Rng)>,
     /// What the last power cut left, until the harness takes it.
     power_cut_report: Option<CrashReport>,
+    /// An open storage fault window.
+    errors: Option<ErrorWindow>,
+}
+
+/// A storage fault in force: which operations fail, how, how many more may, and the stream
+/// that decides each selected operation.
+struct ErrorWindow {
+    error: StorageError,
+    filter: StorageFilter,
+    errors_left: u32,
+    rng: ChaCha8Rng,
 }
 
 /// A simulated disk holding one file. Shared as `Arc<SimDisk>`; redb reaches it through
@@ -88,6 +105,8 @@ struct State {
 pub struct SimDisk {
     lying_fsync: bool,
     state: Mutex<State>,
+    /// `stats.injected_errors`, published so the harness wakes when a storage fault bites.
+    injected: tokio::sync::watch::Sender<u64>,
 }
 
 impl fmt::Debug for SimDisk {
@@ -109,6 +128,7 @@ impl SimDisk {
         Self {
             lying_fsync,
             state: Mutex::default(),
+            injected: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -177,6 +197,45 @@ impl SimDisk {
     pub fn take_power_cut(&self) -> Option<CrashReport> {
         self.state().power_cut_report.take()
     }
+
+    /// Opens a storage fault window: from now each mutating operation `filter` selects fails
+    /// with `error` (with the filter's probability, drawn from `rng`) and changes nothing, until
+    /// `errors_max` have failed or [`SimDisk::disarm_errors`]. Replaces an open window.
+    pub fn arm_errors(
+        &self,
+        error: StorageError,
+        filter: StorageFilter,
+        errors_max: u32,
+        rng: ChaCha8Rng,
+    ) {
+        assert!(errors_max > 0, "a storage fault window fails at least one operation");
+        self.state().errors = Some(ErrorWindow {
+            error,
+            filter,
+            errors_left: errors_max,
+            rng,
+        });
+    }
+
+    /// Closes the storage fault window, if one is open.
+    pub fn disarm_errors(&self) {
+        self.state().errors = None;
+    }
+
+    /// Watches `stats().injected_errors`: changes each time a storage fault makes an operation
+    /// fail.
+    pub fn injected_errors(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.injected.subscribe()
+    }
+
+    /// The process that held the disk exited (it was not a power loss): fences off its handles,
+    /// so a `Database` dropped late cannot write, and keeps the page cache: the image and the
+    /// unsynced writes stay as they are. Returns the unsynced operations.
+    pub fn fence(&self) -> usize {
+        let mut state = self.state();
+        state.generation += 1;
+        state.pending.len()
+    }
 }
 
 impl State {
@@ -211,10 +270,10 @@ impl State {
     }
 
     /// Counts one mutating operation against an armed power cut; if it strikes, the disk
-    /// crashes now and the operation fails.
-    fn before_mutation(&mut self) -> io::Result<()> {
+    /// crashes now and the operation fails. Otherwise an open storage fault window may fail it.
+    fn before_mutation(&mut self, is_sync: bool) -> io::Result<()> {
         let Some((left, _)) = self.power_cut.as_mut() else {
-            return Ok(());
+            return self.inject_error(is_sync);
         };
         *left -= 1;
         if *left > 0 {
@@ -224,6 +283,33 @@ impl State {
         let report = self.crash(&mut rng);
         self.power_cut_report = Some(report);
         Err(io::Error::other(POWER_CUT_MESSAGE))
+    }
+
+    /// Fails the operation if an open storage fault window selects it.
+    fn inject_error(&mut self, is_sync: bool) -> io::Result<()> {
+        let Some(window) = self.errors.as_mut() else {
+            return Ok(());
+        };
+        let selected = window.filter.ops.selects(is_sync)
+            && window.rng.gen_range(0..PERMILLE) < window.filter.probability_permille;
+        if !selected {
+            return Ok(());
+        }
+        // The message names the operation, so a trace shows which one the filter let fail.
+        let op = if is_sync { "sync" } else { "write" };
+        let error = match window.error {
+            StorageError::Io => io::Error::other(format!("sim disk: injected I/O error on {op}")),
+            StorageError::Full => io::Error::new(
+                io::ErrorKind::StorageFull,
+                format!("sim disk: injected disk full on {op}"),
+            ),
+        };
+        window.errors_left -= 1;
+        if window.errors_left == 0 {
+            self.errors = None;
+        }
+        self.stats.injected_errors += 1;
+        Err(error)
     }
 }
 
@@ -297,6 +383,22 @@ impl SimDiskBackend {
             Err(io::Error::other(STALE_HANDLE_MESSAGE))
         }
     }
+
+    /// Runs a mutating operation unless a power cut or a storage fault fails it first; an
+    /// injected failure is published to the harness.
+    fn mutate(&self, is_sync: bool, op: impl FnOnce(&mut State)) -> io::Result<()> {
+        let mut state = self.live()?;
+        if let Err(error) = state.before_mutation(is_sync) {
+            let injected = state.stats.injected_errors;
+            drop(state);
+            self.disk
+                .injected
+                .send_if_modified(|seen| std::mem::replace(seen, injected) != injected);
+            return Err(error);
+        }
+        op(&mut state);
+        Ok(())
+    }
 }
 
 impl redb::StorageBackend for SimDiskBackend {
@@ -313,43 +415,42 @@ impl redb::StorageBackend for SimDiskBackend {
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
-        let mut state = self.live()?;
-        state.before_mutation()?;
         let (len, _) = range(len, 0)?;
-        state.volatile.resize(len, 0);
-        state.pending.push(PendingOp::SetLen(len));
-        Ok(())
+        self.mutate(false, |state| {
+            state.volatile.resize(len, 0);
+            state.pending.push(PendingOp::SetLen(len));
+        })
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        let mut state = self.live()?;
-        state.before_mutation()?;
-        state.stats.syncs += 1;
-        if self.disk.lying_fsync {
-            return Ok(());
-        }
-        let state = &mut *state;
-        for op in state.pending.drain(..) {
-            match op {
-                PendingOp::Write { offset, data } => apply_write(&mut state.durable, offset, &data),
-                PendingOp::SetLen(len) => state.durable.resize(len, 0),
+        let lying = self.disk.lying_fsync;
+        self.mutate(true, |state| {
+            state.stats.syncs += 1;
+            if lying {
+                return;
             }
-        }
-        Ok(())
+            for op in state.pending.drain(..) {
+                match op {
+                    PendingOp::Write { offset, data } => {
+                        apply_write(&mut state.durable, offset, &data)
+                    }
+                    PendingOp::SetLen(len) => state.durable.resize(len, 0),
+                }
+            }
+        })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
-        let mut state = self.live()?;
-        state.before_mutation()?;
         let (start, _) = range(offset, data.len())?;
-        apply_write(&mut state.volatile, start, data);
-        state.pending.push(PendingOp::Write {
-            offset: start,
-            data: data.to_vec(),
-        });
-        state.stats.writes += 1;
-        state.stats.bytes_written += data.len() as u64;
-        Ok(())
+        self.mutate(false, |state| {
+            apply_write(&mut state.volatile, start, data);
+            state.pending.push(PendingOp::Write {
+                offset: start,
+                data: data.to_vec(),
+            });
+            state.stats.writes += 1;
+            state.stats.bytes_written += data.len() as u64;
+        })
     }
 
     fn close(&self) -> Result<(), io::Error> {
@@ -578,6 +679,127 @@ mod tests {
         }
         let counts = (mid_commit, between_commits, tore_something);
         assert!(counts.0 > 0 && counts.1 > 0 && counts.2 > 0, "{counts:?}");
+    }
+
+    #[test]
+    fn storage_faults_fail_selected_operations_and_change_nothing() {
+        use vigil_faults::StorageOps;
+        let disk = Arc::new(SimDisk::new(false));
+        let backend = disk.backend();
+        let injected = disk.injected_errors();
+        backend.write(0, &[OLD; 512]).expect("write");
+        disk.arm_errors(
+            StorageError::Io,
+            StorageFilter::always(StorageOps::Write),
+            2,
+            rng(0),
+        );
+        for _ in 0..2 {
+            let error = backend.write(0, &[NEW; 512]).expect_err("writes fail");
+            assert_eq!(error.kind(), io::ErrorKind::Other);
+            assert!(backend.set_len(4096).is_err(), "set_len grows the file: a write");
+            assert_eq!(image(&disk), [OLD; 512], "a failed write changes nothing");
+            disk.arm_errors(
+                StorageError::Io,
+                StorageFilter::always(StorageOps::Write),
+                2,
+                rng(0),
+            );
+            backend.sync_data().expect("the filter spares syncs");
+        }
+        assert_eq!((disk.stats().injected_errors, *injected.borrow()), (4, 4));
+        backend.write(0, &[NEW; 8]).expect_err("still open");
+        backend.write(0, &[NEW; 8]).expect_err("the last error of the window");
+        backend.write(0, &[NEW; 8]).expect("the window closed after errors_max");
+
+        disk.arm_errors(
+            StorageError::Full,
+            StorageFilter::always(StorageOps::Sync),
+            1,
+            rng(0),
+        );
+        let pending = disk.pending_ops();
+        let error = backend.sync_data().expect_err("syncs fail");
+        assert_eq!(error.kind(), io::ErrorKind::StorageFull);
+        assert_eq!(disk.pending_ops(), pending, "a failed sync makes nothing durable");
+        disk.arm_errors(
+            StorageError::Full,
+            StorageFilter::always(StorageOps::Sync),
+            1,
+            rng(0),
+        );
+        disk.disarm_errors();
+        backend.sync_data().expect("disarmed");
+
+        // A probability of one half fails about half of the selected operations.
+        disk.arm_errors(
+            StorageError::Io,
+            StorageFilter {
+                ops: StorageOps::Any,
+                probability_permille: 500,
+            },
+            u32::MAX,
+            rng(3),
+        );
+        let failed = (0..1_000).filter(|_| backend.sync_data().is_err()).count();
+        assert!((400..600).contains(&failed), "{failed}");
+    }
+
+    #[test]
+    fn fence_keeps_the_page_cache_and_stops_old_handles() {
+        let disk = Arc::new(SimDisk::new(false));
+        let old = disk.backend();
+        old.write(0, &[OLD; 1024]).expect("write");
+        assert_eq!(disk.fence(), 1);
+        assert!(old.write(0, &[NEW; 4]).is_err(), "the exited process's handle is fenced");
+        assert_eq!(image(&disk), [OLD; 1024], "unsynced writes stay in the page cache");
+        assert_eq!(disk.pending_ops(), 1, "and are still unsynced");
+    }
+
+    #[test]
+    fn redb_reopened_after_a_failed_commit_keeps_every_committed_key() {
+        use vigil_faults::StorageOps;
+        let mut refused_after = 0;
+        for seed in 0..REDB_SEEDS {
+            let mut rng = rng(seed);
+            let disk = Arc::new(SimDisk::new(false));
+            let db = open(&disk).expect("create");
+            let committed = rng.gen_range(0..KEYS / 4);
+            (0..committed).for_each(|key| commit(&db, key).expect("commit"));
+            let ops = [StorageOps::Write, StorageOps::Sync, StorageOps::Any][seed as usize % 3];
+            let filter = StorageFilter {
+                ops,
+                probability_permille: rng.gen_range(100..=PERMILLE),
+            };
+            disk.arm_errors(StorageError::Io, filter, 1, ChaCha8Rng::seed_from_u64(rng.gen()));
+            let mut failed_at = None;
+            for key in committed..KEYS {
+                if commit(&db, key).is_err() {
+                    failed_at = Some(key);
+                    break;
+                }
+            }
+            let Some(failed_at) = failed_at else {
+                continue;
+            };
+            // redb latches the failure: nothing more is written until the database is reopened.
+            refused_after += usize::from(commit(&db, KEYS).is_err());
+            disk.fence();
+            drop(db);
+            let db = open(&disk).expect("reopen after the process exited");
+            let lost = missing(&db, failed_at + 1).expect("read");
+            assert!(
+                lost.is_empty() || lost == [failed_at],
+                "seed {seed}: lost {lost:?} of 0..={failed_at}"
+            );
+            // The page cache kept the unsynced tail; the next sync makes all of it durable.
+            commit(&db, KEYS + 1).expect("commit after reopen");
+            disk.crash(&mut rng);
+            drop(db);
+            let db = open(&disk).expect("reopen after a crash");
+            assert!(missing(&db, failed_at).expect("read").is_empty(), "seed {seed}");
+        }
+        assert_eq!(refused_after, REDB_SEEDS as usize, "every seed hit its window");
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The harness: runs one seed of a scenario on madsim, with runtime nodes that are the
 //! production `Node` on a `SimClock` and a `SimDisk`, killed and restarted on their surviving
-//! disk. Only built under `--cfg madsim`.
+//! disk. Only built under `--cfg madsim`. A node that stops itself after a failed write
+//! (ADR 0008) is noticed here and restarted by the scenario, as a supervisor would.
 
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use madsim::runtime::{Handle, NodeHandle, Runtime};
+use madsim::task::NodeId;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use vigil::engine::event::Event;
@@ -35,7 +37,21 @@ const SEED_THREAD_STACK_BYTES: usize = 16 * 1024 * 1024;
 const POWER_CUT_POLL_MS: u64 = 10;
 /// How often a waiting supervisor looks whether an invariant broke, so a failing run stops soon.
 const STOP_CHECK_MS: u64 = 60_000;
+/// How often the harness looks whether a node whose disk just failed an operation has stopped.
+const NODE_STOP_POLL_MS: u64 = 10;
 
+/// What the harness knows of the process running on a runtime node.
+#[derive(Debug)]
+enum Process {
+    /// Killed, or exited and noticed.
+    Down,
+    /// Started; recovery not finished.
+    Starting,
+    /// Serving; the receiver says whether it has stopped itself after a failed write.
+    Running(tokio::sync::watch::Receiver<Option<String>>),
+    /// Start-up failed on an injected storage error: the process exited with this error.
+    Exited(String),
+}
 /// Virtual time since the start of the current simulation.
 pub fn elapsed() -> Duration {
     madsim::time::TimeHandle::current().elapsed()
@@ -78,6 +94,7 @@ pub struct RuntimeNode {
     pub disk: Arc<SimDisk>,
     handle: NodeHandle,
     up: bool,
+    process: Arc<Mutex<Process>>,
 }
 
 impl RuntimeNode {
@@ -93,8 +110,10 @@ impl RuntimeNode {
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
+        let process = Arc::new(Mutex::new(Process::Starting));
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
+            let process = process.clone();
             move || {
                 run_node(
                     name,
@@ -103,6 +122,7 @@ impl RuntimeNode {
                     disk.clone(),
                     recorder.clone(),
                     entropy_seed,
+                    process.clone(),
                 )
             }
         };
@@ -119,12 +139,78 @@ impl RuntimeNode {
             disk,
             handle,
             up: true,
+            process,
         }
     }
 
     /// Whether the node is running.
     pub fn is_up(&self) -> bool {
         self.up
+    }
+
+    /// The node's id on the simulated network (for partitions).
+    pub fn id(&self) -> NodeId {
+        self.handle.id()
+    }
+
+    fn set_process(&self, process: Process) {
+        *self.process.lock().expect("process lock") = process;
+    }
+
+    /// Why the node's process stopped itself, if it has and the harness has not yet noticed:
+    /// a failed write (ADR 0008), or a start-up that failed on an injected storage error. A
+    /// power cut's errors are the cut's, not a stop.
+    pub fn stopped_cause(&self) -> Option<String> {
+        if !self.up || self.disk.power_is_cut() {
+            return None;
+        }
+        match &*self.process.lock().expect("process lock") {
+            Process::Running(failure) => failure.borrow().clone(),
+            Process::Exited(error) => Some(error.clone()),
+            Process::Down | Process::Starting => None,
+        }
+    }
+
+    /// After the disk failed an operation: waits up to `wait_ms_max` of virtual time for the
+    /// node to stop itself and returns why. `None` if it kept running (the failure did not
+    /// reach an append, e.g. redb retried a best-effort write) or a power cut is under way.
+    pub async fn wait_for_stop(&self, recorder: &Recorder, wait_ms_max: u64) -> Option<String> {
+        let give_up_ms = elapsed_ms() + wait_ms_max;
+        loop {
+            let cause = self.stopped_cause();
+            if cause.is_some() || elapsed_ms() >= give_up_ms || recorder.failed() {
+                return cause;
+            }
+            tokio::time::sleep(Duration::from_millis(NODE_STOP_POLL_MS)).await;
+        }
+    }
+
+    /// The node stopped itself (see [`RuntimeNode::stopped_cause`]): its process is gone, as
+    /// when it exits and the supervisor has not yet restarted it. The page cache survives a
+    /// process exit, so the disk keeps its image and unsynced writes; the failed commit may
+    /// have landed there, hence `during_write`.
+    pub fn exited(&mut self, recorder: &Recorder, cause: &str) {
+        assert!(self.up, "a node that is down cannot stop itself");
+        Handle::current().kill(self.handle.id());
+        let pending_ops = self.disk.fence();
+        self.up = false;
+        self.set_process(Process::Down);
+        recorder.record(
+            self.name,
+            TraceEvent::Fault {
+                description: format!("node_stopped cause={cause:?}"),
+            },
+        );
+        recorder.record(
+            self.name,
+            TraceEvent::Crashed {
+                during_write: true,
+                pending_ops,
+                kept_ops: pending_ops,
+                torn_ops: 0,
+                lost_bytes: 0,
+            },
+        );
     }
 
     /// Kills the node: every task and all memory gone, the disk keeps its synced image plus a
@@ -134,6 +220,7 @@ impl RuntimeNode {
         Handle::current().kill(self.handle.id());
         let report = self.disk.crash(rng);
         self.up = false;
+        self.set_process(Process::Down);
         recorder.record(
             self.name,
             TraceEvent::Crashed {
@@ -164,6 +251,7 @@ impl RuntimeNode {
                 // The process dies with its disk; until this instant it saw I/O errors.
                 Handle::current().kill(self.handle.id());
                 self.up = false;
+                self.set_process(Process::Down);
                 recorder.record(
                     self.name,
                     TraceEvent::Crashed {
@@ -176,7 +264,9 @@ impl RuntimeNode {
                 );
                 return true;
             }
-            if elapsed_ms() >= give_up_ms || recorder.failed() {
+            // A node that stopped itself (a storage fault) will never reach the operation.
+            if elapsed_ms() >= give_up_ms || recorder.failed() || self.stopped_cause().is_some()
+            {
                 self.disk.disarm_power_cut();
                 return false;
             }
@@ -188,6 +278,7 @@ impl RuntimeNode {
     pub fn restart(&mut self, recorder: &Recorder) {
         assert!(!self.up, "restarting a node that is up");
         recorder.record(self.name, TraceEvent::Restarted);
+        self.set_process(Process::Starting);
         Handle::current().restart(self.handle.id());
         self.up = true;
     }
@@ -213,7 +304,9 @@ async fn run_node(
     disk: Arc<SimDisk>,
     recorder: Recorder,
     entropy_seed: u64,
+    process: Arc<Mutex<Process>>,
 ) {
+    let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
         let recorder = recorder.clone();
         Arc::new(move |events: &[Event]| {
@@ -248,11 +341,20 @@ async fn run_node(
         Err(error) => Err(error),
     };
     match started {
-        // Keep the node (and its tasks) alive until the harness kills it.
-        Ok(_node) => std::future::pending::<()>().await,
+        // Keep the node (and its tasks) alive until the harness kills it. Its failure latch is
+        // read by the harness, never awaited here: a power cut fails a write too, and must not
+        // pass for a stop (ADR 0008).
+        Ok(node) => {
+            *process.lock().expect("process lock") = Process::Running(node.failure());
+            std::future::pending::<()>().await
+        }
         // The power went during start-up: the harness is about to kill this process, and what
         // the disk kept is judged at the next recovery.
         Err(_) if disk.power_is_cut() => std::future::pending::<()>().await,
+        // A storage fault failed the start-up: the process exits; the supervisor restarts it.
+        Err(error) if disk.stats().injected_errors > injected_before_start => {
+            *process.lock().expect("process lock") = Process::Exited(error.to_string());
+        }
         Err(error) => recorder.record(
             name,
             TraceEvent::RecoveryFailed {

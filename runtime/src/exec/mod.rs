@@ -11,14 +11,12 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
+use crate::engine::breaker::FailureCause;
 use crate::engine::event::{Event, EventKind};
 use crate::engine::run::{RunEnd, RunId, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
 use adapter::{adapter_for, RunContext};
-
-/// Pause before retrying to record a run's end after a storage error.
-pub const FINISH_RETRY_MS: u64 = 1_000;
 
 /// The tasks of the runs in progress on this node.
 #[derive(Debug, Default)]
@@ -94,22 +92,26 @@ async fn execute(
 ) {
     let run = context.run;
     let end = match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context)).await {
-        Ok(outcome) => RunEnd::new(outcome.status, outcome.detail),
+        Ok(outcome) => {
+            let end = RunEnd::new(outcome.status, outcome.detail);
+            match outcome.cause {
+                Some(cause) => end.caused_by(cause),
+                None => end,
+            }
+        }
+        // A run that never answers counts as a failed model call for the breaker.
         Err(_) => RunEnd::new(
             RunStatus::TimedOut,
             format!("still running after limits.run_timeout_ms = {timeout_ms}"),
-        ),
+        )
+        .caused_by(FailureCause::Llm),
     };
     // From here the run reports itself; a cancel that lands first wins and this report is
     // refused, which is fine.
     shell.executor.forget(run);
-    loop {
-        match shell.execute(Command::FinishRun { run, end: end.clone() }) {
-            Ok(_) | Err(ExecuteError::Refused(_)) => return,
-            Err(ExecuteError::Store(error)) => {
-                tracing::warn!(%run, %error, "could not record the end of a run; retrying");
-                tokio::time::sleep(Duration::from_millis(FINISH_RETRY_MS)).await;
-            }
-        }
+    if let Err(ExecuteError::Store(error)) = shell.execute(Command::FinishRun { run, end }) {
+        // The failed write stopped the node (ADR 0008); the next start fails this run with
+        // `control_plane_restart` and re-queues its wakeup once.
+        tracing::warn!(%run, %error, "could not record the end of a run; the node stops");
     }
 }

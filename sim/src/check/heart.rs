@@ -20,6 +20,17 @@ struct AgentSeen {
     paused_until_ms: Option<u64>,
     /// The latest local day a start counted against, and the starts on it.
     day: Option<(LocalDay, u32)>,
+    breaker: Breaker,
+}
+
+/// The breaker as the events describe it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Breaker {
+    #[default]
+    Closed,
+    Open,
+    /// Half-open, with its one probe once it started.
+    HalfOpen { probe: Option<u64> },
 }
 
 /// What the oracle has seen of agents' pauses and daily starts.
@@ -88,11 +99,52 @@ impl HeartOracle {
                     self.run_sources.insert(run.0, source);
                 }
             }
+            EventKind::BreakerOpened { agent, .. } => {
+                self.agents.entry(agent.0).or_default().breaker = Breaker::Open;
+            }
+            EventKind::BreakerHalfOpened { agent } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                if seen.breaker != Breaker::Open {
+                    return violation(
+                        "breaker_single_probe",
+                        format!("agent {agent}'s breaker half-opened from {:?}, not from open", seen.breaker),
+                    );
+                }
+                seen.breaker = Breaker::HalfOpen { probe: None };
+            }
+            // A probe cancelled or cut off by a restart proves nothing: another may start.
+            EventKind::RunFinished {
+                run,
+                agent,
+                status,
+                cause: None,
+                ..
+            } if *status != vigil::engine::run::RunStatus::Succeeded => {
+                let seen = self.agents.entry(agent.0).or_default();
+                if seen.breaker == (Breaker::HalfOpen { probe: Some(run.0) }) {
+                    seen.breaker = Breaker::HalfOpen { probe: None };
+                }
+            }
+            EventKind::BreakerClosed { agent } | EventKind::BreakerReset { agent } => {
+                self.agents.entry(agent.0).or_default().breaker = Breaker::Closed;
+            }
             EventKind::RunStarted { run, agent, .. } => {
                 let source = self.run_sources.get(&run.0).copied();
                 let Some(seen) = self.agents.get_mut(&agent.0) else {
                     return violation("events_gap_free", format!("run {run} started for unknown agent {agent}"));
                 };
+                match seen.breaker {
+                    Breaker::Closed => {}
+                    Breaker::HalfOpen { probe: None } => {
+                        seen.breaker = Breaker::HalfOpen { probe: Some(run.0) };
+                    }
+                    state => {
+                        return violation(
+                            "breaker_single_probe",
+                            format!("run {run} of agent {agent} started while its breaker was {state:?}"),
+                        )
+                    }
+                }
                 let routine = matches!(source, Some(WakeupSource::Timer | WakeupSource::Idle));
                 let timed = seen.paused_until_ms.is_some_and(|until| event.at_ms < until);
                 if seen.paused || (routine && timed) {
@@ -129,20 +181,19 @@ impl HeartOracle {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use vigil::engine::agent::{AgentId, AgentSpec};
-    use vigil::engine::pause::PausedBy;
     use vigil::engine::run::RunId;
     use vigil::engine::tenant::TokenHash;
     use vigil::engine::wakeup::WakeupId;
 
     use super::*;
 
-    fn event(at_ms: u64, kind: EventKind) -> Event {
+    pub fn event(at_ms: u64, kind: EventKind) -> Event {
         Event { seq: 0, at_ms, tenant: "default".into(), kind }
     }
 
-    fn created(cap: Option<u32>) -> Event {
+    pub fn created(cap: Option<u32>) -> Event {
         let mut spec = AgentSpec::with_interval("a", Some(60_000));
         spec.limits.daily_cap = cap;
         event(0, EventKind::AgentCreated {
@@ -154,7 +205,7 @@ mod tests {
         })
     }
 
-    fn queued(run: u64, source: WakeupSource) -> Event {
+    pub fn queued(run: u64, source: WakeupSource) -> Event {
         event(0, EventKind::WakeupQueued {
             wakeup: WakeupId(run),
             agent: AgentId(1),
@@ -167,7 +218,7 @@ mod tests {
         })
     }
 
-    fn started(run: u64, at_ms: u64) -> Event {
+    pub fn started(run: u64, at_ms: u64) -> Event {
         event(at_ms, EventKind::RunStarted {
             run: RunId(run),
             agent: AgentId(1),
@@ -175,6 +226,15 @@ mod tests {
             day: LocalDay::of(at_ms, "UTC"),
         })
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use vigil::engine::agent::AgentId;
+    use vigil::engine::pause::PausedBy;
+
+    use super::tests_support::*;
+    use super::*;
 
     #[test]
     fn a_timer_run_starting_inside_a_pause_is_caught_but_not_an_on_demand_one() {
@@ -210,5 +270,36 @@ mod tests {
         oracle.committed(&queued(5, WakeupSource::OnDemand)).unwrap();
         let err = oracle.committed(&started(5, 10 * day_ms + 4)).unwrap_err();
         assert_eq!(err.invariant, "daily_cap_respected");
+    }
+}
+
+#[cfg(test)]
+mod breaker_tests {
+    use vigil::engine::agent::AgentId;
+    use vigil::engine::breaker::FailureCause;
+
+    use super::tests_support::*;
+    use super::*;
+
+    #[test]
+    fn an_open_breaker_admits_nothing_and_a_half_open_one_a_single_probe() {
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&created(None)).unwrap();
+        for run in 1..=3 {
+            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+        }
+        let opened = event(0, EventKind::BreakerOpened { agent: AgentId(1), trigger: FailureCause::Llm, until_ms: 10, cooldown_ms: 10 });
+        oracle.committed(&opened).unwrap();
+        assert_eq!(oracle.committed(&started(1, 5)).unwrap_err().invariant, "breaker_single_probe");
+
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&created(None)).unwrap();
+        for run in 1..=3 {
+            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+        }
+        oracle.committed(&opened).unwrap();
+        oracle.committed(&event(10, EventKind::BreakerHalfOpened { agent: AgentId(1) })).unwrap();
+        oracle.committed(&started(1, 11)).unwrap();
+        assert_eq!(oracle.committed(&started(2, 12)).unwrap_err().invariant, "breaker_single_probe");
     }
 }

@@ -136,6 +136,7 @@ impl RunsOracle {
                 agent,
                 status,
                 detail,
+                ..
             } => {
                 let Some(seen) = self.runs.get_mut(&run.0) else {
                     return violation("wakeup_reaches_one_terminal", format!("run {run} finished but was never queued"));
@@ -336,6 +337,7 @@ mod tests {
             agent: AgentId(1),
             status,
             detail: detail.into(),
+            cause: None,
         })
     }
 
