@@ -274,7 +274,9 @@ impl Model {
     fn wake(&mut self, agent: usize, request: &WakeupRequest, now_ms: u64) -> (WakeupRecord, bool) {
         if let Some(key) = &request.idempotency_key {
             if let Some(original) = self.agents[agent].keys.get(key) {
-                if now_ms.max(self.agents[agent].keys_clock_ms) < original.at_ms + IDEMPOTENCY_TTL_MS {
+                if now_ms.max(self.agents[agent].keys_clock_ms)
+                    < original.at_ms + IDEMPOTENCY_TTL_MS
+                {
                     return (original.clone(), true);
                 }
             }
@@ -828,9 +830,7 @@ fn a_key_expired_by_the_clock_stays_expired_after_it_goes_back() {
             Op::Advance { delta_ms: -2_000 },
             // Still within 24 h of k1's first use on every reading: replayed.
             wake("k1"),
-            Op::Advance {
-                delta_ms: 5_000,
-            },
+            Op::Advance { delta_ms: 5_000 },
             // A new key recorded at T + 24 h + 2 s: the agent's clock passed k1's expiry.
             wake("k3"),
             Op::Advance { delta_ms: -5_000 },

@@ -1,17 +1,20 @@
-//! The HTTP API over real TCP and a real database file: every endpoint, every bad-input case,
-//! and timers firing from a clock the test controls.
+//! The HTTP API over real TCP and a real database file (real tokio): every endpoint, every
+//! bad-input case, the cross-tenant and cross-agent refusals, the live event stream, and runs of
+//! the scripted adapter ending every way a run can end.
 
+use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use vigil::api::client::ApiClient;
 use vigil::api::BODY_BYTES_MAX;
 use vigil::io::clock::Clock;
+use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
-use vigil::node::{Node, NodeConfig};
+use vigil::node::{Node, NodeConfig, TenantToken};
 
 /// Wall time the test sets by hand; monotonic time is irrelevant to these tests.
 #[derive(Debug)]
@@ -27,6 +30,11 @@ impl Clock for ManualClock {
 }
 
 const START_MS: u64 = 1_800_000_000_000;
+const ACME: &str = "acme-operator-token";
+const GLOBEX: &str = "globex-operator-token";
+/// Longest a test waits for something asynchronous (a run to end, a timer to fire) before it
+/// fails; a bound on waiting, never a timing goal.
+const WAIT_MS_MAX: u64 = 10_000;
 
 fn data_file(test: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("vigil-http-{test}-{}", std::process::id()));
@@ -35,22 +43,77 @@ fn data_file(test: &str) -> std::path::PathBuf {
     dir.join("vigil.redb")
 }
 
-async fn start(test: &str) -> (Node, ApiClient, Arc<ManualClock>) {
-    let clock = Arc::new(ManualClock(AtomicU64::new(START_MS)));
-    let node = Node::start(NodeConfig {
+fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
+    NodeConfig {
         listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        storage: StorageLocation::File(data_file(test)),
-        clock: clock.clone(),
+        storage,
+        clock,
+        entropy: SeededEntropy::shared(7),
+        tenants: vec![
+            TenantToken {
+                tenant: "acme".into(),
+                token: ACME.into(),
+            },
+            TenantToken {
+                tenant: "globex".into(),
+                token: GLOBEX.into(),
+            },
+        ],
         on_commit: None,
-    })
-    .await
-    .expect("node starts");
-    let client = ApiClient::new(node.local_addr());
-    (node, client, clock)
+        on_replayed: None,
+    }
+}
+
+/// A ready node on a fresh file, and a client per tenant operator.
+struct Fixture {
+    node: Node,
+    acme: ApiClient,
+    globex: ApiClient,
+    clock: Arc<ManualClock>,
+    path: std::path::PathBuf,
+}
+
+async fn start(test: &str) -> Fixture {
+    let path = data_file(test);
+    let clock = Arc::new(ManualClock(AtomicU64::new(START_MS)));
+    start_on(path, clock).await
+}
+
+async fn start_on(path: std::path::PathBuf, clock: Arc<ManualClock>) -> Fixture {
+    let mut node = Node::start(config(StorageLocation::File(path.clone()), clock.clone()))
+        .await
+        .expect("node starts");
+    node.ready().await.expect("node recovers");
+    let addr = node.local_addr();
+    Fixture {
+        node,
+        acme: ApiClient::with_token(addr, ACME),
+        globex: ApiClient::with_token(addr, GLOBEX),
+        clock,
+        path,
+    }
+}
+
+impl Fixture {
+    fn as_token(&self, token: &str) -> ApiClient {
+        ApiClient::with_token(self.node.local_addr(), token)
+    }
+
+    fn anonymous(&self) -> ApiClient {
+        ApiClient::new(self.node.local_addr())
+    }
 }
 
 async fn post(client: &ApiClient, path: &str, body: Value) -> (u16, Value) {
     let answer = client.post_json(path, &body).await.unwrap();
+    (answer.status.as_u16(), answer.json().unwrap())
+}
+
+async fn post_empty(client: &ApiClient, path: &str) -> (u16, Value) {
+    let answer = client
+        .request(hyper::Method::POST, path, None)
+        .await
+        .unwrap();
     (answer.status.as_u16(), answer.json().unwrap())
 }
 
@@ -71,77 +134,289 @@ fn assert_error(answer: &(u16, Value), status: u16, code: &str, field: Option<&s
     }
 }
 
-#[tokio::test]
-async fn agents_can_be_created_listed_and_shown() {
-    let (node, client, _clock) = start("agents").await;
-    assert_eq!(
-        get(&client, "/v1/health").await,
-        (200, json!({"status": "ok"}))
-    );
-    let (status, created) = post(
-        &client,
-        "/v1/agents",
-        json!({"name": "scout", "interval_ms": 60_000}),
-    )
-    .await;
+/// Creates an agent; returns (id, token).
+async fn create(client: &ApiClient, spec: Value) -> (u64, String) {
+    let (status, created) = post(client, "/v1/agents", spec).await;
     assert_eq!(status, 201, "{created}");
-    assert_eq!(created["seq"], 1);
-    assert_eq!(created["agent"]["id"], 1);
-    assert_eq!(created["agent"]["next_fire_at_ms"], START_MS + 60_000);
-    let (_, listing) = get(&client, "/v1/agents").await;
-    assert_eq!(listing["now_ms"], START_MS);
-    assert_eq!(listing["agents"].as_array().unwrap().len(), 1);
-    assert_eq!(get(&client, "/v1/agents/1").await.1["name"], "scout");
-    assert_error(&get(&client, "/v1/agents/2").await, 404, "not_found", None);
-    assert_error(
-        &get(&client, "/v1/agents/abc").await,
-        400,
-        "invalid_field",
-        Some("id"),
+    (
+        created["agent"]["id"].as_u64().unwrap(),
+        created["token"].as_str().unwrap().to_string(),
+    )
+}
+
+fn script(steps: Value) -> Value {
+    json!({ "type": "scripted", "steps": steps })
+}
+
+async fn wake(client: &ApiClient, agent: u64, body: Value) -> (u16, Value) {
+    post(client, &format!("/v1/agents/{agent}/wakeup"), body).await
+}
+
+/// Polls run `run` until `done(run)` holds (bounded).
+async fn wait_run(client: &ApiClient, run: u64, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..WAIT_MS_MAX / 20 {
+        let (status, body) = get(client, &format!("/v1/runs/{run}")).await;
+        assert_eq!(status, 200, "{body}");
+        if done(&body) {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("run {run} never reached the expected state: {last}");
+}
+
+fn terminal(run: &Value) -> bool {
+    !matches!(run["status"].as_str(), Some("queued" | "running"))
+}
+
+/// A redb backend whose every call waits until the test opens its gate: recovery that takes as
+/// long as the test wants.
+#[derive(Debug)]
+struct GatedBackend {
+    inner: redb::backends::InMemoryBackend,
+    open: Arc<(Mutex<bool>, Condvar)>,
+}
+
+impl GatedBackend {
+    fn wait(&self) {
+        let (lock, opened) = &*self.open;
+        let mut open = lock.lock().unwrap();
+        while !*open {
+            open = opened.wait(open).unwrap();
+        }
+    }
+}
+
+impl redb::StorageBackend for GatedBackend {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.wait();
+        self.inner.len()
+    }
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.wait();
+        self.inner.read(offset, out)
+    }
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.wait();
+        self.inner.set_len(len)
+    }
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.wait();
+        self.inner.sync_data()
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.wait();
+        self.inner.write(offset, data)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_node_listens_and_answers_recovering_before_it_is_ready() {
+    let open = Arc::new((Mutex::new(false), Condvar::new()));
+    let backend = GatedBackend {
+        inner: redb::backends::InMemoryBackend::new(),
+        open: open.clone(),
+    };
+    let clock = Arc::new(ManualClock(AtomicU64::new(START_MS)));
+    let mut node = Node::start(config(StorageLocation::Backend(Box::new(backend)), clock))
+        .await
+        .expect("node listens");
+    let anonymous = ApiClient::new(node.local_addr());
+    assert_eq!(
+        get(&anonymous, "/v1/health").await,
+        (503, json!({"status": "recovering"}))
     );
+    let acme = ApiClient::with_token(node.local_addr(), ACME);
+    assert_error(&get(&acme, "/v1/agents").await, 503, "recovering", None);
+    {
+        let (lock, opened) = &*open;
+        *lock.lock().unwrap() = true;
+        opened.notify_all();
+    }
+    node.ready().await.expect("recovers once the disk answers");
+    let (status, health) = get(&anonymous, "/v1/health").await;
+    assert_eq!(status, 200);
+    assert_eq!(health["status"], "ok");
+    assert_eq!(get(&acme, "/v1/agents").await.0, 200);
     node.stop();
 }
 
 #[tokio::test]
+async fn agents_are_created_listed_shown_and_scoped_to_their_tenant() {
+    let f = start("agents").await;
+    let (status, created) = post(
+        &f.acme,
+        "/v1/agents",
+        json!({"name": "scout", "heartbeat": {"interval_ms": 60_000}, "time_zone": "Europe/Paris"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{created}");
+    let id = created["agent"]["id"].as_u64().unwrap();
+    let token = created["token"].as_str().unwrap().to_string();
+    assert!(token.starts_with("vgl_agent_"), "{token}");
+    assert_eq!(created["agent"]["tenant"], "acme");
+    assert_eq!(created["agent"]["status"], "active");
+    assert_eq!(created["agent"]["spec"]["time_zone"], "Europe/Paris");
+    assert_eq!(created["agent"]["spec"]["limits"]["queued_runs_max"], 16);
+    let first_slot = created["agent"]["next_fire_at_ms"].as_u64().unwrap();
+    assert!(
+        (START_MS + 60_000..=START_MS + 66_000).contains(&first_slot),
+        "{first_slot}"
+    );
+    assert!(
+        created["agent"].get("token_hash").is_none(),
+        "hashes are not served"
+    );
+
+    let (_, listing) = get(&f.acme, "/v1/agents").await;
+    assert_eq!(listing["now_ms"], START_MS);
+    assert_eq!(listing["agents"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        get(&f.acme, &format!("/v1/agents/{id}")).await.1["name"],
+        "scout"
+    );
+
+    // The same name in another tenant is a different agent; neither tenant sees the other's.
+    let (other, _) = create(&f.globex, json!({"name": "scout"})).await;
+    assert_ne!(other, id);
+    assert_eq!(
+        get(&f.globex, "/v1/agents").await.1["agents"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_error(
+        &get(&f.globex, &format!("/v1/agents/{id}")).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &get(&f.acme, &format!("/v1/agents/{other}")).await,
+        404,
+        "not_found",
+        None,
+    );
+
+    // The agent's own token reads itself, nothing else, and cannot operate.
+    let agent = f.as_token(&token);
+    assert_eq!(get(&agent, &format!("/v1/agents/{id}")).await.0, 200);
+    assert_error(&get(&agent, "/v1/agents").await, 403, "forbidden", None);
+    assert_error(
+        &post(&agent, "/v1/agents", json!({"name": "x"})).await,
+        403,
+        "forbidden",
+        None,
+    );
+    let (sibling, _) = create(&f.acme, json!({"name": "sibling"})).await;
+    assert_error(
+        &get(&agent, &format!("/v1/agents/{sibling}")).await,
+        403,
+        "forbidden",
+        None,
+    );
+
+    // No token, a malformed header, an unknown token.
+    assert_error(
+        &get(&f.anonymous(), "/v1/agents").await,
+        401,
+        "unauthenticated",
+        None,
+    );
+    assert_error(
+        &get(&f.as_token("nobody"), "/v1/agents").await,
+        401,
+        "unauthenticated",
+        None,
+    );
+    assert_error(
+        &get(&f.acme, "/v1/agents/999").await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &get(&f.acme, "/v1/agents/abc").await,
+        400,
+        "invalid_field",
+        Some("id"),
+    );
+    assert_error(&get(&f.acme, "/v1/nowhere").await, 404, "not_found", None);
+    f.node.stop();
+}
+
+#[tokio::test]
 async fn bad_agent_input_is_refused_naming_the_field_and_changes_nothing() {
-    let (node, client, _clock) = start("bad-input").await;
+    let f = start("bad-input").await;
+    let head_before = get(&f.acme, "/v1/events").await.1["head_seq"].clone();
     let cases = [
+        (json!({"heartbeat": {"interval_ms": 60_000}}), "name"),
+        (json!({"name": ""}), "name"),
+        (json!({"name": "no spaces"}), "name"),
+        (json!({"name": "x".repeat(65)}), "name"),
         (
-            json!({"interval_ms": 60_000}),
-            "invalid_field",
-            Some("name"),
-        ),
-        (json!({"name": "a"}), "invalid_field", Some("interval_ms")),
-        (
-            json!({"name": "a", "interval_ms": 999}),
-            "invalid_field",
-            Some("interval_ms"),
+            json!({"name": "a", "heartbeat": {"interval_ms": 999}}),
+            "heartbeat.interval_ms",
         ),
         (
-            json!({"name": "a", "interval_ms": "soon"}),
-            "invalid_field",
-            Some("interval_ms"),
+            json!({"name": "a", "heartbeat": {"interval_ms": 604_800_001_u64}}),
+            "heartbeat.interval_ms",
         ),
         (
-            json!({"name": "", "interval_ms": 60_000}),
-            "invalid_field",
-            Some("name"),
+            json!({"name": "a", "heartbeat": {"interval_ms": "soon"}}),
+            "heartbeat.interval_ms",
         ),
         (
-            json!({"name": "no spaces", "interval_ms": 60_000}),
-            "invalid_field",
-            Some("name"),
+            json!({"name": "a", "heartbeat": {"sources": ["timer", "timer"]}}),
+            "heartbeat.sources",
         ),
         (
-            json!({"name": "a", "interval_ms": 60_000, "colour": "red"}),
-            "invalid_field",
-            Some("colour"),
+            json!({"name": "a", "heartbeat": {"sources": ["email"]}}),
+            "heartbeat.sources[0]",
+        ),
+        (
+            json!({"name": "a", "time_zone": "Mars/Olympus"}),
+            "time_zone",
+        ),
+        (
+            json!({"name": "a", "limits": {"run_timeout_ms": 999}}),
+            "limits.run_timeout_ms",
+        ),
+        (
+            json!({"name": "a", "limits": {"queued_runs_max": 0}}),
+            "limits.queued_runs_max",
+        ),
+        (
+            json!({"name": "a", "limits": {"queued_runs_max": 1001}}),
+            "limits.queued_runs_max",
+        ),
+        (
+            json!({"name": "a", "limits": {"daily_cap": 0}}),
+            "limits.daily_cap",
+        ),
+        (
+            json!({"name": "a", "breaker": {"failures_to_open": 0}}),
+            "breaker.failures_to_open",
+        ),
+        (
+            json!({"name": "a", "adapter": script(json!([]))}),
+            "adapter.steps",
+        ),
+        (json!({"name": "a", "colour": "red"}), "colour"),
+        (
+            json!({"name": "a", "limits": {"colour": 1}}),
+            "limits.colour",
         ),
     ];
-    for (body, code, field) in cases {
-        assert_error(&post(&client, "/v1/agents", body).await, 400, code, field);
+    for (body, field) in cases {
+        let answer = post(&f.acme, "/v1/agents", body.clone()).await;
+        assert_error(&answer, 400, "invalid_field", Some(field));
     }
-    let not_json = client
+    let not_json = f
+        .acme
         .request(
             hyper::Method::POST,
             "/v1/agents",
@@ -155,95 +430,634 @@ async fn bad_agent_input_is_refused_naming_the_field_and_changes_nothing() {
         "invalid_json",
         None,
     );
-    let huge = json!({"name": "a", "interval_ms": 60_000, "pad": "x".repeat(BODY_BYTES_MAX)});
+    let huge = json!({"name": "a", "pad": "x".repeat(BODY_BYTES_MAX)});
     assert_error(
-        &post(&client, "/v1/agents", huge).await,
+        &post(&f.acme, "/v1/agents", huge).await,
         413,
         "body_too_large",
         None,
     );
     // None of it reached the log.
-    assert_eq!(get(&client, "/v1/events").await.1["head_seq"], 0);
+    assert_eq!(get(&f.acme, "/v1/events").await.1["head_seq"], head_before);
 
-    assert_eq!(
-        post(
-            &client,
-            "/v1/agents",
-            json!({"name": "a", "interval_ms": 60_000})
-        )
-        .await
-        .0,
-        201
-    );
-    let duplicate = post(
-        &client,
-        "/v1/agents",
-        json!({"name": "a", "interval_ms": 5_000}),
-    )
-    .await;
+    create(&f.acme, json!({"name": "a"})).await;
+    let duplicate = post(&f.acme, "/v1/agents", json!({"name": "a"})).await;
     assert_error(&duplicate, 409, "name_taken", Some("name"));
-    assert_error(&get(&client, "/v1/nowhere").await, 404, "not_found", None);
-    node.stop();
+    f.node.stop();
 }
 
 #[tokio::test]
-async fn timers_fire_on_the_nodes_clock_and_the_feed_pages_resume_exactly() {
-    let (node, client, clock) = start("timers").await;
-    post(
-        &client,
-        "/v1/agents",
-        json!({"name": "a", "interval_ms": 1_000}),
+async fn wakeups_queue_coalesce_replay_and_are_refused_with_a_reason() {
+    let f = start("wakeups").await;
+    let hang = script(json!([{ "duration_ms": 0, "outcome": "hang" }]));
+    let (id, token) = create(
+        &f.acme,
+        json!({"name": "a", "adapter": hang, "limits": {"queued_runs_max": 2}}),
     )
     .await;
-    // Jump 3.5 intervals ahead: one fire stands for the missed slots, never the backlog.
-    clock.0.store(START_MS + 3_500, Ordering::SeqCst);
-    let mut page = Value::Null;
-    for _ in 0..100 {
-        page = get(&client, "/v1/events?after=1").await.1;
-        if page["head_seq"] == 2 {
+
+    let (status, first) = wake(
+        &f.acme,
+        id,
+        json!({"source": "on_demand", "reason": "hello"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["outcome"], "queued");
+    assert_eq!(first["replayed"], false);
+    let running = first["run"].as_u64().unwrap();
+    wait_run(&f.acme, running, |r| r["status"] == "running").await;
+
+    // Two wakeups for one task key: one queued run, the second coalesces (latest reason kept).
+    let (_, queued) = wake(
+        &f.acme,
+        id,
+        json!({"source": "timer", "task_key": "inbox", "reason": "one"}),
+    )
+    .await;
+    assert_eq!(queued["outcome"], "queued");
+    let (_, coalesced) = wake(
+        &f.acme,
+        id,
+        json!({"source": "on_demand", "task_key": "inbox", "reason": "two"}),
+    )
+    .await;
+    assert_eq!(coalesced["outcome"], "coalesced");
+    assert_eq!(coalesced["run"], queued["run"]);
+    assert_eq!(coalesced["coalesced_count"], 1);
+    let (_, run) = get(&f.acme, &format!("/v1/runs/{}", queued["run"])).await;
+    assert_eq!(run["reason"], "two");
+    assert_eq!(run["priority"], "on_demand");
+
+    // An idempotency key replays the original answer and records nothing.
+    let keyed = json!({"source": "assignment", "task_key": "t2", "idempotency_key": "k-1"});
+    let (_, original) = wake(&f.acme, id, keyed.clone()).await;
+    assert_eq!(original["outcome"], "queued");
+    let head = get(&f.acme, "/v1/events").await.1["head_seq"].clone();
+    let (_, replay) = wake(&f.acme, id, keyed).await;
+    assert_eq!(replay["replayed"], true);
+    assert_eq!(replay["wakeup"], original["wakeup"]);
+    assert_eq!(replay["run"], original["run"]);
+    assert_eq!(get(&f.acme, "/v1/events").await.1["head_seq"], head);
+
+    // The queue holds two: a third task key is refused, and the refusal is an event.
+    let (_, full) = wake(
+        &f.acme,
+        id,
+        json!({"source": "on_demand", "task_key": "t3"}),
+    )
+    .await;
+    assert_eq!(full["outcome"], "refused");
+    assert_eq!(full["refusal"], "queue_full");
+    let (_, page) = get(&f.acme, &format!("/v1/events?after={head}")).await;
+    assert_eq!(
+        page["events"].as_array().unwrap().last().unwrap()["type"],
+        "wakeup_refused"
+    );
+
+    // The agent's own token wakes itself.
+    let (status, own) = wake(
+        &f.as_token(&token),
+        id,
+        json!({"source": "on_demand", "task_key": "inbox"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own["outcome"], "coalesced");
+
+    // A source the policy does not accept.
+    let (picky, _) = create(
+        &f.acme,
+        json!({"name": "picky", "heartbeat": {"sources": ["on_demand"]}}),
+    )
+    .await;
+    let (_, refused) = wake(&f.acme, picky, json!({"source": "automation"})).await;
+    assert_eq!(refused["refusal"], "disabled_source");
+
+    // Paused and terminated agents take no wakeups.
+    assert_eq!(
+        post_empty(&f.acme, &format!("/v1/agents/{picky}/pause"))
+            .await
+            .1["status"],
+        "paused"
+    );
+    assert_eq!(
+        wake(&f.acme, picky, json!({"source": "on_demand"})).await.1["refusal"],
+        "paused"
+    );
+    assert_eq!(
+        post_empty(&f.acme, &format!("/v1/agents/{picky}/terminate"))
+            .await
+            .1["status"],
+        "terminated"
+    );
+    assert_eq!(
+        wake(&f.acme, picky, json!({"source": "on_demand"})).await.1["refusal"],
+        "terminated"
+    );
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn bad_wakeups_are_refused_naming_the_field_and_scoped() {
+    let f = start("bad-wakeups").await;
+    let (id, _) = create(&f.acme, json!({"name": "a"})).await;
+    let (other, other_token) = create(&f.acme, json!({"name": "b"})).await;
+    let cases = [
+        (json!({}), "source"),
+        (json!({"source": "email"}), "source"),
+        (
+            json!({"source": "on_demand", "reason": "x".repeat(501)}),
+            "reason",
+        ),
+        (json!({"source": "on_demand", "task_key": ""}), "task_key"),
+        (
+            json!({"source": "on_demand", "idempotency_key": "k".repeat(201)}),
+            "idempotency_key",
+        ),
+        (
+            json!({"source": "on_demand", "payload": "p".repeat(16 * 1024)}),
+            "payload",
+        ),
+        (json!({"source": "on_demand", "priority": 1}), "priority"),
+    ];
+    for (body, field) in cases {
+        assert_error(
+            &wake(&f.acme, id, body).await,
+            400,
+            "invalid_field",
+            Some(field),
+        );
+    }
+    assert_error(
+        &wake(&f.acme, 999, json!({"source": "on_demand"})).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &wake(&f.globex, id, json!({"source": "on_demand"})).await,
+        404,
+        "not_found",
+        None,
+    );
+    let other_agent = f.as_token(&other_token);
+    assert_error(
+        &wake(&other_agent, id, json!({"source": "on_demand"})).await,
+        403,
+        "forbidden",
+        None,
+    );
+    assert_eq!(
+        wake(&other_agent, other, json!({"source": "on_demand"}))
+            .await
+            .0,
+        200
+    );
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn runs_end_every_way_and_the_next_queued_run_starts_by_itself() {
+    let f = start("runs").await;
+    let steps = json!([
+        { "duration_ms": 10, "outcome": "succeeded" },
+        { "duration_ms": 10, "outcome": "failed" },
+        { "duration_ms": 0, "outcome": "hang" },
+        { "duration_ms": 0, "outcome": "hang" },
+        { "duration_ms": 10, "outcome": "succeeded" },
+    ]);
+    let (id, token) = create(
+        &f.acme,
+        json!({"name": "a", "adapter": script(steps), "limits": {"run_timeout_ms": 1_000}}),
+    )
+    .await;
+    let run_of = |answer: (u16, Value)| answer.1["run"].as_u64().unwrap();
+    let r0 = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "0"})).await);
+    assert_eq!(wait_run(&f.acme, r0, terminal).await["status"], "succeeded");
+    let r1 = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "1"})).await);
+    assert_eq!(wait_run(&f.acme, r1, terminal).await["status"], "failed");
+    // A hanging run meets its timeout.
+    let r2 = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "2"})).await);
+    let timed_out = wait_run(&f.acme, r2, terminal).await;
+    assert_eq!(timed_out["status"], "timed_out");
+    // A hanging run cancelled over the API; the run queued behind it starts by itself.
+    let r3 = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "3"})).await);
+    wait_run(&f.acme, r3, |r| r["status"] == "running").await;
+    let r4 = run_of(wake(&f.acme, id, json!({"source": "timer", "task_key": "4"})).await);
+    assert_eq!(
+        get(&f.acme, &format!("/v1/runs/{r4}")).await.1["status"],
+        "queued"
+    );
+    // Only an operator cancels.
+    let agent = f.as_token(&token);
+    assert_error(
+        &post_empty(&agent, &format!("/v1/runs/{r3}/cancel")).await,
+        403,
+        "forbidden",
+        None,
+    );
+    let (status, cancelled) = post_empty(&f.acme, &format!("/v1/runs/{r3}/cancel")).await;
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    assert_eq!(wait_run(&f.acme, r4, terminal).await["status"], "succeeded");
+    assert_error(
+        &post_empty(&f.acme, &format!("/v1/runs/{r3}/cancel")).await,
+        409,
+        "run_finished",
+        None,
+    );
+
+    // Listing: newest first, filters, limits.
+    let (_, all) = get(&f.acme, "/v1/runs").await;
+    let ids: Vec<u64> = all["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids, vec![r4, r3, r2, r1, r0]);
+    let (_, failed) = get(&f.acme, &format!("/v1/runs?agent={id}&status=failed")).await;
+    assert_eq!(failed["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        get(&f.acme, "/v1/runs?limit=2").await.1["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_error(
+        &get(&f.acme, "/v1/runs?status=done").await,
+        400,
+        "invalid_field",
+        Some("status"),
+    );
+    assert_error(
+        &get(&f.acme, "/v1/runs?limit=0").await,
+        400,
+        "invalid_field",
+        Some("limit"),
+    );
+    assert_error(
+        &get(&f.acme, "/v1/runs?agent=x").await,
+        400,
+        "invalid_field",
+        Some("agent"),
+    );
+    assert_error(
+        &get(&f.acme, "/v1/runs?colour=1").await,
+        400,
+        "invalid_field",
+        Some("colour"),
+    );
+    assert_error(
+        &get(&f.acme, "/v1/runs/abc").await,
+        400,
+        "invalid_field",
+        Some("id"),
+    );
+    assert_error(&get(&f.acme, "/v1/runs/999").await, 404, "not_found", None);
+
+    // Scoping: another tenant sees none of it; an agent token sees its own runs only.
+    assert_eq!(get(&f.globex, "/v1/runs").await.1["runs"], json!([]));
+    assert_error(
+        &get(&f.globex, &format!("/v1/runs/{r0}")).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &post_empty(&f.globex, &format!("/v1/runs/{r0}/cancel")).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_eq!(
+        get(&agent, "/v1/runs").await.1["runs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        5
+    );
+    let (other, _) = create(&f.acme, json!({"name": "other"})).await;
+    assert_error(
+        &get(&agent, &format!("/v1/runs?agent={other}")).await,
+        403,
+        "forbidden",
+        None,
+    );
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn pauses_resume_terminate_and_the_breaker_reset() {
+    let f = start("control").await;
+    let hang = script(json!([{ "duration_ms": 0, "outcome": "hang" }]));
+    let (id, token) = create(
+        &f.acme,
+        json!({"name": "a", "adapter": hang, "heartbeat": {"interval_ms": 60_000}}),
+    )
+    .await;
+    let run = wake(&f.acme, id, json!({"source": "on_demand"})).await.1["run"]
+        .as_u64()
+        .unwrap();
+    wait_run(&f.acme, run, |r| r["status"] == "running").await;
+
+    // The agent rests: pause_heartbeats clamps to 1..=60 minutes and cancels the running run.
+    let agent = f.as_token(&token);
+    let (status, paused) = post(
+        &agent,
+        &format!("/v1/agents/{id}/pause_heartbeats"),
+        json!({"minutes": 90}),
+    )
+    .await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(paused["paused_until_ms"], START_MS + 60 * 60_000);
+    assert_eq!(paused["paused_by"], "agent");
+    assert_eq!(
+        wait_run(&f.acme, run, terminal).await["status"],
+        "cancelled"
+    );
+    assert_eq!(
+        wake(&f.acme, id, json!({"source": "timer"})).await.1["refusal"],
+        "paused"
+    );
+    let (_, defaulted) = post_empty(&agent, &format!("/v1/agents/{id}/pause_heartbeats")).await;
+    assert_eq!(defaulted["paused_until_ms"], START_MS + 2 * 60_000);
+
+    // An operator's timed pause is bounded and names the field.
+    let bad = post(
+        &f.acme,
+        &format!("/v1/agents/{id}/pause"),
+        json!({"minutes": 0}),
+    )
+    .await;
+    assert_error(&bad, 400, "invalid_field", Some("minutes"));
+    let unknown = post(
+        &f.acme,
+        &format!("/v1/agents/{id}/pause"),
+        json!({"hours": 1}),
+    )
+    .await;
+    assert_error(&unknown, 400, "invalid_field", Some("hours"));
+    let (_, timed) = post(
+        &f.acme,
+        &format!("/v1/agents/{id}/pause"),
+        json!({"minutes": 30}),
+    )
+    .await;
+    assert_eq!(timed["paused_until_ms"], START_MS + 30 * 60_000);
+    assert_eq!(
+        post_empty(&f.acme, &format!("/v1/agents/{id}/resume"))
+            .await
+            .1["paused_until_ms"],
+        Value::Null
+    );
+    // Only operators pause for good, resume, terminate and reset.
+    for action in ["pause", "resume", "terminate", "breaker/reset"] {
+        assert_error(
+            &post_empty(&agent, &format!("/v1/agents/{id}/{action}")).await,
+            403,
+            "forbidden",
+            None,
+        );
+        assert_error(
+            &post_empty(&f.globex, &format!("/v1/agents/{id}/{action}")).await,
+            404,
+            "not_found",
+            None,
+        );
+    }
+    let (status, reset) = post_empty(&f.acme, &format!("/v1/agents/{id}/breaker/reset")).await;
+    assert_eq!(status, 200, "{reset}");
+    assert_eq!(reset["breaker"]["state"], "closed");
+    assert_eq!(
+        post_empty(&f.acme, &format!("/v1/agents/{id}/terminate"))
+            .await
+            .1["status"],
+        "terminated"
+    );
+    assert_error(
+        &post_empty(&f.acme, &format!("/v1/agents/{id}/resume")).await,
+        409,
+        "agent_terminated",
+        None,
+    );
+    assert_error(
+        &post_empty(&f.acme, "/v1/agents/999/pause").await,
+        404,
+        "not_found",
+        None,
+    );
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn the_event_feed_pages_resume_exactly_and_stay_within_the_tenant() {
+    let f = start("events").await;
+    create(
+        &f.acme,
+        json!({"name": "a", "heartbeat": {"interval_ms": 1_000}}),
+    )
+    .await;
+    create(&f.globex, json!({"name": "g"})).await;
+    // Jump 3.5 intervals (plus the jitter, at most a tenth) ahead: one fire stands for the
+    // missed slots, never the backlog.
+    f.clock.0.store(START_MS + 3_600, Ordering::SeqCst);
+    let mut fired = Value::Null;
+    for _ in 0..WAIT_MS_MAX / 50 {
+        let (_, page) = get(&f.acme, "/v1/events?after=0&limit=1000").await;
+        if let Some(event) = page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["type"] == "timer_fired")
+        {
+            fired = event.clone();
             break;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(page["head_seq"], 2, "the timer loop did not fire: {page}");
-    let fired = &page["events"][0];
-    assert_eq!(fired["type"], "timer_fired");
-    assert_eq!(fired["due_at_ms"], START_MS + 3_000);
-    assert_eq!(fired["missed_slots"], 2);
-    assert_eq!(fired["next_fire_at_ms"], START_MS + 4_000);
-
-    let (_, all) = get(&client, "/v1/events?after=0&limit=1").await;
-    assert_eq!(all["events"].as_array().unwrap().len(), 1);
-    assert_eq!(all["events"][0]["seq"], 1);
-    let (_, rest) = get(&client, "/v1/events?after=1&limit=1000").await;
-    assert_eq!(rest["events"][0]["seq"], 2);
     assert_eq!(
-        get(&client, "/v1/events?after=2").await.1["events"],
-        json!([])
+        fired["missed_slots"], 2,
+        "the timer loop did not fire once for the backlog: {fired}"
     );
-    assert_error(
-        &get(&client, "/v1/events?after=x").await,
-        400,
-        "invalid_field",
-        Some("after"),
+
+    let (_, acme_page) = get(&f.acme, "/v1/events?after=0&limit=1000").await;
+    let events = acme_page["events"].as_array().unwrap();
+    assert!(events.iter().all(|e| e["tenant"] == "acme"), "{acme_page}");
+    let (_, globex_page) = get(&f.globex, "/v1/events?after=0&limit=1000").await;
+    let theirs = globex_page["events"].as_array().unwrap();
+    assert!(!theirs.is_empty() && theirs.iter().all(|e| e["tenant"] == "globex"));
+    // Pages resume exactly: one event at a time yields the same sequence.
+    let mut after = 0;
+    let mut one_by_one = Vec::new();
+    loop {
+        let (_, page) = get(&f.acme, &format!("/v1/events?after={after}&limit=1")).await;
+        let Some(event) = page["events"].as_array().unwrap().first().cloned() else {
+            break;
+        };
+        assert!(event["seq"].as_u64().unwrap() > after);
+        after = page["next_after"].as_u64().unwrap();
+        one_by_one.push(event);
+    }
+    let seqs = |v: &[Value]| {
+        v.iter()
+            .map(|e| e["seq"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let all = get(&f.acme, "/v1/events?after=0&limit=1000").await.1["events"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(seqs(&one_by_one), seqs(&all));
+    for (query, field) in [
+        ("after=x", "after"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("since=1", "since"),
+    ] {
+        assert_error(
+            &get(&f.acme, &format!("/v1/events?{query}")).await,
+            400,
+            "invalid_field",
+            Some(field),
+        );
+    }
+    f.node.stop();
+}
+
+/// Opens `GET /v1/events` as Server-Sent Events and returns the `id:` of each frame read until
+/// `count` frames came (bounded by a read timeout).
+fn sse_ids(addr: SocketAddr, token: &str, last_event_id: Option<u64>, count: usize) -> Vec<u64> {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(WAIT_MS_MAX)))
+        .unwrap();
+    let resume = last_event_id.map_or(String::new(), |id| format!("Last-Event-ID: {id}\r\n"));
+    let request = format!(
+        "GET /v1/events HTTP/1.1\r\nHost: vigil\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n{resume}\r\n"
     );
-    assert_error(
-        &get(&client, "/v1/events?limit=0").await,
-        400,
-        "invalid_field",
-        Some("limit"),
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut seen = String::new();
+    let mut buffer = [0u8; 4096];
+    let ids = |text: &str| -> Vec<u64> {
+        text.lines()
+            .filter_map(|l| l.strip_prefix("id: "))
+            .map(|id| id.trim().parse().unwrap())
+            .collect()
+    };
+    while ids(&seen).len() < count {
+        let read = stream.read(&mut buffer).expect("the stream keeps sending");
+        assert!(read > 0, "the stream ended early: {seen}");
+        seen.push_str(&String::from_utf8_lossy(&buffer[..read]));
+    }
+    assert!(seen.starts_with("HTTP/1.1 200"), "{seen}");
+    assert!(
+        seen.to_lowercase()
+            .contains("content-type: text/event-stream"),
+        "{seen}"
     );
-    assert_error(
-        &get(&client, "/v1/events?limit=1001").await,
-        400,
-        "invalid_field",
-        Some("limit"),
+    ids(&seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_stream_resumes_from_last_event_id_and_carries_new_events() {
+    let f = start("sse").await;
+    let (id, _) = create(&f.acme, json!({"name": "a"})).await;
+    create(&f.globex, json!({"name": "g"})).await;
+    let (_, page) = get(&f.acme, "/v1/events?after=0&limit=1000").await;
+    let acme_seqs: Vec<u64> = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    let addr = f.node.local_addr();
+    let all = tokio::task::spawn_blocking(move || sse_ids(addr, ACME, None, 2))
+        .await
+        .unwrap();
+    assert_eq!(
+        all, acme_seqs,
+        "the stream from the start is the tenant's events"
     );
-    assert_error(
-        &get(&client, "/v1/events?since=1").await,
-        400,
-        "invalid_field",
-        Some("since"),
+    let after_first = tokio::task::spawn_blocking({
+        let first = acme_seqs[0];
+        move || sse_ids(addr, ACME, Some(first), 1)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        after_first,
+        acme_seqs[1..].to_vec(),
+        "resumed after {}",
+        acme_seqs[0]
     );
+
+    // Events committed while a stream is open arrive on it.
+    let head = *acme_seqs.last().unwrap();
+    let live = tokio::task::spawn_blocking(move || sse_ids(addr, ACME, Some(head), 2));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    wake(&f.acme, id, json!({"source": "on_demand"})).await;
+    let live = live.await.unwrap();
+    assert!(
+        live.iter().all(|&seq| seq > head) && live.len() >= 2,
+        "{live:?}"
+    );
+
+    // A Last-Event-ID that is not a sequence number is refused, naming the header.
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(Duration::from_millis(WAIT_MS_MAX))).unwrap();
+        let request = format!(
+            "GET /v1/events HTTP/1.1\r\nHost: vigil\r\nAuthorization: Bearer {ACME}\r\nAccept: text/event-stream\r\nLast-Event-ID: soon\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        answer
+    })
+    .await
+    .unwrap();
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains(r#""field":"Last-Event-ID""#), "{answer}");
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn a_restart_fails_the_running_run_and_requeues_its_wakeup_once() {
+    let f = start("restart").await;
+    let hang = script(json!([{ "duration_ms": 0, "outcome": "hang" }]));
+    let (id, _) = create(&f.acme, json!({"name": "a", "adapter": hang})).await;
+    let run = wake(
+        &f.acme,
+        id,
+        json!({"source": "assignment", "task_key": "t"}),
+    )
+    .await
+    .1["run"]
+        .as_u64()
+        .unwrap();
+    wait_run(&f.acme, run, |r| r["status"] == "running").await;
+    let Fixture {
+        node, path, clock, ..
+    } = f;
     node.stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+
+    let f = start_on(path, clock).await;
+    let (_, old) = get(&f.acme, &format!("/v1/runs/{run}")).await;
+    assert_eq!(old["status"], "failed");
+    assert_eq!(old["detail"], "control_plane_restart");
+    let (_, runs) = get(&f.acme, &format!("/v1/runs?agent={id}")).await;
+    let retries: Vec<&Value> = runs["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["retry_of"] == run)
+        .collect();
+    assert_eq!(retries.len(), 1, "{runs}");
+    assert_eq!(retries[0]["source"], "assignment");
+    assert_eq!(retries[0]["status"], "running");
+    f.node.stop();
 }

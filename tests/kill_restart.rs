@@ -9,12 +9,35 @@ use std::process::{Child, Command, Stdio};
 use serde_json::json;
 use vigil::api::client::ApiClient;
 
-/// Starts `vigil serve` on a free port; returns the child and the address it printed.
-fn serve(data_dir: &Path) -> (Child, SocketAddr) {
+/// The operator token the tests configure (`vigil serve --operator-token` via its env var).
+const TOKEN: &str = "vgl_op_kill-restart-test-token";
+
+/// Starts `vigil serve` on a free port; returns the child and a client of the address it
+/// printed, once the node answers ready.
+async fn serve(data_dir: &Path) -> (Child, ApiClient) {
+    let (child, addr) = spawn_serve(data_dir);
+    let client = ApiClient::with_token(addr, TOKEN);
+    // It listens before recovery is done; wait (bounded) until it is ready.
+    for _ in 0..300 {
+        if client
+            .get("/v1/health")
+            .await
+            .is_ok_and(|a| a.status.as_u16() == 200)
+        {
+            return (child, client);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("vigil serve at {addr} never became ready");
+}
+
+fn spawn_serve(data_dir: &Path) -> (Child, SocketAddr) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
         .env("VIGIL_LOG", "warn")
+        .env("VIGIL_OPERATOR_TOKEN", TOKEN)
+        .env_remove("VIGIL_FLEET")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -44,15 +67,15 @@ fn fresh_data_dir(test: &str) -> PathBuf {
 async fn sigkill_loses_nothing_that_was_acknowledged() {
     let data_dir = fresh_data_dir("kill");
 
-    let (mut child, addr) = serve(&data_dir);
-    let client = ApiClient::new(addr);
+    let (mut child, client) = serve(&data_dir).await;
     // Four writers create agents as fast as they can; the process is killed while they write.
     let writers: Vec<_> = (0..4)
         .map(|writer| {
+            let client = client.clone();
             tokio::spawn(async move {
                 let mut acked = Vec::new();
                 for i in 0.. {
-                    let body = json!({"name": format!("w{writer}-{i}"), "interval_ms": 60_000});
+                    let body = json!({"name": format!("w{writer}-{i}"), "heartbeat": {"interval_ms": 60_000}});
                     match client.post_json("/v1/agents", &body).await {
                         Ok(answer) if answer.status.as_u16() == 201 => {
                             let json = answer.json().unwrap();
@@ -91,8 +114,7 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
         acked.len()
     );
 
-    let (mut child, addr) = serve(&data_dir);
-    let client = ApiClient::new(addr);
+    let (mut child, client) = serve(&data_dir).await;
     let listing = client.get("/v1/agents").await.unwrap().json().unwrap();
     let agents = listing["agents"].as_array().unwrap();
     for (id, name, seq) in &acked {
@@ -133,10 +155,9 @@ async fn sigkill_loses_nothing_that_was_acknowledged() {
 #[tokio::test]
 async fn sigterm_stops_cleanly_and_the_restart_keeps_everything() {
     let data_dir = fresh_data_dir("term");
-    let (mut child, addr) = serve(&data_dir);
-    let client = ApiClient::new(addr);
+    let (mut child, client) = serve(&data_dir).await;
     for i in 0..10 {
-        let body = json!({"name": format!("a{i}"), "interval_ms": 60_000});
+        let body = json!({"name": format!("a{i}"), "heartbeat": {"interval_ms": 60_000}});
         assert_eq!(
             client
                 .post_json("/v1/agents", &body)
@@ -164,13 +185,8 @@ async fn sigterm_stops_cleanly_and_the_restart_keeps_everything() {
     let exit = exit.expect("vigil serve did not stop on SIGTERM");
     assert!(exit.success(), "vigil serve exited with {exit} on SIGTERM");
 
-    let (mut child, addr) = serve(&data_dir);
-    let listing = ApiClient::new(addr)
-        .get("/v1/agents")
-        .await
-        .unwrap()
-        .json()
-        .unwrap();
+    let (mut child, client) = serve(&data_dir).await;
+    let listing = client.get("/v1/agents").await.unwrap().json().unwrap();
     assert_eq!(listing["agents"].as_array().unwrap().len(), 10);
     child.kill().unwrap();
     child.wait().unwrap();

@@ -105,7 +105,8 @@ fn lying_fsync_makes_a_100_seed_sweep_report_durability_violations() {
 fn an_unknown_scenario_is_a_clear_error() {
     let output = vigil_sim(&["run", "--scenario", "nope", "--seed", "1"], &[]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("known scenarios: smoke, coalesce_burst, idempotency, crash_mid_run"));
+    assert!(String::from_utf8_lossy(&output.stderr)
+        .contains("known scenarios: smoke, coalesce_burst, idempotency, crash_mid_run"));
 }
 
 #[test]
@@ -117,7 +118,10 @@ fn every_seed_of_the_regression_file_passes() {
     let summary = last_line(&output);
     assert!(summary.starts_with("regress file="), "{summary}");
     assert!(summary.ends_with("failed=0"), "{summary}");
-    assert!(!summary.contains("seeds=0 "), "the regression file lists seeds: {summary}");
+    assert!(
+        !summary.contains("seeds=0 "),
+        "the regression file lists seeds: {summary}"
+    );
 }
 
 #[test]
@@ -130,19 +134,33 @@ fn a_sweep_writes_its_failures_to_a_file_that_regress_re_runs() {
     let lying = [("VIGIL_SIM_LYING_FSYNC", "1")];
     // A lying fsync makes seeds fail; their `<scenario> <seed>` lines go to the file.
     let sweep = vigil_sim(
-        &["sweep", "--scenario", "crash_mid_run", "--seeds", "20", "--failures-file", path],
+        &[
+            "sweep",
+            "--scenario",
+            "crash_mid_run",
+            "--seeds",
+            "20",
+            "--failures-file",
+            path,
+        ],
         &lying,
     );
     assert!(!sweep.status.success());
     let written = std::fs::read_to_string(&file).expect("failures file written");
     let failed_seeds = written.lines().count();
     assert!(failed_seeds > 0, "{written}");
-    assert!(written.lines().all(|l| l.starts_with("crash_mid_run ")), "{written}");
+    assert!(
+        written.lines().all(|l| l.starts_with("crash_mid_run ")),
+        "{written}"
+    );
     // Re-running the file in the same world fails again, seed for seed...
     let again = vigil_sim(&["regress", path], &lying);
     assert!(!again.status.success());
     let summary = last_line(&again);
-    assert!(summary.ends_with(&format!("failed={failed_seeds}")), "{summary}");
+    assert!(
+        summary.ends_with(&format!("failed={failed_seeds}")),
+        "{summary}"
+    );
     // ...and with an honest disk every one of them passes.
     let honest = vigil_sim(&["regress", path], &[]);
     assert!(honest.status.success(), "{}", last_line(&honest));

@@ -46,7 +46,11 @@ fn committed(name: &str) -> Vec<EventKind> {
     let mut kinds = Vec::new();
     for seed in 0..COVERAGE_SEEDS {
         let outcome = run_seed(scenario, seed);
-        assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+        assert!(
+            outcome.passed(),
+            "{}",
+            outcome.failure_report().unwrap_or_default()
+        );
         kinds.extend(outcome.records.into_iter().filter_map(|r| match r.event {
             TraceEvent::Committed { event } => Some(event.kind),
             _ => None,
@@ -81,10 +85,19 @@ fn crash_mid_run_passes_500_seeds() {
 #[test]
 fn coalesce_burst_really_coalesces() {
     let kinds = committed("coalesce_burst");
-    let coalesced = kinds.iter().filter(|k| matches!(k, EventKind::WakeupCoalesced { .. })).count();
-    let queued = kinds.iter().filter(|k| matches!(k, EventKind::WakeupQueued { .. })).count();
+    let coalesced = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::WakeupCoalesced { .. }))
+        .count();
+    let queued = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::WakeupQueued { .. }))
+        .count();
     // Hundreds of wakeups per burst over four task keys: most of them must coalesce.
-    assert!(coalesced > 5 * queued, "coalesced={coalesced} queued={queued}");
+    assert!(
+        coalesced > 5 * queued,
+        "coalesced={coalesced} queued={queued}"
+    );
 }
 
 #[test]
@@ -94,7 +107,11 @@ fn idempotency_really_replays_retries() {
         .iter()
         .filter(|r| matches!(r.event, TraceEvent::AckedWakeup { replayed: true, .. }))
         .count();
-    assert!(replayed > acks.len() / 3, "replayed={replayed} of {} answers", acks.len());
+    assert!(
+        replayed > acks.len() / 3,
+        "replayed={replayed} of {} answers",
+        acks.len()
+    );
 }
 
 #[test]
@@ -104,9 +121,18 @@ fn crash_mid_run_really_interrupts_runs_and_requeues_them() {
         .iter()
         .filter(|k| matches!(k, EventKind::RunFinished { detail, .. } if detail == CONTROL_PLANE_RESTART))
         .count();
-    let requeued = kinds.iter().filter(|k| matches!(k, EventKind::RunRequeued { .. })).count();
-    assert!(interrupted >= COVERAGE_SEEDS as usize, "interrupted={interrupted}");
-    assert!(requeued > 0 && requeued <= interrupted, "requeued={requeued} interrupted={interrupted}");
+    let requeued = kinds
+        .iter()
+        .filter(|k| matches!(k, EventKind::RunRequeued { .. }))
+        .count();
+    assert!(
+        interrupted >= COVERAGE_SEEDS as usize,
+        "interrupted={interrupted}"
+    );
+    assert!(
+        requeued > 0 && requeued <= interrupted,
+        "requeued={requeued} interrupted={interrupted}"
+    );
 }
 
 /// The event stream of `crash_mid_run` seed 7, one event per line. A change in the runtime's
@@ -115,7 +141,11 @@ fn crash_mid_run_really_interrupts_runs_and_requeues_them() {
 #[test]
 fn event_stream_of_a_pinned_seed() {
     let outcome = run_seed(find("crash_mid_run").expect("scenario exists"), 7);
-    assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+    assert!(
+        outcome.passed(),
+        "{}",
+        outcome.failure_report().unwrap_or_default()
+    );
     let stream: Vec<String> = outcome
         .records
         .iter()

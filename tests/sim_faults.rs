@@ -107,7 +107,11 @@ fn run(seed: u64, rates: Vec<FaultRate>) -> RunResult {
     };
     let limit = Duration::from_millis(4 * (SAFETY_MS + QUIET_MS));
     let result = simulate(seed, limit, move |recorder| phases::run(setup, recorder));
-    assert!(result.violation.is_none(), "seed {seed}: {:?}", result.violation);
+    assert!(
+        result.violation.is_none(),
+        "seed {seed}: {:?}",
+        result.violation
+    );
     result
 }
 
@@ -169,7 +173,13 @@ fn assert_stopped_and_recovered(result: &RunResult) {
         .count() as u64;
     let after: Vec<&TraceEvent> = result.records[at + 1..].iter().map(|r| &r.event).collect();
     assert!(
-        matches!(after[0], TraceEvent::Crashed { during_write: true, .. }),
+        matches!(
+            after[0],
+            TraceEvent::Crashed {
+                during_write: true,
+                ..
+            }
+        ),
         "{:?}",
         after[0]
     );
@@ -184,7 +194,10 @@ fn assert_stopped_and_recovered(result: &RunResult) {
             _ => None,
         })
         .expect("the restarted node recovered");
-    assert!(head_seq >= committed_before, "recovered {head_seq} of {committed_before}");
+    assert!(
+        head_seq >= committed_before,
+        "recovered {head_seq} of {committed_before}"
+    );
 }
 
 #[test]
@@ -197,7 +210,10 @@ fn a_partition_fails_requests_until_it_heals() {
     let inside: Vec<u64> = steps_within(opens_ms, heals_ms - 2_000).collect();
     assert!(!inside.is_empty());
     for step_ms in inside {
-        assert!(calm[&step_ms] < 1_000, "without the partition, {step_ms} is answered at once");
+        assert!(
+            calm[&step_ms] < 1_000,
+            "without the partition, {step_ms} is answered at once"
+        );
         assert!(
             step_ms + cut[&step_ms] >= heals_ms,
             "a wakeup sent at {step_ms} inside the partition [{opens_ms}, {heals_ms}) was \
@@ -206,16 +222,19 @@ fn a_partition_fails_requests_until_it_heals() {
         );
     }
     // Once healed, the workload is answered at once again.
-    let after = steps_within(heals_ms + 5_000, SAFETY_MS).next().expect("a step after");
+    let after = steps_within(heals_ms + 5_000, SAFETY_MS)
+        .next()
+        .expect("a step after");
     assert!(cut[&after] < 1_000);
 }
 
 #[test]
 fn a_delay_makes_acknowledgements_arrive_later() {
     let rates = once(FaultKind::NetDelay);
-    let (seed, window) = seed_where(&rates, |f| {
-        matches!(f, Fault::NetDelay { latency_ms, duration_ms } if (200..3_000).contains(latency_ms) && *duration_ms >= 30_000)
-    });
+    let (seed, window) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::NetDelay { latency_ms, duration_ms } if (200..3_000).contains(latency_ms) && *duration_ms >= 30_000),
+    );
     let Fault::NetDelay { latency_ms, .. } = window.fault else {
         unreachable!()
     };
@@ -233,47 +252,73 @@ fn a_delay_makes_acknowledgements_arrive_later() {
             calm[&step_ms]
         );
     }
-    let after = steps_within(heals_ms + 5_000, SAFETY_MS).next().expect("a step after");
+    let after = steps_within(heals_ms + 5_000, SAFETY_MS)
+        .next()
+        .expect("a step after");
     assert!(slow[&after] < latency_ms);
 }
 
 #[test]
 fn packet_loss_makes_some_requests_retry() {
     let rates = once(FaultKind::PacketLoss);
-    let (seed, window) = seed_where(&rates, |f| {
-        matches!(f, Fault::PacketLoss { loss_permille, duration_ms } if *loss_permille >= 300 && *duration_ms >= 60_000)
-    });
+    let (seed, window) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::PacketLoss { loss_permille, duration_ms } if *loss_permille >= 300 && *duration_ms >= 60_000),
+    );
     let (calm, lossy) = without_and_with(seed, rates);
     let (calm, lossy) = (ack_delays(&calm), ack_delays(&lossy));
     let heals_ms = window.at_ms + window.fault.duration_ms();
     let retried = steps_within(window.at_ms, heals_ms)
         .filter(|t| lossy[t] >= calm[t] + 1_000)
         .count();
-    assert!(retried > 0, "no request inside the lossy window was slowed down");
-    assert_eq!(calm.len(), lossy.len(), "every wakeup is acknowledged in the end");
+    assert!(
+        retried > 0,
+        "no request inside the lossy window was slowed down"
+    );
+    assert_eq!(
+        calm.len(),
+        lossy.len(),
+        "every wakeup is acknowledged in the end"
+    );
 }
 
 #[test]
 fn a_storage_io_error_stops_the_node_which_recovers_from_disk() {
-    let rates = once(FaultKind::StorageIoError(StorageFilter::always(StorageOps::Any)));
+    let rates = once(FaultKind::StorageIoError(StorageFilter::always(
+        StorageOps::Any,
+    )));
     let (seed, _) = seed_where(&rates, long_enough);
     let (calm, failing) = without_and_with(seed, rates);
     assert!(stops(&calm).is_empty());
-    assert!(!calm.records.iter().any(|r| matches!(r.event, TraceEvent::Restarted)));
+    assert!(!calm
+        .records
+        .iter()
+        .any(|r| matches!(r.event, TraceEvent::Restarted)));
     let causes = stops(&failing);
-    assert!(!causes.is_empty() && causes.iter().all(|c| c.contains("injected I/O error")), "{causes:?}");
+    assert!(
+        !causes.is_empty() && causes.iter().all(|c| c.contains("injected I/O error")),
+        "{causes:?}"
+    );
     assert_stopped_and_recovered(&failing);
     assert_eq!(ack_delays(&calm).len(), ack_delays(&failing).len());
 }
 
 #[test]
 fn a_full_disk_stops_the_node_which_recovers_from_disk() {
-    let rates = once(FaultKind::DiskFull(StorageFilter::always(StorageOps::Write)));
+    let rates = once(FaultKind::DiskFull(StorageFilter::always(
+        StorageOps::Write,
+    )));
     let (seed, _) = seed_where(&rates, long_enough);
     let (calm, full) = without_and_with(seed, rates);
     assert!(stops(&calm).is_empty());
     let causes = stops(&full);
-    assert!(!causes.is_empty() && causes.iter().all(|c| c.contains("injected disk full on write")), "{causes:?}");
+    assert!(
+        !causes.is_empty()
+            && causes
+                .iter()
+                .all(|c| c.contains("injected disk full on write")),
+        "{causes:?}"
+    );
     assert_stopped_and_recovered(&full);
 }
 
@@ -291,6 +336,11 @@ fn the_operation_filter_decides_which_operation_fails() {
         let (seed, _) = seed_where(&rates, long_enough);
         let causes = stops(&run(seed, rates));
         assert!(!causes.is_empty(), "{ops:?}");
-        assert!(causes.iter().all(|c| c.contains(named) && !c.contains(spared)), "{causes:?}");
+        assert!(
+            causes
+                .iter()
+                .all(|c| c.contains(named) && !c.contains(spared)),
+            "{causes:?}"
+        );
     }
 }

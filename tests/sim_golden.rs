@@ -7,7 +7,11 @@ use vigil_scenarios::run::{find, run_seed};
 
 fn golden(scenario: &str, seed: u64) -> String {
     let outcome = run_seed(find(scenario).expect("scenario exists"), seed);
-    assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+    assert!(
+        outcome.passed(),
+        "{}",
+        outcome.failure_report().unwrap_or_default()
+    );
     let mut text: Vec<String> = outcome.records.iter().map(|r| r.line()).collect();
     text.push(format!("trace_hash={}", outcome.trace_hash));
     text.join("\n")

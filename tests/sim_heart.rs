@@ -18,7 +18,12 @@ fn quiet(_: u64, _: u64, _: &Outcome) {}
 
 fn sweep_passes(name: &str) {
     let scenario = find(name).expect("scenario exists");
-    let options = SweepOptions { start: 0, seeds: SEEDS, jobs: jobs(), check_determinism: false };
+    let options = SweepOptions {
+        start: 0,
+        seeds: SEEDS,
+        jobs: jobs(),
+        check_determinism: false,
+    };
     let summary = sweep(scenario, options, &quiet);
     for outcome in &summary.failed {
         eprintln!("{}", outcome.failure_report().unwrap_or_default());
@@ -33,7 +38,11 @@ fn committed(name: &str) -> Vec<EventKind> {
     (0..COVERAGE_SEEDS)
         .flat_map(|seed| {
             let outcome = run_seed(scenario, seed);
-            assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+            assert!(
+                outcome.passed(),
+                "{}",
+                outcome.failure_report().unwrap_or_default()
+            );
             outcome.records
         })
         .filter_map(|r| match r.event {
@@ -60,10 +69,21 @@ fn breaker_really_opens_probes_and_closes() {
     let opened = count(|k| matches!(k, EventKind::BreakerOpened { .. }));
     let half = count(|k| matches!(k, EventKind::BreakerHalfOpened { .. }));
     let closed = count(|k| matches!(k, EventKind::BreakerClosed { .. }));
-    let refused = count(|k| matches!(k, EventKind::WakeupRefused { refusal: RefusalReason::BreakerOpen, .. }));
+    let refused = count(|k| {
+        matches!(
+            k,
+            EventKind::WakeupRefused {
+                refusal: RefusalReason::BreakerOpen,
+                ..
+            }
+        )
+    });
     let doubled = kinds.windows(1).count() > 0
         && kinds.iter().any(|k| matches!(k, EventKind::BreakerOpened { cooldown_ms, .. } if *cooldown_ms >= 4 * 60_000));
-    assert!(opened > 0 && half > 0 && closed > 0 && refused > 0, "opened={opened} half={half} closed={closed} refused={refused}");
+    assert!(
+        opened > 0 && half > 0 && closed > 0 && refused > 0,
+        "opened={opened} half={half} closed={closed} refused={refused}"
+    );
     assert!(doubled, "some cooldown doubled");
 }
 
@@ -78,15 +98,33 @@ fn pause_really_refuses_timer_wakeups_and_they_resume() {
     let refused = kinds
         .iter()
         .filter(|k| {
-            matches!(k, EventKind::WakeupRefused { source: WakeupSource::Timer, refusal: RefusalReason::Paused, .. })
+            matches!(
+                k,
+                EventKind::WakeupRefused {
+                    source: WakeupSource::Timer,
+                    refusal: RefusalReason::Paused,
+                    ..
+                }
+            )
         })
         .count();
     let timer_runs = kinds
         .iter()
-        .filter(|k| matches!(k, EventKind::WakeupQueued { source: WakeupSource::Timer, .. }))
+        .filter(|k| {
+            matches!(
+                k,
+                EventKind::WakeupQueued {
+                    source: WakeupSource::Timer,
+                    ..
+                }
+            )
+        })
         .count();
     assert!(refused > 20, "timer wakeups refused as paused: {refused}");
-    assert!(timer_runs > refused, "timers resumed after pauses: {timer_runs} queued, {refused} refused");
+    assert!(
+        timer_runs > refused,
+        "timers resumed after pauses: {timer_runs} queued, {refused} refused"
+    );
 }
 
 #[test]
@@ -94,7 +132,15 @@ fn wakeup_storm_really_reaches_the_daily_cap() {
     let kinds = committed("wakeup_storm");
     let capped = kinds
         .iter()
-        .filter(|k| matches!(k, EventKind::WakeupRefused { refusal: RefusalReason::DailyCap, .. }))
+        .filter(|k| {
+            matches!(
+                k,
+                EventKind::WakeupRefused {
+                    refusal: RefusalReason::DailyCap,
+                    ..
+                }
+            )
+        })
         .count();
     assert!(capped > 100, "wakeups refused by the daily cap: {capped}");
 }

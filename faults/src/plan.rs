@@ -41,7 +41,10 @@ pub enum Fault {
     /// Each message (and each connection attempt) is lost with probability
     /// `loss_permille / 1000`, for `duration_ms`; a lost message on an open connection is
     /// resent after a back-off, as TCP would.
-    PacketLoss { loss_permille: u16, duration_ms: u64 },
+    PacketLoss {
+        loss_permille: u16,
+        duration_ms: u64,
+    },
 }
 
 impl Fault {
@@ -396,7 +399,11 @@ mod tests {
             let mut faster = all.clone();
             faster[index].per_hour = 4.0;
             let (without, faster) = (plan(5, day_ms, &without), plan(5, day_ms, &faster));
-            assert!(!of_kind(&full, rate.kind.name()).is_empty(), "{}", rate.kind.name());
+            assert!(
+                !of_kind(&full, rate.kind.name()).is_empty(),
+                "{}",
+                rate.kind.name()
+            );
             assert_ne!(
                 of_kind(&full, rate.kind.name()),
                 of_kind(&faster, rate.kind.name())
@@ -437,9 +444,9 @@ mod tests {
                 Fault::NetDelay { latency_ms, .. } => {
                     assert!((NET_DELAY_MS_MIN..=NET_DELAY_MS_MAX).contains(&latency_ms));
                 }
-                Fault::PacketLoss { loss_permille, .. } => assert!(
-                    (PACKET_LOSS_PERMILLE_MIN..=PACKET_LOSS_PERMILLE_MAX).contains(&loss_permille)
-                ),
+                Fault::PacketLoss { loss_permille, .. } => assert!((PACKET_LOSS_PERMILLE_MIN
+                    ..=PACKET_LOSS_PERMILLE_MAX)
+                    .contains(&loss_permille)),
                 _ => {}
             }
             if matches!(

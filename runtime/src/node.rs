@@ -210,7 +210,13 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         "recovered state from the event log"
     );
     let had_tenants = engine.tenants().next().is_some();
-    let shell = Shell::new(engine, store, config.clock, config.entropy, config.on_commit);
+    let shell = Shell::new(
+        engine,
+        store,
+        config.clock,
+        config.entropy,
+        config.on_commit,
+    );
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();
         move |source| StartError::Tenant { tenant, source }
@@ -237,7 +243,10 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         .filter(|e| is_restart_failure(&e.kind))
         .count();
     if interrupted_runs > 0 {
-        tracing::warn!(interrupted_runs, "runs interrupted by the last stop failed; each is re-queued once");
+        tracing::warn!(
+            interrupted_runs,
+            "runs interrupted by the last stop failed; each is re-queued once"
+        );
     }
     Ok((
         shell,

@@ -260,7 +260,10 @@ impl Shell {
     }
 
     /// Hands the shell the node's own tasks, to end when a write fails (at once if one has).
-    pub(crate) fn stop_with_failure(&self, tasks: impl IntoIterator<Item = tokio::task::AbortHandle>) {
+    pub(crate) fn stop_with_failure(
+        &self,
+        tasks: impl IntoIterator<Item = tokio::task::AbortHandle>,
+    ) {
         let mut node_tasks = self.node_tasks.lock().expect("node tasks lock");
         node_tasks.extend(tasks);
         if self.failure.borrow().is_some() {

@@ -33,7 +33,11 @@ pub async fn run(seed: u64, recorder: Recorder) {
         let name = format!("agent-{i}");
         let ok_before = rng.gen_range(1..5);
         let failing = rng.gen_range(3..12);
-        let outcome = if rng.gen_bool(0.7) { "failed" } else { "tool_failed" };
+        let outcome = if rng.gen_bool(0.7) {
+            "failed"
+        } else {
+            "tool_failed"
+        };
         let script: Vec<serde_json::Value> = (0..SCRIPT_STEPS)
             .map(|n| {
                 let fails = n >= ok_before && n < ok_before + failing;

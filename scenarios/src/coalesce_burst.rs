@@ -7,8 +7,8 @@
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
-use vigil_faults::{StorageFilter, StorageOps};
 use vigil_faults::stream;
+use vigil_faults::{StorageFilter, StorageOps};
 use vigil_world::recorder::Recorder;
 use vigil_world::workload::{Action, Step};
 

@@ -24,8 +24,8 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use vigil_scenarios::run::{
-        find, parse_regressions, regression_lines, replay_command, run_seed, run_seed_twice,
-        sweep, Outcome, Scenario, SweepOptions, SweepSummary, SCENARIOS,
+        find, parse_regressions, regression_lines, replay_command, run_seed, run_seed_twice, sweep,
+        Outcome, Scenario, SweepOptions, SweepSummary, SCENARIOS,
     };
 
     /// Width of the sweep's progress bar, in characters.

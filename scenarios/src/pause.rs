@@ -21,7 +21,15 @@ const MINUTE_MS: u64 = 60_000;
 const AGENTS: usize = 6;
 const PAUSES_PER_AGENT_MAX: usize = 8;
 /// Requested pause lengths: the clamp's boundaries and values between (0 and 61 are clamped).
-const MINUTES: [Option<u64>; 7] = [None, Some(0), Some(1), Some(5), Some(20), Some(60), Some(61)];
+const MINUTES: [Option<u64>; 7] = [
+    None,
+    Some(0),
+    Some(1),
+    Some(5),
+    Some(20),
+    Some(60),
+    Some(61),
+];
 
 /// Runs the scenario for `seed`, recording into `recorder`.
 pub async fn run(seed: u64, recorder: Recorder) {

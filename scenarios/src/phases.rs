@@ -380,10 +380,7 @@ impl Windows {
             .open
             .iter()
             .any(|(_, f)| matches!(f, Fault::Partition { .. }));
-        for (src, dst) in [
-            (self.workload, self.runtime),
-            (self.runtime, self.workload),
-        ] {
+        for (src, dst) in [(self.workload, self.runtime), (self.runtime, self.workload)] {
             if partitioned {
                 net.clog_link(src, dst);
             } else {

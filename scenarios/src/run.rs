@@ -325,9 +325,12 @@ pub fn parse_regressions(text: &str) -> Result<Vec<Regression>, String> {
         let number = index + 1;
         let mut words = line.split_whitespace();
         let (Some(name), Some(seed), None) = (words.next(), words.next(), words.next()) else {
-            return Err(format!("line {number}: expected `<scenario> <seed>`, got {raw:?}"));
+            return Err(format!(
+                "line {number}: expected `<scenario> <seed>`, got {raw:?}"
+            ));
         };
-        let scenario = find(name).ok_or_else(|| format!("line {number}: unknown scenario {name:?}"))?;
+        let scenario =
+            find(name).ok_or_else(|| format!("line {number}: unknown scenario {name:?}"))?;
         let seed = seed
             .parse()
             .map_err(|_| format!("line {number}: seed must be a number, got {seed:?}"))?;

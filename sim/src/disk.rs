@@ -208,7 +208,10 @@ impl SimDisk {
         errors_max: u32,
         rng: ChaCha8Rng,
     ) {
-        assert!(errors_max > 0, "a storage fault window fails at least one operation");
+        assert!(
+            errors_max > 0,
+            "a storage fault window fails at least one operation"
+        );
         self.state().errors = Some(ErrorWindow {
             error,
             filter,
@@ -697,7 +700,10 @@ mod tests {
         for _ in 0..2 {
             let error = backend.write(0, &[NEW; 512]).expect_err("writes fail");
             assert_eq!(error.kind(), io::ErrorKind::Other);
-            assert!(backend.set_len(4096).is_err(), "set_len grows the file: a write");
+            assert!(
+                backend.set_len(4096).is_err(),
+                "set_len grows the file: a write"
+            );
             assert_eq!(image(&disk), [OLD; 512], "a failed write changes nothing");
             disk.arm_errors(
                 StorageError::Io,
@@ -709,8 +715,12 @@ mod tests {
         }
         assert_eq!((disk.stats().injected_errors, *injected.borrow()), (4, 4));
         backend.write(0, &[NEW; 8]).expect_err("still open");
-        backend.write(0, &[NEW; 8]).expect_err("the last error of the window");
-        backend.write(0, &[NEW; 8]).expect("the window closed after errors_max");
+        backend
+            .write(0, &[NEW; 8])
+            .expect_err("the last error of the window");
+        backend
+            .write(0, &[NEW; 8])
+            .expect("the window closed after errors_max");
 
         disk.arm_errors(
             StorageError::Full,
@@ -721,7 +731,11 @@ mod tests {
         let pending = disk.pending_ops();
         let error = backend.sync_data().expect_err("syncs fail");
         assert_eq!(error.kind(), io::ErrorKind::StorageFull);
-        assert_eq!(disk.pending_ops(), pending, "a failed sync makes nothing durable");
+        assert_eq!(
+            disk.pending_ops(),
+            pending,
+            "a failed sync makes nothing durable"
+        );
         disk.arm_errors(
             StorageError::Full,
             StorageFilter::always(StorageOps::Sync),
@@ -751,8 +765,15 @@ mod tests {
         let old = disk.backend();
         old.write(0, &[OLD; 1024]).expect("write");
         assert_eq!(disk.fence(), 1);
-        assert!(old.write(0, &[NEW; 4]).is_err(), "the exited process's handle is fenced");
-        assert_eq!(image(&disk), [OLD; 1024], "unsynced writes stay in the page cache");
+        assert!(
+            old.write(0, &[NEW; 4]).is_err(),
+            "the exited process's handle is fenced"
+        );
+        assert_eq!(
+            image(&disk),
+            [OLD; 1024],
+            "unsynced writes stay in the page cache"
+        );
         assert_eq!(disk.pending_ops(), 1, "and are still unsynced");
     }
 
@@ -771,7 +792,12 @@ mod tests {
                 ops,
                 probability_permille: rng.gen_range(100..=PERMILLE),
             };
-            disk.arm_errors(StorageError::Io, filter, 1, ChaCha8Rng::seed_from_u64(rng.gen()));
+            disk.arm_errors(
+                StorageError::Io,
+                filter,
+                1,
+                ChaCha8Rng::seed_from_u64(rng.gen()),
+            );
             let mut failed_at = None;
             for key in committed..KEYS {
                 if commit(&db, key).is_err() {
@@ -797,9 +823,15 @@ mod tests {
             disk.crash(&mut rng);
             drop(db);
             let db = open(&disk).expect("reopen after a crash");
-            assert!(missing(&db, failed_at).expect("read").is_empty(), "seed {seed}");
+            assert!(
+                missing(&db, failed_at).expect("read").is_empty(),
+                "seed {seed}"
+            );
         }
-        assert_eq!(refused_after, REDB_SEEDS as usize, "every seed hit its window");
+        assert_eq!(
+            refused_after, REDB_SEEDS as usize,
+            "every seed hit its window"
+        );
     }
 
     #[test]

@@ -265,8 +265,7 @@ impl RuntimeNode {
                 return true;
             }
             // A node that stopped itself (a storage fault) will never reach the operation.
-            if elapsed_ms() >= give_up_ms || recorder.failed() || self.stopped_cause().is_some()
-            {
+            if elapsed_ms() >= give_up_ms || recorder.failed() || self.stopped_cause().is_some() {
                 self.disk.disarm_power_cut();
                 return false;
             }

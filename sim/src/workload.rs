@@ -319,10 +319,16 @@ async fn post_to_agent(
             tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             continue;
         };
-        match client.post_json(&format!("/v1/agents/{id}/{action}"), &body).await {
+        match client
+            .post_json(&format!("/v1/agents/{id}/{action}"), &body)
+            .await
+        {
             Ok(answer) if answer.status.is_success() => return,
             Ok(answer) if answer.status.is_client_error() => {
-                panic!("workload sent a bad {action}: {} {:?}", answer.status, answer.body)
+                panic!(
+                    "workload sent a bad {action}: {} {:?}",
+                    answer.status, answer.body
+                )
             }
             _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
         }

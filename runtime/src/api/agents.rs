@@ -110,7 +110,9 @@ pub struct PauseRequest {
 }
 
 /// An empty body means "no fields given".
-fn optional_body<T: DeserializeOwned + Default>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
+fn optional_body<T: DeserializeOwned + Default>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
     match &body {
         Ok(bytes) if bytes.iter().all(u8::is_ascii_whitespace) => Ok(T::default()),
         _ => parse_json(body),

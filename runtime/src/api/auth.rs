@@ -67,7 +67,9 @@ impl FromRequestParts<Gate> for Caller {
         let shell = gate.shell()?;
         let token = bearer_token(parts)?;
         let principal = shell.authenticate(token).ok_or_else(|| {
-            ApiError::unauthenticated("this token is not known; use the operator token or an agent's token")
+            ApiError::unauthenticated(
+                "this token is not known; use the operator token or an agent's token",
+            )
         })?;
         Ok(Caller {
             shell,
@@ -90,7 +92,9 @@ fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty())
-        .ok_or_else(|| ApiError::unauthenticated("the Authorization header must be `Bearer <token>`"))
+        .ok_or_else(|| {
+            ApiError::unauthenticated("the Authorization header must be `Bearer <token>`")
+        })
 }
 
 impl Caller {

@@ -115,9 +115,11 @@ impl From<Refusal> for ApiError {
             Refusal::TooManyAgents | Refusal::TooManyTenants => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "limit_reached", None)
             }
-            Refusal::TooManyIdempotencyKeys(_) => {
-                (StatusCode::TOO_MANY_REQUESTS, "limit_reached", Some("idempotency_key"))
-            }
+            Refusal::TooManyIdempotencyKeys(_) => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "limit_reached",
+                Some("idempotency_key"),
+            ),
             Refusal::UnknownTenant(_) | Refusal::UnknownAgent(_) | Refusal::UnknownRun(_) => {
                 (StatusCode::NOT_FOUND, "not_found", None)
             }

@@ -87,7 +87,10 @@ pub async fn list(
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .ok_or_else(|| {
-                    ApiError::invalid_field("Last-Event-ID", "Last-Event-ID must be a sequence number")
+                    ApiError::invalid_field(
+                        "Last-Event-ID",
+                        "Last-Event-ID must be a sequence number",
+                    )
                 })?,
         ),
     };
@@ -106,7 +109,10 @@ pub async fn list(
     });
     let mut response = Body::new(SseBody(receiver)).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
 }

@@ -17,11 +17,17 @@ impl Query {
             if !accepted.contains(&key) {
                 return Err(ApiError::invalid_field(
                     key,
-                    format!("unknown query parameter {key:?}; accepted: {}", accepted.join(", ")),
+                    format!(
+                        "unknown query parameter {key:?}; accepted: {}",
+                        accepted.join(", ")
+                    ),
                 ));
             }
             if pairs.iter().any(|(k, _)| k == key) {
-                return Err(ApiError::invalid_field(key, format!("query parameter {key:?} is given twice")));
+                return Err(ApiError::invalid_field(
+                    key,
+                    format!("query parameter {key:?} is given twice"),
+                ));
             }
             pairs.push((key.to_string(), value.to_string()));
         }
@@ -39,7 +45,10 @@ impl Query {
         match self.take(key) {
             None => Ok(None),
             Some(raw) => raw.parse().map(Some).map_err(|_| {
-                ApiError::invalid_field(key, format!("{key} must be a non-negative number, got {raw:?}"))
+                ApiError::invalid_field(
+                    key,
+                    format!("{key} must be a non-negative number, got {raw:?}"),
+                )
             }),
         }
     }
@@ -56,7 +65,10 @@ mod tests {
         let err = Query::parse(Some("after=1&after=2"), &["after"]).unwrap_err();
         assert_eq!(err.field.as_deref(), Some("after"));
         let mut q = Query::parse(Some("after=-1"), &["after"]).unwrap();
-        assert_eq!(q.number("after").unwrap_err().field.as_deref(), Some("after"));
+        assert_eq!(
+            q.number("after").unwrap_err().field.as_deref(),
+            Some("after")
+        );
         let mut q = Query::parse(Some("after=7"), &["after", "limit"]).unwrap();
         assert_eq!(q.number("after").unwrap(), Some(7));
         assert_eq!(q.number("limit").unwrap(), None);

@@ -31,19 +31,17 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
         None => None,
         Some(raw) => Some(parse_status(&raw)?),
     };
-    let limit = query
-        .number("limit")?
-        .map_or(Ok(RUNS_PAGE_DEFAULT), |l| {
-            usize::try_from(l)
-                .ok()
-                .filter(|l| (1..=RUNS_PAGE_MAX).contains(l))
-                .ok_or_else(|| {
-                    ApiError::invalid_field(
-                        "limit",
-                        format!("limit must be between 1 and {RUNS_PAGE_MAX}, got {l}"),
-                    )
-                })
-        })?;
+    let limit = query.number("limit")?.map_or(Ok(RUNS_PAGE_DEFAULT), |l| {
+        usize::try_from(l)
+            .ok()
+            .filter(|l| (1..=RUNS_PAGE_MAX).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "limit",
+                    format!("limit must be between 1 and {RUNS_PAGE_MAX}, got {l}"),
+                )
+            })
+    })?;
     // An agent token sees its own runs only, whatever it asks for.
     let agent = match (&caller.principal, agent) {
         (Principal::Agent { agent: own, .. }, Some(asked)) if asked != *own => {
@@ -90,9 +88,13 @@ fn visible_run(caller: &Caller, run: RunId) -> Result<Run, ApiError> {
     let found = caller.shell.engine().run(run).cloned();
     let found = found.ok_or_else(|| ApiError::not_found(format!("no run with id {run}")))?;
     // Another tenant's run is "not found"; another agent's run is forbidden to an agent token.
-    caller
-        .agent(found.agent)
-        .map_err(|e| if e.code == "not_found" { ApiError::not_found(format!("no run with id {run}")) } else { e })?;
+    caller.agent(found.agent).map_err(|e| {
+        if e.code == "not_found" {
+            ApiError::not_found(format!("no run with id {run}"))
+        } else {
+            e
+        }
+    })?;
     Ok(found)
 }
 

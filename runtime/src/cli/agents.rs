@@ -209,7 +209,11 @@ impl Session {
     }
 
     /// `agent pause [--minutes N]`.
-    pub async fn agent_pause(&self, agent: &str, minutes: Option<u64>) -> Result<Printed, CliError> {
+    pub async fn agent_pause(
+        &self,
+        agent: &str,
+        minutes: Option<u64>,
+    ) -> Result<Printed, CliError> {
         let Some(minutes) = minutes else {
             return self.agent_control(agent, "pause").await;
         };

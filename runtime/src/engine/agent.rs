@@ -289,7 +289,8 @@ impl AgentSpec {
 
 /// Accepts IANA names from the bundled time-zone database (so every machine agrees).
 fn validate_time_zone(name: &str) -> Result<(), FieldError> {
-    let known = name.chars().count() <= TIME_ZONE_CHARS_MAX && jiff::tz::TimeZone::get(name).is_ok();
+    let known =
+        name.chars().count() <= TIME_ZONE_CHARS_MAX && jiff::tz::TimeZone::get(name).is_ok();
     if known {
         Ok(())
     } else {
@@ -427,6 +428,8 @@ mod tests {
             r#"{"name":"a","adapter":{"type":"scripted","steps":[],"x":1}}"#
         )
         .is_err());
-        assert!(serde_json::from_str::<AgentSpec>(r#"{"name":"a","adapter":{"type":"gpt"}}"#).is_err());
+        assert!(
+            serde_json::from_str::<AgentSpec>(r#"{"name":"a","adapter":{"type":"gpt"}}"#).is_err()
+        );
     }
 }

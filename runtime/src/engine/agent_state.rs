@@ -113,18 +113,19 @@ impl AgentState {
     fn remember_key(&mut self, event: &Event) {
         let agent = self.coordinator.agent.id;
         let at_ms = event.at_ms;
-        let record = |wakeup, source, reason: &String, task_key: &Option<String>, key: &String, outcome| {
-            WakeupRecord {
-                wakeup,
-                agent,
-                source,
-                reason: reason.clone(),
-                task_key: task_key.clone(),
-                idempotency_key: Some(key.clone()),
-                at_ms,
-                outcome,
-            }
-        };
+        let record =
+            |wakeup, source, reason: &String, task_key: &Option<String>, key: &String, outcome| {
+                WakeupRecord {
+                    wakeup,
+                    agent,
+                    source,
+                    reason: reason.clone(),
+                    task_key: task_key.clone(),
+                    idempotency_key: Some(key.clone()),
+                    at_ms,
+                    outcome,
+                }
+            };
         let (key, record) = match &event.kind {
             EventKind::WakeupQueued {
                 wakeup,
@@ -134,7 +135,17 @@ impl AgentState {
                 idempotency_key: Some(key),
                 run,
                 ..
-            } => (key, record(*wakeup, *source, reason, task_key, key, WakeupOutcome::Queued { run: *run })),
+            } => (
+                key,
+                record(
+                    *wakeup,
+                    *source,
+                    reason,
+                    task_key,
+                    key,
+                    WakeupOutcome::Queued { run: *run },
+                ),
+            ),
             EventKind::WakeupCoalesced {
                 wakeup,
                 source,
@@ -149,7 +160,10 @@ impl AgentState {
                     run: *run,
                     coalesced_count: *coalesced_count,
                 };
-                (key, record(*wakeup, *source, reason, &task_key, key, outcome))
+                (
+                    key,
+                    record(*wakeup, *source, reason, &task_key, key, outcome),
+                )
             }
             EventKind::WakeupRefused {
                 wakeup,
@@ -161,7 +175,10 @@ impl AgentState {
                 ..
             } => {
                 let outcome = WakeupOutcome::Refused { refusal: *refusal };
-                (key, record(*wakeup, *source, reason, task_key, key, outcome))
+                (
+                    key,
+                    record(*wakeup, *source, reason, task_key, key, outcome),
+                )
             }
             _ => return,
         };

@@ -97,11 +97,17 @@ impl BreakerPolicy {
 #[serde(tag = "state", rename_all = "snake_case")]
 pub enum BreakerState {
     /// Wakeups pass; consecutive failures are counted per trigger.
-    Closed { llm_failures: u32, tool_failures: u32 },
+    Closed {
+        llm_failures: u32,
+        tool_failures: u32,
+    },
     /// Wakeups are refused until the wall instant `until_ms`.
     Open { until_ms: u64, cooldown_ms: u64 },
     /// The cooldown is over: one probe is admitted (`probe` once it is queued).
-    HalfOpen { cooldown_ms: u64, probe: Option<RunId> },
+    HalfOpen {
+        cooldown_ms: u64,
+        probe: Option<RunId>,
+    },
 }
 
 impl Default for BreakerState {
@@ -132,14 +138,20 @@ mod tests {
 
     #[test]
     fn policy_bounds_name_their_field() {
-        let mut p = BreakerPolicy::default();
-        p.failures_to_open = 0;
+        let p = BreakerPolicy {
+            failures_to_open: 0,
+            ..BreakerPolicy::default()
+        };
         assert_eq!(p.validate().unwrap_err().field, "breaker.failures_to_open");
-        let mut p = BreakerPolicy::default();
-        p.cooldown_ms = COOLDOWN_MS_MIN - 1;
+        let p = BreakerPolicy {
+            cooldown_ms: COOLDOWN_MS_MIN - 1,
+            ..BreakerPolicy::default()
+        };
         assert_eq!(p.validate().unwrap_err().field, "breaker.cooldown_ms");
-        let mut p = BreakerPolicy::default();
-        p.cooldown_ms_max = p.cooldown_ms - 1;
+        let p = BreakerPolicy {
+            cooldown_ms_max: COOLDOWN_MS_DEFAULT - 1,
+            ..BreakerPolicy::default()
+        };
         assert_eq!(p.validate().unwrap_err().field, "breaker.cooldown_ms_max");
         assert!(BreakerPolicy::default().validate().is_ok());
     }

@@ -16,12 +16,14 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus};
 use super::breaker::{BreakerState, FailureCause};
-use super::pause::{self, PausedBy};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
+use super::pause::{self, PausedBy};
 use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
 use super::schedule;
-use super::wakeup::{Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource};
+use super::wakeup::{
+    Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource,
+};
 use super::Refusal;
 
 /// What the coordinator needs to decide for one agent: the agent and its live (queued and
@@ -209,7 +211,8 @@ impl Coordinator {
         if self.active != Some(run) {
             return Err(Refusal::RunNotRunning(run));
         }
-        let probe = matches!(self.agent.breaker, BreakerState::HalfOpen { probe: Some(p), .. } if p == run);
+        let probe =
+            matches!(self.agent.breaker, BreakerState::HalfOpen { probe: Some(p), .. } if p == run);
         let cooldown_ms = match self.agent.breaker {
             BreakerState::HalfOpen { cooldown_ms, .. } => cooldown_ms,
             _ => 0,
@@ -244,10 +247,19 @@ impl Coordinator {
             );
             let queued: Vec<RunId> = self.queued_runs().collect();
             for run in queued {
-                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "breaker_open"));
+                self.end_run(
+                    draft,
+                    run,
+                    RunEnd::new(RunStatus::Cancelled, "breaker_open"),
+                );
             }
         } else if probe && end.status == RunStatus::Succeeded {
-            draft.emit(self, EventKind::BreakerClosed { agent: self.agent.id });
+            draft.emit(
+                self,
+                EventKind::BreakerClosed {
+                    agent: self.agent.id,
+                },
+            );
         }
         self.start_next(draft);
         Ok(())
@@ -256,7 +268,12 @@ impl Coordinator {
     /// An operator closes the breaker; closing a closed breaker changes nothing.
     pub fn reset_breaker(&mut self, draft: &mut Draft) {
         if !matches!(self.agent.breaker, BreakerState::Closed { .. }) {
-            draft.emit(self, EventKind::BreakerReset { agent: self.agent.id });
+            draft.emit(
+                self,
+                EventKind::BreakerReset {
+                    agent: self.agent.id,
+                },
+            );
             self.start_next(draft);
         }
     }
@@ -269,7 +286,12 @@ impl Coordinator {
             BreakerState::HalfOpen { probe: Some(_), .. } => false,
             BreakerState::Open { until_ms, .. } if draft.now_ms() < until_ms => false,
             BreakerState::Open { .. } => {
-                draft.emit(self, EventKind::BreakerHalfOpened { agent: self.agent.id });
+                draft.emit(
+                    self,
+                    EventKind::BreakerHalfOpened {
+                        agent: self.agent.id,
+                    },
+                );
                 true
             }
         }
@@ -302,12 +324,26 @@ impl Coordinator {
             // Paused until resumed already: a shorter pause adds nothing.
             (AgentStatus::Paused, _) => Ok(()),
             (AgentStatus::Active, None) => {
-                draft.emit(self, EventKind::AgentPaused { agent, until_ms, by });
+                draft.emit(
+                    self,
+                    EventKind::AgentPaused {
+                        agent,
+                        until_ms,
+                        by,
+                    },
+                );
                 self.cancel_all(draft, "agent paused");
                 Ok(())
             }
             (AgentStatus::Active, Some(_)) => {
-                draft.emit(self, EventKind::AgentPaused { agent, until_ms, by });
+                draft.emit(
+                    self,
+                    EventKind::AgentPaused {
+                        agent,
+                        until_ms,
+                        by,
+                    },
+                );
                 let while_paused = self.agent.spec.heartbeat.while_paused;
                 let doomed: Vec<RunId> = self
                     .active
@@ -318,7 +354,11 @@ impl Coordinator {
                     )
                     .collect();
                 for run in doomed {
-                    self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "agent paused"));
+                    self.end_run(
+                        draft,
+                        run,
+                        RunEnd::new(RunStatus::Cancelled, "agent paused"),
+                    );
                 }
                 self.start_next(draft);
                 Ok(())
@@ -333,7 +373,12 @@ impl Coordinator {
             AgentStatus::Terminated => Err(Refusal::AgentTerminated(self.agent.id)),
             AgentStatus::Active if !timed => Ok(()),
             AgentStatus::Active | AgentStatus::Paused => {
-                draft.emit(self, EventKind::AgentResumed { agent: self.agent.id });
+                draft.emit(
+                    self,
+                    EventKind::AgentResumed {
+                        agent: self.agent.id,
+                    },
+                );
                 self.start_next(draft);
                 Ok(())
             }
@@ -355,7 +400,12 @@ impl Coordinator {
         if self.agent.status == AgentStatus::Terminated {
             return;
         }
-        draft.emit(self, EventKind::AgentTerminated { agent: self.agent.id });
+        draft.emit(
+            self,
+            EventKind::AgentTerminated {
+                agent: self.agent.id,
+            },
+        );
         self.cancel_all(draft, "agent terminated");
     }
 
@@ -365,7 +415,11 @@ impl Coordinator {
         if let Some(run) = self.active {
             let retry_of = self.live[&run].retry_of;
             let task_key = self.live[&run].task_key.clone();
-            self.end_run(draft, run, RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART));
+            self.end_run(
+                draft,
+                run,
+                RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART),
+            );
             if retry_of.is_none() {
                 let coalesce_onto = self.queued_by_key.get(&task_key).copied();
                 let (requeued, coalesced) = match coalesce_onto {
@@ -423,13 +477,23 @@ impl Coordinator {
                 BreakerState::Open { .. } => true,
             };
             if blocked {
-                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "breaker_open"));
+                self.end_run(
+                    draft,
+                    run,
+                    RunEnd::new(RunStatus::Cancelled, "breaker_open"),
+                );
                 continue;
             }
             let source = self.live[&run].source;
             let while_paused = self.agent.spec.heartbeat.while_paused;
-            if pause::in_force(self.agent.paused_until_ms, now_ms) && pause::refuses(source, while_paused) {
-                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "agent paused"));
+            if pause::in_force(self.agent.paused_until_ms, now_ms)
+                && pause::refuses(source, while_paused)
+            {
+                self.end_run(
+                    draft,
+                    run,
+                    RunEnd::new(RunStatus::Cancelled, "agent paused"),
+                );
                 continue;
             }
             if self.daily_cap_reached(now_ms, 0) {
@@ -488,7 +552,9 @@ impl Coordinator {
                 ..
             } => {
                 assert!(
-                    self.agent.last_due_at_ms.is_none_or(|last| last < *due_at_ms),
+                    self.agent
+                        .last_due_at_ms
+                        .is_none_or(|last| last < *due_at_ms),
                     "timer slot {due_at_ms} of agent {} fired twice",
                     self.agent.id
                 );
@@ -538,7 +604,11 @@ impl Coordinator {
                 ..
             } => {
                 let target = self.live.get_mut(run).expect("coalesced onto a live run");
-                assert_eq!(target.status, RunStatus::Queued, "coalesced onto run {run} that is not queued");
+                assert_eq!(
+                    target.status,
+                    RunStatus::Queued,
+                    "coalesced onto run {run} that is not queued"
+                );
                 assert_eq!(*coalesced_count, target.coalesced_count + 1);
                 target.coalesced_count = *coalesced_count;
                 target.reason = reason.clone();
@@ -559,7 +629,10 @@ impl Coordinator {
             }
             EventKind::BreakerHalfOpened { .. } => {
                 let BreakerState::Open { cooldown_ms, .. } = self.agent.breaker else {
-                    panic!("breaker of agent {} half-opened while not open", self.agent.id);
+                    panic!(
+                        "breaker of agent {} half-opened while not open",
+                        self.agent.id
+                    );
                 };
                 self.agent.breaker = BreakerState::HalfOpen {
                     cooldown_ms,
@@ -579,9 +652,18 @@ impl Coordinator {
                     .last_finished
                     .clone()
                     .filter(|r| r.id == *retry_of)
-                    .unwrap_or_else(|| panic!("run_requeued of run {retry_of}, which did not just finish"));
-                assert_eq!(old.status, RunStatus::Failed, "requeue of run {retry_of} that did not fail");
-                assert!(old.retry_of.is_none(), "run {retry_of} re-queued a second time");
+                    .unwrap_or_else(|| {
+                        panic!("run_requeued of run {retry_of}, which did not just finish")
+                    });
+                assert_eq!(
+                    old.status,
+                    RunStatus::Failed,
+                    "requeue of run {retry_of} that did not fail"
+                );
+                assert!(
+                    old.retry_of.is_none(),
+                    "run {retry_of} re-queued a second time"
+                );
                 if *coalesced {
                     let target = self.live.get_mut(run).expect("requeue onto a live run");
                     assert_eq!(target.status, RunStatus::Queued);
@@ -616,8 +698,15 @@ impl Coordinator {
                     self.active
                 );
                 assert_eq!(*run_number, self.agent.runs_started);
-                let started = self.live.get_mut(run).unwrap_or_else(|| panic!("run {run} started but is not queued (invariant 5)"));
-                assert_eq!(started.status, RunStatus::Queued, "run {run} started twice (invariant 5)");
+                let started = self
+                    .live
+                    .get_mut(run)
+                    .unwrap_or_else(|| panic!("run {run} started but is not queued (invariant 5)"));
+                assert_eq!(
+                    started.status,
+                    RunStatus::Queued,
+                    "run {run} started twice (invariant 5)"
+                );
                 assert!(self.queue.remove(&(started.priority, *run)));
                 self.queued_by_key.remove(&started.task_key);
                 started.status = RunStatus::Running;
@@ -646,7 +735,9 @@ impl Coordinator {
                     },
                     // A probe that was cancelled or cut off proves nothing: await another.
                     BreakerState::HalfOpen { probe, .. }
-                        if *probe == Some(*run) && cause.is_none() && *status != RunStatus::Succeeded =>
+                        if *probe == Some(*run)
+                            && cause.is_none()
+                            && *status != RunStatus::Succeeded =>
                     {
                         *probe = None;
                     }
@@ -680,14 +771,21 @@ impl Coordinator {
 
     /// A half-open breaker takes the first run admitted as its one probe.
     fn take_as_probe(&mut self, run: RunId) {
-        if let BreakerState::HalfOpen { probe: probe @ None, .. } = &mut self.agent.breaker {
+        if let BreakerState::HalfOpen {
+            probe: probe @ None,
+            ..
+        } = &mut self.agent.breaker
+        {
             *probe = Some(run);
         }
     }
 
     fn enqueue(&mut self, run: Run) {
         let previous = self.queued_by_key.insert(run.task_key.clone(), run.id);
-        assert!(previous.is_none(), "two queued runs for one task key (invariant 6)");
+        assert!(
+            previous.is_none(),
+            "two queued runs for one task key (invariant 6)"
+        );
         self.queue.insert((run.priority, run.id));
         self.take_as_probe(run.id);
         let existed = self.live.insert(run.id, run);

@@ -56,10 +56,21 @@ impl DayCount {
         match self.day {
             Some(counted) if counted == day => self.started += 1,
             Some(counted) => {
-                assert!(day > counted, "a start counted against day {day:?} after {counted:?} (invariant 2)");
-                *self = DayCount { day: Some(day), started: 1 };
+                assert!(
+                    day > counted,
+                    "a start counted against day {day:?} after {counted:?} (invariant 2)"
+                );
+                *self = DayCount {
+                    day: Some(day),
+                    started: 1,
+                };
             }
-            None => *self = DayCount { day: Some(day), started: 1 },
+            None => {
+                *self = DayCount {
+                    day: Some(day),
+                    started: 1,
+                }
+            }
         }
     }
 }
@@ -77,12 +88,18 @@ mod tests {
     fn midnight_is_local() {
         // 23:30 UTC on 1 March is already 2 March in Tokyo (+9) and still 1 March in New York.
         let t = ms("2026-03-01T23:30:00Z");
-        assert_eq!(LocalDay::of(t, "Asia/Tokyo").0, LocalDay::of(t, "UTC").0 + 1);
+        assert_eq!(
+            LocalDay::of(t, "Asia/Tokyo").0,
+            LocalDay::of(t, "UTC").0 + 1
+        );
         assert_eq!(LocalDay::of(t, "America/New_York"), LocalDay::of(t, "UTC"));
         // One millisecond either side of Paris midnight (UTC+1 in winter).
         let before = ms("2026-01-14T22:59:59.999Z");
         let after = ms("2026-01-14T23:00:00Z");
-        assert_eq!(LocalDay::of(after, "Europe/Paris").0, LocalDay::of(before, "Europe/Paris").0 + 1);
+        assert_eq!(
+            LocalDay::of(after, "Europe/Paris").0,
+            LocalDay::of(before, "Europe/Paris").0 + 1
+        );
     }
 
     #[test]
@@ -114,6 +131,12 @@ mod tests {
         let d3 = count.day_for(ms("2026-05-03T00:00:00Z"), "UTC");
         assert_eq!(count.started_on(d3), 0);
         count.count(d3);
-        assert_eq!(count, DayCount { day: Some(d3), started: 1 });
+        assert_eq!(
+            count,
+            DayCount {
+                day: Some(d3),
+                started: 1
+            }
+        );
     }
 }

@@ -30,9 +30,13 @@ pub struct Event {
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     /// A tenant came into being with its operator token.
-    TenantCreated { operator_token_hash: TokenHash },
+    TenantCreated {
+        operator_token_hash: TokenHash,
+    },
     /// A tenant's operator token was replaced (from configuration).
-    OperatorTokenSet { operator_token_hash: TokenHash },
+    OperatorTokenSet {
+        operator_token_hash: TokenHash,
+    },
     /// An agent was registered.
     AgentCreated {
         agent: AgentId,
@@ -51,9 +55,13 @@ pub enum EventKind {
         until_ms: Option<u64>,
         by: PausedBy,
     },
-    AgentResumed { agent: AgentId },
+    AgentResumed {
+        agent: AgentId,
+    },
     /// The agent stopped taking wakeups for good.
-    AgentTerminated { agent: AgentId },
+    AgentTerminated {
+        agent: AgentId,
+    },
     /// A timer slot came. One event covers every slot missed since the previous fire
     /// (downtime, forward clock jump): the schedule fires once, never the backlog.
     TimerFired {
@@ -134,11 +142,17 @@ pub enum EventKind {
         cooldown_ms: u64,
     },
     /// The cooldown is over and a wakeup came: it is admitted as the one probe.
-    BreakerHalfOpened { agent: AgentId },
+    BreakerHalfOpened {
+        agent: AgentId,
+    },
     /// The probe succeeded.
-    BreakerClosed { agent: AgentId },
+    BreakerClosed {
+        agent: AgentId,
+    },
     /// An operator closed the breaker.
-    BreakerReset { agent: AgentId },
+    BreakerReset {
+        agent: AgentId,
+    },
 }
 
 impl EventKind {

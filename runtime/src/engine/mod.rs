@@ -28,7 +28,9 @@ use agent_state::AgentState;
 use draft::Draft;
 use event::{Event, EventKind};
 use run::{Run, RunEnd, RunId, RunStatus};
-use tenant::{validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX};
+use tenant::{
+    validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
+};
 use wakeup::{WakeupRecord, WakeupRequest, IDEMPOTENCY_KEYS_PER_AGENT_MAX};
 
 /// Something the outside world asks of the engine.
@@ -60,16 +62,27 @@ pub enum Command {
         agent: AgentId,
         minutes: Option<u64>,
     },
-    ResumeAgent { agent: AgentId },
-    TerminateAgent { agent: AgentId },
+    ResumeAgent {
+        agent: AgentId,
+    },
+    TerminateAgent {
+        agent: AgentId,
+    },
     /// An operator closes the agent's breaker.
-    ResetBreaker { agent: AgentId },
+    ResetBreaker {
+        agent: AgentId,
+    },
     /// Fire every timer whose slot has come.
     FireDueTimers,
     /// The executor reports that a running run ended.
-    FinishRun { run: RunId, end: RunEnd },
+    FinishRun {
+        run: RunId,
+        end: RunEnd,
+    },
     /// An operator cancels a queued or running run.
-    CancelRun { run: RunId },
+    CancelRun {
+        run: RunId,
+    },
     /// On start: runs left `running` by the previous process fail and are re-queued once.
     RecoverRuns,
 }
@@ -272,17 +285,20 @@ impl Engine {
             Command::ResetBreaker { agent } => self.coordinator(*agent)?.reset_breaker(&mut draft),
             Command::FireDueTimers => {
                 for state in self.agents.values() {
-                    if state.agent().next_fire_at_ms.is_some_and(|due| due <= now_ms) {
+                    if state
+                        .agent()
+                        .next_fire_at_ms
+                        .is_some_and(|due| due <= now_ms)
+                    {
                         state.coordinator.clone().fire_timer(&mut draft);
                     }
                 }
             }
-            Command::FinishRun { run, end } => {
-                self.owner(*run)?
-                    .coordinator
-                    .clone()
-                    .finish(&mut draft, *run, end)?
-            }
+            Command::FinishRun { run, end } => self
+                .owner(*run)?
+                .coordinator
+                .clone()
+                .finish(&mut draft, *run, end)?,
             Command::CancelRun { run } => {
                 let owner = self.owner(*run)?;
                 let status = owner.run(*run).expect("owned runs are held").status;
@@ -367,7 +383,10 @@ impl Engine {
         if !self.tenants.contains_key(tenant) {
             return Err(Refusal::UnknownTenant(tenant.to_string()));
         }
-        if self.names.contains_key(&(tenant.to_string(), spec.name.clone())) {
+        if self
+            .names
+            .contains_key(&(tenant.to_string(), spec.name.clone()))
+        {
             return Err(Refusal::NameTaken(spec.name.clone()));
         }
         if self.agents.len() >= AGENTS_MAX {
@@ -486,7 +505,11 @@ impl Engine {
                     .agents
                     .get_mut(&agent)
                     .unwrap_or_else(|| panic!("{} for unknown agent {agent}", kind.type_name()));
-                assert_eq!(state.agent().tenant, event.tenant, "event filed under the wrong tenant");
+                assert_eq!(
+                    state.agent().tenant,
+                    event.tenant,
+                    "event filed under the wrong tenant"
+                );
                 if let Some(evicted) = state.apply(event) {
                     self.run_owner.remove(&evicted);
                 }

@@ -58,11 +58,20 @@ mod tests {
         let interval_ms = 30 * 60 * 1_000;
         let offsets: Vec<u64> = (1..=100).map(|id| jitter_ms(id, interval_ms)).collect();
         assert!(offsets.iter().all(|&j| j <= JITTER_MS_MAX));
-        assert_eq!(offsets, (1..=100).map(|id| jitter_ms(id, interval_ms)).collect::<Vec<_>>());
+        assert_eq!(
+            offsets,
+            (1..=100)
+                .map(|id| jitter_ms(id, interval_ms))
+                .collect::<Vec<_>>()
+        );
         let mut distinct = offsets.clone();
         distinct.sort();
         distinct.dedup();
-        assert!(distinct.len() > 95, "100 agents share {} offsets", distinct.len());
+        assert!(
+            distinct.len() > 95,
+            "100 agents share {} offsets",
+            distinct.len()
+        );
         // Spread over the whole range (a tenth of the interval), not bunched at one end.
         let spread_ms = interval_ms / 10;
         assert!(offsets.iter().all(|&j| j <= spread_ms));

@@ -46,7 +46,13 @@ fn create(engine: &mut Engine, name: &str, interval_ms: Option<u64>, now_ms: u64
     }
 }
 
-fn wake(engine: &mut Engine, agent: AgentId, source: WakeupSource, key: Option<&str>, now_ms: u64) -> Decision {
+fn wake(
+    engine: &mut Engine,
+    agent: AgentId,
+    source: WakeupSource,
+    key: Option<&str>,
+    now_ms: u64,
+) -> Decision {
     let mut request = WakeupRequest::new(source, format!("{source:?}"));
     request.task_key = key.map(str::to_string);
     run(engine, Command::Wake { agent, request }, now_ms)
@@ -100,20 +106,32 @@ fn tokens_resolve_to_their_principal() {
     );
     assert_eq!(
         engine.principal(&TokenHash::of("a")),
-        Some(&Principal::Agent { tenant: "t".into(), agent: a })
+        Some(&Principal::Agent {
+            tenant: "t".into(),
+            agent: a
+        })
     );
     assert_eq!(engine.principal(&TokenHash::of("nobody")), None);
     // Re-configuring the operator token replaces the old one.
     run(
         &mut engine,
-        Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op2") },
+        Command::EnsureTenant {
+            tenant: "t".into(),
+            operator_token_hash: TokenHash::of("op2"),
+        },
         1,
     );
     assert_eq!(engine.principal(&TokenHash::of("op")), None);
     assert!(engine.principal(&TokenHash::of("op2")).is_some());
     // The same configuration again decides nothing.
     let again = engine
-        .decide(&Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op2") }, 2)
+        .decide(
+            &Command::EnsureTenant {
+                tenant: "t".into(),
+                operator_token_hash: TokenHash::of("op2"),
+            },
+            2,
+        )
         .unwrap();
     assert!(again.events.is_empty());
 }
@@ -124,12 +142,33 @@ fn duplicate_names_are_refused_within_a_tenant_only() {
     create(&mut engine, "a", None, 0);
     let spec = AgentSpec::with_interval("a", None);
     assert_eq!(
-        engine.decide(&Command::CreateAgent { tenant: "t".into(), spec: spec.clone(), token_hash: TokenHash::of("x") }, 0),
+        engine.decide(
+            &Command::CreateAgent {
+                tenant: "t".into(),
+                spec: spec.clone(),
+                token_hash: TokenHash::of("x")
+            },
+            0
+        ),
         Err(Refusal::NameTaken("a".into()))
     );
-    run(&mut engine, Command::EnsureTenant { tenant: "u".into(), operator_token_hash: TokenHash::of("op-u") }, 0);
+    run(
+        &mut engine,
+        Command::EnsureTenant {
+            tenant: "u".into(),
+            operator_token_hash: TokenHash::of("op-u"),
+        },
+        0,
+    );
     assert!(engine
-        .decide(&Command::CreateAgent { tenant: "u".into(), spec, token_hash: TokenHash::of("x") }, 0)
+        .decide(
+            &Command::CreateAgent {
+                tenant: "u".into(),
+                spec,
+                token_hash: TokenHash::of("x")
+            },
+            0
+        )
         .is_ok());
 }
 
@@ -139,7 +178,9 @@ fn a_wake_on_an_idle_agent_starts_a_run_at_once() {
     let a = create(&mut engine, "a", None, 0);
     let decision = wake(&mut engine, a, WakeupSource::OnDemand, None, 10);
     assert_eq!(types(&decision.events), ["wakeup_queued", "run_started"]);
-    let WakeupOutcome::Queued { run } = outcome(&decision) else { panic!() };
+    let WakeupOutcome::Queued { run } = outcome(&decision) else {
+        panic!()
+    };
     assert_eq!(engine.run(run).unwrap().status, RunStatus::Running);
     assert_eq!(engine.agent_state(a).unwrap().active_run(), Some(run));
 }
@@ -150,17 +191,29 @@ fn wakeups_for_a_queued_task_key_coalesce_keeping_the_latest_reason() {
     let a = create(&mut engine, "a", None, 0);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("k"), 0); // starts running
     let first = wake(&mut engine, a, WakeupSource::Timer, Some("k"), 1);
-    let WakeupOutcome::Queued { run } = outcome(&first) else { panic!() };
+    let WakeupOutcome::Queued { run } = outcome(&first) else {
+        panic!()
+    };
     for i in 1..=5 {
         let mut request = WakeupRequest::new(WakeupSource::OnDemand, format!("again {i}"));
         request.task_key = Some("k".into());
         let d = run_wake(&mut engine, a, request, 2);
-        assert_eq!(outcome(&d), WakeupOutcome::Coalesced { run, coalesced_count: i });
+        assert_eq!(
+            outcome(&d),
+            WakeupOutcome::Coalesced {
+                run,
+                coalesced_count: i
+            }
+        );
     }
     let queued = engine.run(run).unwrap();
     assert_eq!(queued.coalesced_count, 5);
     assert_eq!(queued.reason, "again 5");
-    assert_eq!(queued.priority, WakeupSource::OnDemand.priority(), "priority rises to the best wakeup");
+    assert_eq!(
+        queued.priority,
+        WakeupSource::OnDemand.priority(),
+        "priority rises to the best wakeup"
+    );
     // Another task key queues its own run.
     let other = wake(&mut engine, a, WakeupSource::Timer, Some("other"), 3);
     assert!(matches!(outcome(&other), WakeupOutcome::Queued { .. }));
@@ -175,7 +228,9 @@ fn queued_runs_start_by_priority_then_fifo_one_at_a_time() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
     let busy = wake(&mut engine, a, WakeupSource::Timer, Some("busy"), 0);
-    let WakeupOutcome::Queued { run: busy } = outcome(&busy) else { panic!() };
+    let WakeupOutcome::Queued { run: busy } = outcome(&busy) else {
+        panic!()
+    };
     let mut queued = Vec::new();
     for (key, source) in [
         ("t1", WakeupSource::Timer),
@@ -184,7 +239,10 @@ fn queued_runs_start_by_priority_then_fifo_one_at_a_time() {
         ("i1", WakeupSource::Idle),
         ("o2", WakeupSource::OnDemand),
     ] {
-        let WakeupOutcome::Queued { run } = outcome(&wake(&mut engine, a, source, Some(key), 1)) else { panic!() };
+        let WakeupOutcome::Queued { run } = outcome(&wake(&mut engine, a, source, Some(key), 1))
+        else {
+            panic!()
+        };
         queued.push((key, run));
     }
     let id = |k: &str| queued.iter().find(|(key, _)| *key == k).unwrap().1;
@@ -203,7 +261,10 @@ fn queued_runs_start_by_priority_then_fifo_one_at_a_time() {
             None => break,
         }
     }
-    assert_eq!(order, vec![id("o1"), id("o2"), id("a1"), id("t1"), id("i1")]);
+    assert_eq!(
+        order,
+        vec![id("o1"), id("o2"), id("a1"), id("t1"), id("i1")]
+    );
 }
 
 #[test]
@@ -213,26 +274,64 @@ fn refusals_are_recorded_with_their_reason() {
     let mut spec = AgentSpec::with_interval("b", None);
     spec.heartbeat.sources = vec![WakeupSource::OnDemand];
     spec.limits.queued_runs_max = 1;
-    run(&mut engine, Command::CreateAgent { tenant: "t".into(), spec, token_hash: TokenHash::of("b") }, 0);
+    run(
+        &mut engine,
+        Command::CreateAgent {
+            tenant: "t".into(),
+            spec,
+            token_hash: TokenHash::of("b"),
+        },
+        0,
+    );
     let b = engine.agent_named("t", "b").unwrap().id;
 
     let d = wake(&mut engine, b, WakeupSource::Timer, None, 1);
     assert_eq!(types(&d.events), ["wakeup_refused"]);
-    assert_eq!(outcome(&d), WakeupOutcome::Refused { refusal: RefusalReason::DisabledSource });
+    assert_eq!(
+        outcome(&d),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::DisabledSource
+        }
+    );
 
     wake(&mut engine, b, WakeupSource::OnDemand, Some("1"), 1); // running
     wake(&mut engine, b, WakeupSource::OnDemand, Some("2"), 1); // queued: the queue is full
     let full = wake(&mut engine, b, WakeupSource::OnDemand, Some("3"), 1);
-    assert_eq!(outcome(&full), WakeupOutcome::Refused { refusal: RefusalReason::QueueFull });
+    assert_eq!(
+        outcome(&full),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::QueueFull
+        }
+    );
     let joins = wake(&mut engine, b, WakeupSource::OnDemand, Some("2"), 1);
-    assert!(matches!(outcome(&joins), WakeupOutcome::Coalesced { .. }), "a full queue still coalesces");
+    assert!(
+        matches!(outcome(&joins), WakeupOutcome::Coalesced { .. }),
+        "a full queue still coalesces"
+    );
 
-    run(&mut engine, Command::PauseAgent { agent: a, minutes: None }, 2);
+    run(
+        &mut engine,
+        Command::PauseAgent {
+            agent: a,
+            minutes: None,
+        },
+        2,
+    );
     let paused = wake(&mut engine, a, WakeupSource::OnDemand, None, 3);
-    assert_eq!(outcome(&paused), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
+    assert_eq!(
+        outcome(&paused),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Paused
+        }
+    );
     run(&mut engine, Command::TerminateAgent { agent: a }, 4);
     let gone = wake(&mut engine, a, WakeupSource::OnDemand, None, 5);
-    assert_eq!(outcome(&gone), WakeupOutcome::Refused { refusal: RefusalReason::Terminated });
+    assert_eq!(
+        outcome(&gone),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Terminated
+        }
+    );
     assert_eq!(
         engine.decide(&Command::ResumeAgent { agent: a }, 6),
         Err(Refusal::AgentTerminated(a))
@@ -245,11 +344,35 @@ fn pausing_cancels_queued_and_running_runs_and_resume_takes_wakeups_again() {
     let a = create(&mut engine, "a", None, 0);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0);
-    let d = run(&mut engine, Command::PauseAgent { agent: a, minutes: None }, 1);
-    assert_eq!(types(&d.events), ["agent_paused", "run_finished", "run_finished"]);
-    assert!(engine.agent_state(a).unwrap().runs().all(|r| r.status == RunStatus::Cancelled));
+    let d = run(
+        &mut engine,
+        Command::PauseAgent {
+            agent: a,
+            minutes: None,
+        },
+        1,
+    );
+    assert_eq!(
+        types(&d.events),
+        ["agent_paused", "run_finished", "run_finished"]
+    );
+    assert!(engine
+        .agent_state(a)
+        .unwrap()
+        .runs()
+        .all(|r| r.status == RunStatus::Cancelled));
     assert_eq!(engine.agent(a).unwrap().status, AgentStatus::Paused);
-    assert!(engine.decide(&Command::PauseAgent { agent: a, minutes: None }, 2).unwrap().events.is_empty());
+    assert!(engine
+        .decide(
+            &Command::PauseAgent {
+                agent: a,
+                minutes: None
+            },
+            2
+        )
+        .unwrap()
+        .events
+        .is_empty());
     run(&mut engine, Command::ResumeAgent { agent: a }, 3);
     let d = wake(&mut engine, a, WakeupSource::OnDemand, None, 4);
     assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
@@ -261,16 +384,47 @@ fn idempotency_keys_replay_the_original_answer_for_24_hours() {
     let a = create(&mut engine, "a", None, 0);
     let mut request = WakeupRequest::new(WakeupSource::OnDemand, "x");
     request.idempotency_key = Some("key-1".into());
-    let first = run(&mut engine, Command::Wake { agent: a, request: request.clone() }, 1_000);
+    let first = run(
+        &mut engine,
+        Command::Wake {
+            agent: a,
+            request: request.clone(),
+        },
+        1_000,
+    );
     assert!(!first.replayed);
-    let again = engine.decide(&Command::Wake { agent: a, request: request.clone() }, 1_000 + IDEMPOTENCY_TTL_MS - 1).unwrap();
+    let again = engine
+        .decide(
+            &Command::Wake {
+                agent: a,
+                request: request.clone(),
+            },
+            1_000 + IDEMPOTENCY_TTL_MS - 1,
+        )
+        .unwrap();
     assert!(again.replayed);
     assert!(again.events.is_empty());
     assert_eq!(again.wakeup, first.wakeup);
     // A wall clock that went back still honours the key.
-    assert!(engine.decide(&Command::Wake { agent: a, request: request.clone() }, 0).unwrap().replayed);
+    assert!(
+        engine
+            .decide(
+                &Command::Wake {
+                    agent: a,
+                    request: request.clone()
+                },
+                0
+            )
+            .unwrap()
+            .replayed
+    );
     // After the TTL the key is new again.
-    let later = engine.decide(&Command::Wake { agent: a, request }, 1_000 + IDEMPOTENCY_TTL_MS).unwrap();
+    let later = engine
+        .decide(
+            &Command::Wake { agent: a, request },
+            1_000 + IDEMPOTENCY_TTL_MS,
+        )
+        .unwrap();
     assert!(!later.replayed);
     // The first run is still running, so the new wakeup queues a run behind it.
     assert_eq!(types(&later.events), ["wakeup_queued"]);
@@ -281,9 +435,14 @@ fn recovery_fails_running_runs_and_requeues_each_once() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
     let d = wake(&mut engine, a, WakeupSource::Assignment, Some("k"), 0);
-    let WakeupOutcome::Queued { run: first } = outcome(&d) else { panic!() };
+    let WakeupOutcome::Queued { run: first } = outcome(&d) else {
+        panic!()
+    };
     let d = run(&mut engine, Command::RecoverRuns, 10);
-    assert_eq!(types(&d.events), ["run_finished", "run_requeued", "run_started"]);
+    assert_eq!(
+        types(&d.events),
+        ["run_finished", "run_requeued", "run_started"]
+    );
     assert_eq!(engine.run(first).unwrap().detail, CONTROL_PLANE_RESTART);
     let retry = engine.agent_state(a).unwrap().active_run().unwrap();
     assert_eq!(engine.run(retry).unwrap().retry_of, Some(first));
@@ -293,17 +452,38 @@ fn recovery_fails_running_runs_and_requeues_each_once() {
     assert_eq!(types(&d.events), ["run_finished"]);
     assert_eq!(engine.agent_state(a).unwrap().active_run(), None);
     // Nothing left to recover.
-    assert!(engine.decide(&Command::RecoverRuns, 30).unwrap().events.is_empty());
+    assert!(engine
+        .decide(&Command::RecoverRuns, 30)
+        .unwrap()
+        .events
+        .is_empty());
 }
 
 #[test]
 fn cancel_and_finish_refuse_runs_in_the_wrong_state() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
-    let WakeupOutcome::Queued { run: r1 } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0)) else { panic!() };
-    let WakeupOutcome::Queued { run: r2 } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0)) else { panic!() };
+    let WakeupOutcome::Queued { run: r1 } =
+        outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), 0))
+    else {
+        panic!()
+    };
+    let WakeupOutcome::Queued { run: r2 } =
+        outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("2"), 0))
+    else {
+        panic!()
+    };
     let end = RunEnd::new(RunStatus::Succeeded, "");
-    assert_eq!(engine.decide(&Command::FinishRun { run: r2, end: end.clone() }, 1), Err(Refusal::RunNotRunning(r2)));
+    assert_eq!(
+        engine.decide(
+            &Command::FinishRun {
+                run: r2,
+                end: end.clone()
+            },
+            1
+        ),
+        Err(Refusal::RunNotRunning(r2))
+    );
     let d = run(&mut engine, Command::CancelRun { run: r2 }, 1);
     assert_eq!(types(&d.events), ["run_finished"]);
     assert_eq!(
@@ -312,7 +492,10 @@ fn cancel_and_finish_refuse_runs_in_the_wrong_state() {
     );
     let d = run(&mut engine, Command::CancelRun { run: r1 }, 3);
     assert_eq!(types(&d.events), ["run_finished"]);
-    assert_eq!(engine.decide(&Command::CancelRun { run: RunId(99) }, 4), Err(Refusal::UnknownRun(RunId(99))));
+    assert_eq!(
+        engine.decide(&Command::CancelRun { run: RunId(99) }, 4),
+        Err(Refusal::UnknownRun(RunId(99)))
+    );
 }
 
 #[test]
@@ -325,7 +508,11 @@ fn timers_fire_on_their_slots_and_wake_through_the_coordinator() {
     let first_b = engine.agent(b).unwrap().next_fire_at_ms.unwrap();
     assert!((1_000..=1_100).contains(&first_a) && (3_000..=3_300).contains(&first_b));
     assert_eq!(engine.next_deadline_ms(), Some(first_a));
-    assert!(engine.decide(&Command::FireDueTimers, first_a - 1).unwrap().events.is_empty());
+    assert!(engine
+        .decide(&Command::FireDueTimers, first_a - 1)
+        .unwrap()
+        .events
+        .is_empty());
     for now in (0..=6_400).step_by(50) {
         let d = run(&mut engine, Command::FireDueTimers, now);
         for event in &d.events {
@@ -351,13 +538,41 @@ fn replaying_the_log_rebuilds_the_same_state() {
     // The tenant's event is the log's first.
     let mut replay_start = Engine::new();
     let first = replay_start
-        .decide(&Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op") }, 0)
+        .decide(
+            &Command::EnsureTenant {
+                tenant: "t".into(),
+                operator_token_hash: TokenHash::of("op"),
+            },
+            0,
+        )
         .unwrap();
     let a_spec = AgentSpec::with_interval("a", Some(1_000));
-    record(&mut engine, Command::CreateAgent { tenant: "t".into(), spec: a_spec, token_hash: TokenHash::of("a") }, 0);
+    record(
+        &mut engine,
+        Command::CreateAgent {
+            tenant: "t".into(),
+            spec: a_spec,
+            token_hash: TokenHash::of("a"),
+        },
+        0,
+    );
     record(&mut engine, Command::FireDueTimers, 1_000);
-    record(&mut engine, Command::Wake { agent: AgentId(1), request: WakeupRequest::new(WakeupSource::OnDemand, "x") }, 1_500);
-    record(&mut engine, Command::FinishRun { run: RunId(1), end: RunEnd::new(RunStatus::Failed, "boom") }, 2_000);
+    record(
+        &mut engine,
+        Command::Wake {
+            agent: AgentId(1),
+            request: WakeupRequest::new(WakeupSource::OnDemand, "x"),
+        },
+        1_500,
+    );
+    record(
+        &mut engine,
+        Command::FinishRun {
+            run: RunId(1),
+            end: RunEnd::new(RunStatus::Failed, "boom"),
+        },
+        2_000,
+    );
     record(&mut engine, Command::FireDueTimers, 7_500);
     record(&mut engine, Command::RecoverRuns, 8_000);
     first.events.iter().for_each(|e| replay_start.apply(e));
@@ -373,7 +588,9 @@ fn applying_out_of_order_is_a_bug() {
         seq: 2,
         at_ms: 0,
         tenant: "t".into(),
-        kind: EventKind::TenantCreated { operator_token_hash: TokenHash::of("x") },
+        kind: EventKind::TenantCreated {
+            operator_token_hash: TokenHash::of("x"),
+        },
     });
 }
 
@@ -385,7 +602,11 @@ fn create_with(engine: &mut Engine, spec: AgentSpec, now_ms: u64) -> AgentId {
     let name = spec.name.clone();
     run(
         engine,
-        Command::CreateAgent { tenant: "t".into(), token_hash: TokenHash::of(&name), spec },
+        Command::CreateAgent {
+            tenant: "t".into(),
+            token_hash: TokenHash::of(&name),
+            spec,
+        },
         now_ms,
     );
     engine.agent_named("t", &name).unwrap().id
@@ -395,25 +616,80 @@ fn create_with(engine: &mut Engine, spec: AgentSpec, now_ms: u64) -> AgentId {
 fn a_timed_pause_refuses_timer_and_idle_and_cancels_the_running_run() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
-    let WakeupOutcome::Queued { run: running } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("x"), 0)) else { panic!() };
-    let WakeupOutcome::Queued { run: timer_run } = outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("t"), 0)) else { panic!() };
-    let WakeupOutcome::Queued { run: user_run } = outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("u"), 0)) else { panic!() };
-    let d = run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(10) }, 1_000);
-    assert_eq!(types(&d.events), ["agent_paused", "run_finished", "run_finished", "run_started"]);
+    let WakeupOutcome::Queued { run: running } =
+        outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("x"), 0))
+    else {
+        panic!()
+    };
+    let WakeupOutcome::Queued { run: timer_run } =
+        outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("t"), 0))
+    else {
+        panic!()
+    };
+    let WakeupOutcome::Queued { run: user_run } =
+        outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("u"), 0))
+    else {
+        panic!()
+    };
+    let d = run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: Some(10),
+        },
+        1_000,
+    );
+    assert_eq!(
+        types(&d.events),
+        [
+            "agent_paused",
+            "run_finished",
+            "run_finished",
+            "run_started"
+        ]
+    );
     assert_eq!(engine.run(running).unwrap().status, RunStatus::Cancelled);
     assert_eq!(engine.run(timer_run).unwrap().status, RunStatus::Cancelled);
     // On-demand work goes on by default.
     assert_eq!(engine.run(user_run).unwrap().status, RunStatus::Running);
-    assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(1_000 + 10 * MINUTE));
+    assert_eq!(
+        engine.agent(a).unwrap().paused_until_ms,
+        Some(1_000 + 10 * MINUTE)
+    );
     for source in [WakeupSource::Timer, WakeupSource::Idle] {
         let d = wake(&mut engine, a, source, None, 2_000);
-        assert_eq!(outcome(&d), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
+        assert_eq!(
+            outcome(&d),
+            WakeupOutcome::Refused {
+                refusal: RefusalReason::Paused
+            }
+        );
     }
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("v"), 2_000)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::OnDemand,
+            Some("v"),
+            2_000
+        )),
+        WakeupOutcome::Queued { .. }
+    ));
     // A backward jump keeps the pause; the instant itself ends it (a forward jump past it too).
     let back = wake(&mut engine, a, WakeupSource::Timer, None, 0);
-    assert_eq!(outcome(&back), WakeupOutcome::Refused { refusal: RefusalReason::Paused });
-    let at_end = wake(&mut engine, a, WakeupSource::Timer, None, 1_000 + 10 * MINUTE);
+    assert_eq!(
+        outcome(&back),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Paused
+        }
+    );
+    let at_end = wake(
+        &mut engine,
+        a,
+        WakeupSource::Timer,
+        None,
+        1_000 + 10 * MINUTE,
+    );
     assert!(matches!(outcome(&at_end), WakeupOutcome::Queued { .. }));
 }
 
@@ -424,17 +700,44 @@ fn a_timed_pause_survives_a_crash() {
     let mut step = |engine: &mut Engine, command: Command, now_ms: u64| {
         log.extend(run(engine, command, now_ms).events);
     };
-    step(&mut engine, Command::EnsureTenant { tenant: "t".into(), operator_token_hash: TokenHash::of("op") }, 0);
-    step(&mut engine, Command::CreateAgent { tenant: "t".into(), spec: AgentSpec::with_interval("a", Some(MINUTE)), token_hash: TokenHash::of("a") }, 0);
+    step(
+        &mut engine,
+        Command::EnsureTenant {
+            tenant: "t".into(),
+            operator_token_hash: TokenHash::of("op"),
+        },
+        0,
+    );
+    step(
+        &mut engine,
+        Command::CreateAgent {
+            tenant: "t".into(),
+            spec: AgentSpec::with_interval("a", Some(MINUTE)),
+            token_hash: TokenHash::of("a"),
+        },
+        0,
+    );
     let a = engine.agent_named("t", "a").unwrap().id;
-    step(&mut engine, Command::PauseHeartbeats { agent: a, minutes: None }, 5_000);
+    step(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: None,
+        },
+        5_000,
+    );
     step(&mut engine, Command::FireDueTimers, 5_000 + MINUTE);
     // Replaying the log (what a restart does) restores the pause, which still refuses timers.
     let mut replayed = Engine::new();
     log.iter().for_each(|e| replayed.apply(e));
     assert_eq!(replayed, engine);
-    assert_eq!(replayed.agent(a).unwrap().paused_until_ms, Some(5_000 + 2 * MINUTE));
-    let d = replayed.decide(&Command::FireDueTimers, 5_000 + 2 * MINUTE - 1).unwrap();
+    assert_eq!(
+        replayed.agent(a).unwrap().paused_until_ms,
+        Some(5_000 + 2 * MINUTE)
+    );
+    let d = replayed
+        .decide(&Command::FireDueTimers, 5_000 + 2 * MINUTE - 1)
+        .unwrap();
     assert_eq!(types(&d.events), ["timer_fired", "wakeup_refused"]);
 }
 
@@ -442,17 +745,43 @@ fn a_timed_pause_survives_a_crash() {
 fn pause_heartbeats_clamps_and_operator_pauses_are_bounded() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
-    run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(0) }, 0);
+    run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: Some(0),
+        },
+        0,
+    );
     assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(MINUTE));
-    run(&mut engine, Command::PauseHeartbeats { agent: a, minutes: Some(61) }, 0);
+    run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: Some(61),
+        },
+        0,
+    );
     assert_eq!(engine.agent(a).unwrap().paused_until_ms, Some(60 * MINUTE));
     for bad in [0, super::pause::OPERATOR_PAUSE_MINUTES_MAX + 1] {
-        let refused = engine.decide(&Command::PauseAgent { agent: a, minutes: Some(bad) }, 0);
-        assert!(matches!(refused, Err(Refusal::InvalidField(ref f)) if f.field == "minutes"), "{refused:?}");
+        let refused = engine.decide(
+            &Command::PauseAgent {
+                agent: a,
+                minutes: Some(bad),
+            },
+            0,
+        );
+        assert!(
+            matches!(refused, Err(Refusal::InvalidField(ref f)) if f.field == "minutes"),
+            "{refused:?}"
+        );
     }
     run(&mut engine, Command::ResumeAgent { agent: a }, 1);
     assert_eq!(engine.agent(a).unwrap().paused_until_ms, None);
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, None, 2)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(
+        outcome(&wake(&mut engine, a, WakeupSource::Timer, None, 2)),
+        WakeupOutcome::Queued { .. }
+    ));
 }
 
 #[test]
@@ -468,27 +797,93 @@ fn the_daily_cap_counts_starts_per_local_day_and_never_reopens_a_day() {
         let active = engine.agent_state(a).unwrap().active_run().unwrap();
         finish(engine, active, now);
     };
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, Some("1"), noon_utc)), WakeupOutcome::Queued { .. }));
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("2"), noon_utc)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::OnDemand,
+            Some("1"),
+            noon_utc
+        )),
+        WakeupOutcome::Queued { .. }
+    ));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::Timer,
+            Some("2"),
+            noon_utc
+        )),
+        WakeupOutcome::Queued { .. }
+    ));
     // One running and one queued use up the cap of 2.
-    let capped = wake(&mut engine, a, WakeupSource::Assignment, Some("3"), noon_utc);
-    assert_eq!(outcome(&capped), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+    let capped = wake(
+        &mut engine,
+        a,
+        WakeupSource::Assignment,
+        Some("3"),
+        noon_utc,
+    );
+    assert_eq!(
+        outcome(&capped),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::DailyCap
+        }
+    );
     // Joining the queued run costs no invocation.
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::Timer, Some("2"), noon_utc)), WakeupOutcome::Coalesced { .. }));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::Timer,
+            Some("2"),
+            noon_utc
+        )),
+        WakeupOutcome::Coalesced { .. }
+    ));
     finish_active(&mut engine, noon_utc + 1);
     finish_active(&mut engine, noon_utc + 2);
     let still = wake(&mut engine, a, WakeupSource::OnDemand, None, noon_utc + 3);
-    assert_eq!(outcome(&still), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+    assert_eq!(
+        outcome(&still),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::DailyCap
+        }
+    );
     // After local midnight (15:00 UTC) the cap is fresh.
     let midnight_tokyo = noon_utc + 3 * 60 * MINUTE;
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, None, midnight_tokyo)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::OnDemand,
+            None,
+            midnight_tokyo
+        )),
+        WakeupOutcome::Queued { .. }
+    ));
     finish_active(&mut engine, midnight_tokyo + 1);
-    assert!(matches!(outcome(&wake(&mut engine, a, WakeupSource::OnDemand, None, midnight_tokyo + 2)), WakeupOutcome::Queued { .. }));
+    assert!(matches!(
+        outcome(&wake(
+            &mut engine,
+            a,
+            WakeupSource::OnDemand,
+            None,
+            midnight_tokyo + 2
+        )),
+        WakeupOutcome::Queued { .. }
+    ));
     finish_active(&mut engine, midnight_tokyo + 3);
     // The clock jumps back into the previous day: the new day stays counted (2 used), and the
     // old day is not re-opened.
     let back = wake(&mut engine, a, WakeupSource::OnDemand, None, noon_utc);
-    assert_eq!(outcome(&back), WakeupOutcome::Refused { refusal: RefusalReason::DailyCap });
+    assert_eq!(
+        outcome(&back),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::DailyCap
+        }
+    );
 }
 
 #[test]
@@ -501,20 +896,37 @@ fn a_timer_grid_is_offset_by_the_agents_jitter() {
             engine.agent(id).unwrap().next_fire_at_ms.unwrap()
         })
         .collect();
-    assert!(first_slots.iter().all(|&s| (interval_ms..=interval_ms + super::schedule::JITTER_MS_MAX).contains(&s)));
+    assert!(first_slots
+        .iter()
+        .all(|&s| (interval_ms..=interval_ms + super::schedule::JITTER_MS_MAX).contains(&s)));
     let mut distinct = first_slots.clone();
     distinct.sort();
     distinct.dedup();
-    assert!(distinct.len() >= 18, "agents created alike fire apart: {first_slots:?}");
+    assert!(
+        distinct.len() >= 18,
+        "agents created alike fire apart: {first_slots:?}"
+    );
 }
 
 // ---- the circuit breaker ----
 
-fn fail_active(engine: &mut Engine, agent: AgentId, cause: super::breaker::FailureCause, now_ms: u64) -> Decision {
-    let active = engine.agent_state(agent).unwrap().active_run().expect("a running run");
+fn fail_active(
+    engine: &mut Engine,
+    agent: AgentId,
+    cause: super::breaker::FailureCause,
+    now_ms: u64,
+) -> Decision {
+    let active = engine
+        .agent_state(agent)
+        .unwrap()
+        .active_run()
+        .expect("a running run");
     run(
         engine,
-        Command::FinishRun { run: active, end: RunEnd::new(RunStatus::Failed, "boom").caused_by(cause) },
+        Command::FinishRun {
+            run: active,
+            end: RunEnd::new(RunStatus::Failed, "boom").caused_by(cause),
+        },
         now_ms,
     )
 }
@@ -530,31 +942,80 @@ fn the_breaker_opens_after_k_failures_probes_once_and_doubles_its_cooldown() {
     let a = create(&mut engine, "a", None, 0);
     let cooldown = super::breaker::COOLDOWN_MS_DEFAULT;
     // Two LLM failures and a tool failure do not open it: the triggers count apart.
-    for (i, cause) in [FailureCause::Llm, FailureCause::Tool, FailureCause::Llm].into_iter().enumerate() {
+    for (i, cause) in [FailureCause::Llm, FailureCause::Tool, FailureCause::Llm]
+        .into_iter()
+        .enumerate()
+    {
         wake(&mut engine, a, WakeupSource::OnDemand, None, i as u64);
         fail_active(&mut engine, a, cause, i as u64);
     }
-    assert_eq!(breaker(&engine, a), BreakerState::Closed { llm_failures: 2, tool_failures: 1 });
+    assert_eq!(
+        breaker(&engine, a),
+        BreakerState::Closed {
+            llm_failures: 2,
+            tool_failures: 1
+        }
+    );
     // A queued run is waiting when the third LLM failure opens the breaker: it is cancelled.
     wake(&mut engine, a, WakeupSource::OnDemand, Some("x"), 10);
     wake(&mut engine, a, WakeupSource::OnDemand, Some("y"), 10);
     let d = fail_active(&mut engine, a, FailureCause::Llm, 10);
-    assert_eq!(types(&d.events), ["run_finished", "breaker_opened", "run_finished"]);
-    assert_eq!(breaker(&engine, a), BreakerState::Open { until_ms: 10 + cooldown, cooldown_ms: cooldown });
+    assert_eq!(
+        types(&d.events),
+        ["run_finished", "breaker_opened", "run_finished"]
+    );
+    assert_eq!(
+        breaker(&engine, a),
+        BreakerState::Open {
+            until_ms: 10 + cooldown,
+            cooldown_ms: cooldown
+        }
+    );
     let refused = wake(&mut engine, a, WakeupSource::Timer, None, 10 + cooldown - 1);
-    assert_eq!(outcome(&refused), WakeupOutcome::Refused { refusal: RefusalReason::BreakerOpen });
+    assert_eq!(
+        outcome(&refused),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::BreakerOpen
+        }
+    );
     // After the cooldown: exactly one probe.
     let probe = wake(&mut engine, a, WakeupSource::Timer, None, 10 + cooldown);
-    assert_eq!(types(&probe.events), ["breaker_half_opened", "wakeup_queued", "run_started"]);
-    let second = wake(&mut engine, a, WakeupSource::OnDemand, Some("z"), 10 + cooldown);
-    assert_eq!(outcome(&second), WakeupOutcome::Refused { refusal: RefusalReason::BreakerOpen });
+    assert_eq!(
+        types(&probe.events),
+        ["breaker_half_opened", "wakeup_queued", "run_started"]
+    );
+    let second = wake(
+        &mut engine,
+        a,
+        WakeupSource::OnDemand,
+        Some("z"),
+        10 + cooldown,
+    );
+    assert_eq!(
+        outcome(&second),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::BreakerOpen
+        }
+    );
     // The probe fails: open again for twice as long.
     let t = 20 + cooldown;
     let d = fail_active(&mut engine, a, FailureCause::Tool, t);
     assert_eq!(types(&d.events), ["run_finished", "breaker_opened"]);
-    assert_eq!(breaker(&engine, a), BreakerState::Open { until_ms: t + 2 * cooldown, cooldown_ms: 2 * cooldown });
+    assert_eq!(
+        breaker(&engine, a),
+        BreakerState::Open {
+            until_ms: t + 2 * cooldown,
+            cooldown_ms: 2 * cooldown
+        }
+    );
     // The next probe succeeds: closed, counters at zero.
-    wake(&mut engine, a, WakeupSource::OnDemand, None, t + 2 * cooldown);
+    wake(
+        &mut engine,
+        a,
+        WakeupSource::OnDemand,
+        None,
+        t + 2 * cooldown,
+    );
     let active = engine.agent_state(a).unwrap().active_run().unwrap();
     let d = finish(&mut engine, active, t + 2 * cooldown + 1);
     assert_eq!(types(&d.events), ["run_finished", "breaker_closed"]);
@@ -574,12 +1035,26 @@ fn a_cancelled_probe_leaves_the_breaker_half_open_and_operators_can_reset_it() {
     wake(&mut engine, a, WakeupSource::OnDemand, None, 2 + cooldown);
     let probe = engine.agent_state(a).unwrap().active_run().unwrap();
     run(&mut engine, Command::CancelRun { run: probe }, 3 + cooldown);
-    assert_eq!(breaker(&engine, a), BreakerState::HalfOpen { cooldown_ms: cooldown, probe: None });
+    assert_eq!(
+        breaker(&engine, a),
+        BreakerState::HalfOpen {
+            cooldown_ms: cooldown,
+            probe: None
+        }
+    );
     // A new wakeup becomes the probe.
     let d = wake(&mut engine, a, WakeupSource::OnDemand, None, 4 + cooldown);
     assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
-    let d = run(&mut engine, Command::ResetBreaker { agent: a }, 5 + cooldown);
+    let d = run(
+        &mut engine,
+        Command::ResetBreaker { agent: a },
+        5 + cooldown,
+    );
     assert_eq!(types(&d.events), ["breaker_reset"]);
     assert_eq!(breaker(&engine, a), BreakerState::default());
-    assert!(engine.decide(&Command::ResetBreaker { agent: a }, 6 + cooldown).unwrap().events.is_empty());
+    assert!(engine
+        .decide(&Command::ResetBreaker { agent: a }, 6 + cooldown)
+        .unwrap()
+        .events
+        .is_empty());
 }

@@ -146,7 +146,9 @@ impl WakeupRequest {
         if payload_bytes > PAYLOAD_BYTES_MAX {
             return Err(FieldError::new(
                 "payload",
-                format!("payload is at most {PAYLOAD_BYTES_MAX} bytes of JSON (got {payload_bytes})"),
+                format!(
+                    "payload is at most {PAYLOAD_BYTES_MAX} bytes of JSON (got {payload_bytes})"
+                ),
             ));
         }
         Ok(())
@@ -227,6 +229,9 @@ mod tests {
     fn priority_classes() {
         assert!(WakeupSource::OnDemand.priority() < WakeupSource::Assignment.priority());
         assert!(WakeupSource::Assignment.priority() < WakeupSource::Timer.priority());
-        assert_eq!(WakeupSource::Idle.priority(), WakeupSource::Predicate.priority());
+        assert_eq!(
+            WakeupSource::Idle.priority(),
+            WakeupSource::Predicate.priority()
+        );
     }
 }

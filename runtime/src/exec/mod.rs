@@ -91,21 +91,24 @@ async fn execute(
     timeout_ms: u64,
 ) {
     let run = context.run;
-    let end = match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context)).await {
-        Ok(outcome) => {
-            let end = RunEnd::new(outcome.status, outcome.detail);
-            match outcome.cause {
-                Some(cause) => end.caused_by(cause),
-                None => end,
+    let end =
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context))
+            .await
+        {
+            Ok(outcome) => {
+                let end = RunEnd::new(outcome.status, outcome.detail);
+                match outcome.cause {
+                    Some(cause) => end.caused_by(cause),
+                    None => end,
+                }
             }
-        }
-        // A run that never answers counts as a failed model call for the breaker.
-        Err(_) => RunEnd::new(
-            RunStatus::TimedOut,
-            format!("still running after limits.run_timeout_ms = {timeout_ms}"),
-        )
-        .caused_by(FailureCause::Llm),
-    };
+            // A run that never answers counts as a failed model call for the breaker.
+            Err(_) => RunEnd::new(
+                RunStatus::TimedOut,
+                format!("still running after limits.run_timeout_ms = {timeout_ms}"),
+            )
+            .caused_by(FailureCause::Llm),
+        };
     // From here the run reports itself; a cancel that lands first wins and this report is
     // refused, which is fine.
     shell.executor.forget(run);

@@ -37,7 +37,10 @@ impl Adapter for Scripted {
             AdapterOutcome {
                 status,
                 cause,
-                detail: format!("scripted step {index}: {:?} after {} ms", step.outcome, step.duration_ms),
+                detail: format!(
+                    "scripted step {index}: {:?} after {} ms",
+                    step.outcome, step.duration_ms
+                ),
             }
         })
     }

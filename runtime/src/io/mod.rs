@@ -2,5 +2,5 @@
 //! opens a socket goes through here, so the simulator can substitute its own world.
 
 pub mod clock;
-pub mod storage;
 pub mod entropy;
+pub mod storage;

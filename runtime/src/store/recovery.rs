@@ -91,7 +91,10 @@ mod tests {
         assert!(head > 4, "timers fired and queued runs");
         assert_eq!(store.head_seq().unwrap(), head);
         assert_eq!(store.recover().unwrap(), engine);
-        assert_eq!(store.events_after(1, 10).unwrap().len() as u64, (head - 1).min(10));
+        assert_eq!(
+            store.events_after(1, 10).unwrap().len() as u64,
+            (head - 1).min(10)
+        );
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -30,7 +30,9 @@ enum Breaker {
     Closed,
     Open,
     /// Half-open, with its one probe once it started.
-    HalfOpen { probe: Option<u64> },
+    HalfOpen {
+        probe: Option<u64>,
+    },
 }
 
 /// What the oracle has seen of agents' pauses and daily starts.
@@ -55,7 +57,9 @@ impl HeartOracle {
                     },
                 );
             }
-            EventKind::AgentPaused { agent, until_ms, .. } => {
+            EventKind::AgentPaused {
+                agent, until_ms, ..
+            } => {
                 let seen = self.agents.entry(agent.0).or_default();
                 match until_ms {
                     None => seen.paused = true,
@@ -75,7 +79,9 @@ impl HeartOracle {
             } => {
                 let seen = self.agents.entry(agent.0).or_default();
                 let routine = matches!(source, WakeupSource::Timer | WakeupSource::Idle);
-                let timed = seen.paused_until_ms.is_some_and(|until| event.at_ms < until);
+                let timed = seen
+                    .paused_until_ms
+                    .is_some_and(|until| event.at_ms < until);
                 if routine && !seen.paused && !timed {
                     return violation(
                         "pause_ends",
@@ -107,7 +113,10 @@ impl HeartOracle {
                 if seen.breaker != Breaker::Open {
                     return violation(
                         "breaker_single_probe",
-                        format!("agent {agent}'s breaker half-opened from {:?}, not from open", seen.breaker),
+                        format!(
+                            "agent {agent}'s breaker half-opened from {:?}, not from open",
+                            seen.breaker
+                        ),
                     );
                 }
                 seen.breaker = Breaker::HalfOpen { probe: None };
@@ -131,22 +140,27 @@ impl HeartOracle {
             EventKind::RunStarted { run, agent, .. } => {
                 let source = self.run_sources.get(&run.0).copied();
                 let Some(seen) = self.agents.get_mut(&agent.0) else {
-                    return violation("events_gap_free", format!("run {run} started for unknown agent {agent}"));
+                    return violation(
+                        "events_gap_free",
+                        format!("run {run} started for unknown agent {agent}"),
+                    );
                 };
                 match seen.breaker {
                     Breaker::Closed => {}
                     Breaker::HalfOpen { probe: None } => {
                         seen.breaker = Breaker::HalfOpen { probe: Some(run.0) };
                     }
-                    state => {
-                        return violation(
-                            "breaker_single_probe",
-                            format!("run {run} of agent {agent} started while its breaker was {state:?}"),
-                        )
-                    }
+                    state => return violation(
+                        "breaker_single_probe",
+                        format!(
+                            "run {run} of agent {agent} started while its breaker was {state:?}"
+                        ),
+                    ),
                 }
                 let routine = matches!(source, Some(WakeupSource::Timer | WakeupSource::Idle));
-                let timed = seen.paused_until_ms.is_some_and(|until| event.at_ms < until);
+                let timed = seen
+                    .paused_until_ms
+                    .is_some_and(|until| event.at_ms < until);
                 if seen.paused || (routine && timed) {
                     return violation(
                         "no_routine_wakeup_while_paused",
@@ -190,41 +204,55 @@ mod tests_support {
     use super::*;
 
     pub fn event(at_ms: u64, kind: EventKind) -> Event {
-        Event { seq: 0, at_ms, tenant: "default".into(), kind }
+        Event {
+            seq: 0,
+            at_ms,
+            tenant: "default".into(),
+            kind,
+        }
     }
 
     pub fn created(cap: Option<u32>) -> Event {
         let mut spec = AgentSpec::with_interval("a", Some(60_000));
         spec.limits.daily_cap = cap;
-        event(0, EventKind::AgentCreated {
-            agent: AgentId(1),
-            name: "a".into(),
-            spec,
-            token_hash: TokenHash::of("a"),
-            first_fire_at_ms: Some(60_000),
-        })
+        event(
+            0,
+            EventKind::AgentCreated {
+                agent: AgentId(1),
+                name: "a".into(),
+                spec,
+                token_hash: TokenHash::of("a"),
+                first_fire_at_ms: Some(60_000),
+            },
+        )
     }
 
     pub fn queued(run: u64, source: WakeupSource) -> Event {
-        event(0, EventKind::WakeupQueued {
-            wakeup: WakeupId(run),
-            agent: AgentId(1),
-            source,
-            reason: String::new(),
-            payload: serde_json::Value::Null,
-            task_key: None,
-            idempotency_key: None,
-            run: RunId(run),
-        })
+        event(
+            0,
+            EventKind::WakeupQueued {
+                wakeup: WakeupId(run),
+                agent: AgentId(1),
+                source,
+                reason: String::new(),
+                payload: serde_json::Value::Null,
+                task_key: None,
+                idempotency_key: None,
+                run: RunId(run),
+            },
+        )
     }
 
     pub fn started(run: u64, at_ms: u64) -> Event {
-        event(at_ms, EventKind::RunStarted {
-            run: RunId(run),
-            agent: AgentId(1),
-            run_number: run,
-            day: LocalDay::of(at_ms, "UTC"),
-        })
+        event(
+            at_ms,
+            EventKind::RunStarted {
+                run: RunId(run),
+                agent: AgentId(1),
+                run_number: run,
+                day: LocalDay::of(at_ms, "UTC"),
+            },
+        )
     }
 }
 
@@ -241,9 +269,18 @@ mod tests {
         let mut oracle = HeartOracle::default();
         oracle.committed(&created(None)).unwrap();
         oracle
-            .committed(&event(1_000, EventKind::AgentPaused { agent: AgentId(1), until_ms: Some(120_000), by: PausedBy::Agent }))
+            .committed(&event(
+                1_000,
+                EventKind::AgentPaused {
+                    agent: AgentId(1),
+                    until_ms: Some(120_000),
+                    by: PausedBy::Agent,
+                },
+            ))
             .unwrap();
-        oracle.committed(&queued(1, WakeupSource::OnDemand)).unwrap();
+        oracle
+            .committed(&queued(1, WakeupSource::OnDemand))
+            .unwrap();
         oracle.committed(&started(1, 2_000)).unwrap();
         oracle.committed(&queued(2, WakeupSource::Timer)).unwrap();
         let err = oracle.committed(&started(2, 119_999)).unwrap_err();
@@ -258,7 +295,9 @@ mod tests {
         let mut oracle = HeartOracle::default();
         oracle.committed(&created(Some(2))).unwrap();
         for run in 1..=4 {
-            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+            oracle
+                .committed(&queued(run, WakeupSource::OnDemand))
+                .unwrap();
         }
         oracle.committed(&started(1, 10 * day_ms + 1)).unwrap();
         oracle.committed(&started(2, 10 * day_ms + 2)).unwrap();
@@ -267,7 +306,9 @@ mod tests {
         // ...and a start stamped back on day 10 counts against day 11: 2 of 2, fine; a third
         // would not be.
         oracle.committed(&started(4, 10 * day_ms + 3)).unwrap();
-        oracle.committed(&queued(5, WakeupSource::OnDemand)).unwrap();
+        oracle
+            .committed(&queued(5, WakeupSource::OnDemand))
+            .unwrap();
         let err = oracle.committed(&started(5, 10 * day_ms + 4)).unwrap_err();
         assert_eq!(err.invariant, "daily_cap_respected");
     }
@@ -286,20 +327,43 @@ mod breaker_tests {
         let mut oracle = HeartOracle::default();
         oracle.committed(&created(None)).unwrap();
         for run in 1..=3 {
-            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+            oracle
+                .committed(&queued(run, WakeupSource::OnDemand))
+                .unwrap();
         }
-        let opened = event(0, EventKind::BreakerOpened { agent: AgentId(1), trigger: FailureCause::Llm, until_ms: 10, cooldown_ms: 10 });
+        let opened = event(
+            0,
+            EventKind::BreakerOpened {
+                agent: AgentId(1),
+                trigger: FailureCause::Llm,
+                until_ms: 10,
+                cooldown_ms: 10,
+            },
+        );
         oracle.committed(&opened).unwrap();
-        assert_eq!(oracle.committed(&started(1, 5)).unwrap_err().invariant, "breaker_single_probe");
+        assert_eq!(
+            oracle.committed(&started(1, 5)).unwrap_err().invariant,
+            "breaker_single_probe"
+        );
 
         let mut oracle = HeartOracle::default();
         oracle.committed(&created(None)).unwrap();
         for run in 1..=3 {
-            oracle.committed(&queued(run, WakeupSource::OnDemand)).unwrap();
+            oracle
+                .committed(&queued(run, WakeupSource::OnDemand))
+                .unwrap();
         }
         oracle.committed(&opened).unwrap();
-        oracle.committed(&event(10, EventKind::BreakerHalfOpened { agent: AgentId(1) })).unwrap();
+        oracle
+            .committed(&event(
+                10,
+                EventKind::BreakerHalfOpened { agent: AgentId(1) },
+            ))
+            .unwrap();
         oracle.committed(&started(1, 11)).unwrap();
-        assert_eq!(oracle.committed(&started(2, 12)).unwrap_err().invariant, "breaker_single_probe");
+        assert_eq!(
+            oracle.committed(&started(2, 12)).unwrap_err().invariant,
+            "breaker_single_probe"
+        );
     }
 }

@@ -346,14 +346,16 @@ impl Checker {
                     format!("agent {agent} listed but never created"),
                 );
             };
-            let (Some((interval_ms, _)), Some(next_fire_at_ms)) = (schedule.timer, next_fire_at_ms) else {
+            let (Some((interval_ms, _)), Some(next_fire_at_ms)) = (schedule.timer, next_fire_at_ms)
+            else {
                 // No timer: nothing to judge (agents are never terminated in these scenarios).
                 continue;
             };
             // The first slot of a grid is offset by the agent's jitter, at most a tenth of the
             // interval (and JITTER_MS_MAX).
             let jitter_ms_max = (interval_ms / 10).min(JITTER_MS_MAX);
-            if *next_fire_at_ms > wall_seen_ms_max + interval_ms + jitter_ms_max + TIMER_LAG_MS_MAX {
+            if *next_fire_at_ms > wall_seen_ms_max + interval_ms + jitter_ms_max + TIMER_LAG_MS_MAX
+            {
                 return violation(
                     "timer_not_lost",
                     format!(

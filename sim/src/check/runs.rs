@@ -91,7 +91,10 @@ impl RunsOracle {
                 coalesced,
             } => {
                 let Some(old) = self.runs.get(&retry_of.0) else {
-                    return violation("wakeup_reaches_one_terminal", format!("run {retry_of} re-queued but never seen"));
+                    return violation(
+                        "wakeup_reaches_one_terminal",
+                        format!("run {retry_of} re-queued but never seen"),
+                    );
                 };
                 let restarted = matches!(&old.state, RunState::Ended { status: RunStatus::Failed, detail } if detail == CONTROL_PLANE_RESTART);
                 if !restarted || old.retry_of.is_some() {
@@ -104,7 +107,10 @@ impl RunsOracle {
                     self.expect_queued(run.0, "re-queued onto")
                 } else {
                     let task_key = old.task_key.clone();
-                    if self.queued_by_key.contains_key(&(agent.0, task_key.clone())) {
+                    if self
+                        .queued_by_key
+                        .contains_key(&(agent.0, task_key.clone()))
+                    {
                         return violation("duplicates_coalesce", format!("re-queue of run {retry_of} made a second queued run for task key {task_key:?}"));
                     }
                     self.queue(t_ms, agent.0, run.0, task_key, Some(retry_of.0))
@@ -118,16 +124,23 @@ impl RunsOracle {
                     );
                 }
                 let Some(seen) = self.runs.get_mut(&run.0) else {
-                    return violation("wakeup_reaches_one_terminal", format!("run {run} started but was never queued"));
+                    return violation(
+                        "wakeup_reaches_one_terminal",
+                        format!("run {run} started but was never queued"),
+                    );
                 };
                 if seen.state != RunState::Queued {
                     return violation(
                         "wakeup_reaches_one_terminal",
-                        format!("run {run} started from state {:?}: a run executes once", seen.state),
+                        format!(
+                            "run {run} started from state {:?}: a run executes once",
+                            seen.state
+                        ),
                     );
                 }
                 seen.state = RunState::Running;
-                self.queued_by_key.remove(&(seen.agent, seen.task_key.clone()));
+                self.queued_by_key
+                    .remove(&(seen.agent, seen.task_key.clone()));
                 self.running.insert(agent.0, run.0);
                 Ok(())
             }
@@ -139,19 +152,26 @@ impl RunsOracle {
                 ..
             } => {
                 let Some(seen) = self.runs.get_mut(&run.0) else {
-                    return violation("wakeup_reaches_one_terminal", format!("run {run} finished but was never queued"));
+                    return violation(
+                        "wakeup_reaches_one_terminal",
+                        format!("run {run} finished but was never queued"),
+                    );
                 };
                 match seen.state {
                     RunState::Running => {
                         self.running.remove(&agent.0);
                     }
                     RunState::Queued => {
-                        self.queued_by_key.remove(&(seen.agent, seen.task_key.clone()));
+                        self.queued_by_key
+                            .remove(&(seen.agent, seen.task_key.clone()));
                     }
                     RunState::Ended { .. } => {
                         return violation(
                             "wakeup_reaches_one_terminal",
-                            format!("run {run} reached a second terminal state {status:?} after {:?}", seen.state),
+                            format!(
+                                "run {run} reached a second terminal state {status:?} after {:?}",
+                                seen.state
+                            ),
                         )
                     }
                 }
@@ -173,7 +193,10 @@ impl RunsOracle {
         at_ms: u64,
     ) -> Result<(), Violation> {
         if self.wakeups.insert(wakeup, ()).is_some() {
-            return violation("wakeup_reaches_one_terminal", format!("wakeup id {wakeup} recorded twice"));
+            return violation(
+                "wakeup_reaches_one_terminal",
+                format!("wakeup id {wakeup} recorded twice"),
+            );
         }
         let Some(key) = key else {
             return Ok(());
@@ -203,7 +226,10 @@ impl RunsOracle {
         retry_of: Option<u64>,
     ) -> Result<(), Violation> {
         if self.runs.contains_key(&run) {
-            return violation("wakeup_reaches_one_terminal", format!("run id {run} queued twice"));
+            return violation(
+                "wakeup_reaches_one_terminal",
+                format!("run id {run} queued twice"),
+            );
         }
         self.queued_by_key.insert((agent, task_key.clone()), run);
         self.runs.insert(
@@ -264,10 +290,9 @@ impl RunsOracle {
     /// Liveness at the end of a run: every run queued before the quiet phase began at
     /// `quiet_since_ms` reached a terminal state (invariant 5).
     pub fn finish(&self, quiet_since_ms: u64) -> Result<(), Violation> {
-        let stuck = self
-            .runs
-            .iter()
-            .find(|(_, r)| r.queued_t_ms < quiet_since_ms && !matches!(r.state, RunState::Ended { .. }));
+        let stuck = self.runs.iter().find(|(_, r)| {
+            r.queued_t_ms < quiet_since_ms && !matches!(r.state, RunState::Ended { .. })
+        });
         match stuck {
             Some((run, seen)) => violation(
                 "wakeup_reaches_one_terminal",
@@ -351,7 +376,10 @@ mod tests {
         oracle.committed(0, &queued(1, 1, Some("a"), None)).unwrap();
         oracle.committed(0, &queued(2, 2, Some("b"), None)).unwrap();
         oracle.committed(0, &started(1)).unwrap();
-        assert_eq!(invariant(oracle.committed(0, &started(2))), "one_active_run");
+        assert_eq!(
+            invariant(oracle.committed(0, &started(2))),
+            "one_active_run"
+        );
     }
 
     #[test]
@@ -377,20 +405,29 @@ mod tests {
             idempotency_key: Some("k".into()),
             refusal: RefusalReason::QueueFull,
         });
-        assert_eq!(invariant(oracle.committed(0, &refused)), "idempotency_honoured");
+        assert_eq!(
+            invariant(oracle.committed(0, &refused)),
+            "idempotency_honoured"
+        );
 
         let mut oracle = RunsOracle::default();
         oracle.committed(0, &queued(1, 1, None, Some("k"))).unwrap();
         oracle.committed(0, &queued(2, 2, Some("x"), None)).unwrap();
         let key = Some("k".to_string());
         oracle.acked_wakeup(10, 1, 1, &key).unwrap();
-        assert_eq!(invariant(oracle.acked_wakeup(20, 1, 2, &key)), "idempotency_honoured");
+        assert_eq!(
+            invariant(oracle.acked_wakeup(20, 1, 2, &key)),
+            "idempotency_honoured"
+        );
     }
 
     #[test]
     fn an_answer_for_a_wakeup_not_in_the_log_is_caught() {
         let mut oracle = RunsOracle::default();
-        assert_eq!(invariant(oracle.acked_wakeup(0, 1, 9, &None)), "acked_writes_survive");
+        assert_eq!(
+            invariant(oracle.acked_wakeup(0, 1, 9, &None)),
+            "acked_writes_survive"
+        );
     }
 
     #[test]
@@ -398,12 +435,17 @@ mod tests {
         let mut oracle = RunsOracle::default();
         oracle.committed(0, &queued(1, 1, None, None)).unwrap();
         oracle.committed(0, &started(1)).unwrap();
-        oracle.committed(0, &finished(1, RunStatus::Succeeded, "")).unwrap();
+        oracle
+            .committed(0, &finished(1, RunStatus::Succeeded, ""))
+            .unwrap();
         assert_eq!(
             invariant(oracle.committed(0, &finished(1, RunStatus::Failed, ""))),
             "wakeup_reaches_one_terminal"
         );
-        assert_eq!(invariant(oracle.committed(0, &started(1))), "wakeup_reaches_one_terminal");
+        assert_eq!(
+            invariant(oracle.committed(0, &started(1))),
+            "wakeup_reaches_one_terminal"
+        );
     }
 
     #[test]
@@ -419,17 +461,29 @@ mod tests {
         let mut oracle = RunsOracle::default();
         oracle.committed(0, &queued(1, 1, None, None)).unwrap();
         oracle.committed(0, &started(1)).unwrap();
-        oracle.committed(0, &finished(1, RunStatus::Failed, "boom")).unwrap();
-        assert_eq!(invariant(oracle.committed(0, &requeue(2, 1))), "wakeup_reaches_one_terminal");
+        oracle
+            .committed(0, &finished(1, RunStatus::Failed, "boom"))
+            .unwrap();
+        assert_eq!(
+            invariant(oracle.committed(0, &requeue(2, 1))),
+            "wakeup_reaches_one_terminal"
+        );
 
         let mut oracle = RunsOracle::default();
         oracle.committed(0, &queued(1, 1, None, None)).unwrap();
         oracle.committed(0, &started(1)).unwrap();
-        oracle.committed(0, &finished(1, RunStatus::Failed, CONTROL_PLANE_RESTART)).unwrap();
+        oracle
+            .committed(0, &finished(1, RunStatus::Failed, CONTROL_PLANE_RESTART))
+            .unwrap();
         oracle.committed(0, &requeue(2, 1)).unwrap();
         oracle.committed(0, &started(2)).unwrap();
-        oracle.committed(0, &finished(2, RunStatus::Failed, CONTROL_PLANE_RESTART)).unwrap();
-        assert_eq!(invariant(oracle.committed(0, &requeue(3, 2))), "wakeup_reaches_one_terminal");
+        oracle
+            .committed(0, &finished(2, RunStatus::Failed, CONTROL_PLANE_RESTART))
+            .unwrap();
+        assert_eq!(
+            invariant(oracle.committed(0, &requeue(3, 2))),
+            "wakeup_reaches_one_terminal"
+        );
     }
 
     #[test]
@@ -437,10 +491,14 @@ mod tests {
         let mut oracle = RunsOracle::default();
         oracle.committed(100, &queued(1, 1, None, None)).unwrap();
         oracle.committed(100, &started(1)).unwrap();
-        oracle.committed(500, &queued(2, 2, Some("late"), None)).unwrap();
+        oracle
+            .committed(500, &queued(2, 2, Some("late"), None))
+            .unwrap();
         // Run 2 was queued after the quiet phase began: it may still be going.
         assert_eq!(invariant(oracle.finish(200)), "wakeup_reaches_one_terminal");
-        oracle.committed(600, &finished(1, RunStatus::Succeeded, "")).unwrap();
+        oracle
+            .committed(600, &finished(1, RunStatus::Succeeded, ""))
+            .unwrap();
         oracle.finish(200).unwrap();
     }
 }
