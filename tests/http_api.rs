@@ -345,6 +345,8 @@ async fn agents_are_created_listed_shown_and_scoped_to_their_tenant() {
         Some("id"),
     );
     assert_error(&get(&f.acme, "/v1/nowhere").await, 404, "not_found", None);
+    let (status, body) = post(&f.acme, &format!("/v1/agents/{id}"), json!({})).await;
+    assert_error(&(status, body), 405, "method_not_allowed", None);
     f.node.stop();
 }
 
@@ -782,8 +784,9 @@ async fn pauses_resume_terminate_and_the_breaker_reset() {
         wake(&f.acme, id, json!({"source": "timer"})).await.1["refusal"],
         "paused"
     );
+    // A shorter rest (the default 2 minutes) never cuts the longer pause in force.
     let (_, defaulted) = post_empty(&agent, &format!("/v1/agents/{id}/pause_heartbeats")).await;
-    assert_eq!(defaulted["paused_until_ms"], START_MS + 2 * 60_000);
+    assert_eq!(defaulted["paused_until_ms"], START_MS + 60 * 60_000);
 
     // An operator's timed pause is bounded and names the field.
     let bad = post(
@@ -800,6 +803,15 @@ async fn pauses_resume_terminate_and_the_breaker_reset() {
     )
     .await;
     assert_error(&unknown, 400, "invalid_field", Some("hours"));
+    // A shorter operator pause leaves the longer one in force; after a resume it applies.
+    let (_, kept) = post(
+        &f.acme,
+        &format!("/v1/agents/{id}/pause"),
+        json!({"minutes": 30}),
+    )
+    .await;
+    assert_eq!(kept["paused_until_ms"], START_MS + 60 * 60_000);
+    post_empty(&f.acme, &format!("/v1/agents/{id}/resume")).await;
     let (_, timed) = post(
         &f.acme,
         &format!("/v1/agents/{id}/pause"),
@@ -807,6 +819,7 @@ async fn pauses_resume_terminate_and_the_breaker_reset() {
     )
     .await;
     assert_eq!(timed["paused_until_ms"], START_MS + 30 * 60_000);
+    assert_eq!(timed["paused_by"], "operator");
     assert_eq!(
         post_empty(&f.acme, &format!("/v1/agents/{id}/resume"))
             .await

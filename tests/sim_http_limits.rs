@@ -53,7 +53,7 @@ fn a_silent_connection_is_closed_after_the_header_read_timeout() {
             in_time.starts_with("HTTP/1.1 200"),
             "a prompt client was not served: {in_time:?}"
         );
-        assert!(in_time.contains(r#"{"status":"ok"}"#), "{in_time:?}");
+        assert!(in_time.contains(r#""status":"ok""#), "{in_time:?}");
         assert!(
             !too_late.contains("200 OK"),
             "a silent client was still served: {too_late:?}"

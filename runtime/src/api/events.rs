@@ -159,6 +159,10 @@ fn sees(principal: &Principal, event: &Event) -> bool {
 /// Writes the caller's events after `after` as SSE frames until the client goes away.
 async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sender<Bytes>) {
     let mut head = caller.shell.watch_head();
+    let keepalive = Duration::from_millis(SSE_KEEPALIVE_MS);
+    // Measured from the last frame the client got, so that a busy log of events this caller
+    // does not see never starves the keepalive.
+    let mut keepalive_at = tokio::time::Instant::now() + keepalive;
     loop {
         match visible_page(&caller, after, EVENTS_PAGE_MAX) {
             Ok((events, next_after, _)) => {
@@ -166,6 +170,7 @@ async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sende
                     if frames.send(frame(event)).await.is_err() {
                         return;
                     }
+                    keepalive_at = tokio::time::Instant::now() + keepalive;
                 }
                 after = next_after;
                 if !events.is_empty() || caller.shell.head_seq() > after {
@@ -185,10 +190,11 @@ async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sende
         tokio::select! {
             biased;
             changed = head.changed() => if changed.is_err() { return },
-            _ = tokio::time::sleep(Duration::from_millis(SSE_KEEPALIVE_MS)) => {
+            _ = tokio::time::sleep_until(keepalive_at) => {
                 if frames.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
                     return;
                 }
+                keepalive_at = tokio::time::Instant::now() + keepalive;
             }
         }
     }

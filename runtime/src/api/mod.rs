@@ -68,6 +68,14 @@ pub fn router(gate: Gate) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/events", get(events::list))
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
+        .method_not_allowed_fallback(|| async {
+            ApiError {
+                status: StatusCode::METHOD_NOT_ALLOWED,
+                code: "method_not_allowed",
+                message: "this route does not take that method; see docs/api.md".into(),
+                field: None,
+            }
+        })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         .with_state(gate)
 }

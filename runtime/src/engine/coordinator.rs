@@ -335,6 +335,16 @@ impl Coordinator {
                 self.cancel_all(draft, "agent paused");
                 Ok(())
             }
+            // A pause already in force that lasts at least as long stays as it is: an agent's
+            // short rest never cuts an operator's longer pause.
+            (AgentStatus::Active, Some(until))
+                if self
+                    .agent
+                    .paused_until_ms
+                    .is_some_and(|current| current >= until && draft.now_ms() < current) =>
+            {
+                Ok(())
+            }
             (AgentStatus::Active, Some(_)) => {
                 draft.emit(
                     self,
@@ -761,8 +771,10 @@ impl Coordinator {
                 ended.status = *status;
                 ended.finished_at_ms = Some(at_ms);
                 ended.detail = detail.clone();
-                ended.payload = serde_json::Value::Null;
+                // A re-queue right after copies the run whole, payload included; the history
+                // kept for the API drops payloads (they live on in the wakeup events).
                 self.last_finished = Some(ended.clone());
+                ended.payload = serde_json::Value::Null;
                 return Some(ended);
             }
         }

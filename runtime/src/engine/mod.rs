@@ -106,7 +106,7 @@ pub enum Refusal {
     UnknownRun(RunId),
     #[error("run {0} is not running")]
     RunNotRunning(RunId),
-    #[error("run {0} already finished ({1:?}); nothing to cancel")]
+    #[error("run {0} already finished ({status}); nothing to cancel", status = .1.as_str())]
     RunAlreadyFinished(RunId, RunStatus),
     #[error("agent {0} is terminated; it cannot be paused or resumed")]
     AgentTerminated(AgentId),

@@ -1058,3 +1058,57 @@ fn a_cancelled_probe_leaves_the_breaker_half_open_and_operators_can_reset_it() {
         .events
         .is_empty());
 }
+
+#[test]
+fn a_requeued_run_keeps_its_payload_and_a_short_rest_never_cuts_a_longer_pause() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let mut request = WakeupRequest::new(WakeupSource::OnDemand, "x");
+    request.payload = serde_json::json!({"ticket": 42});
+    run(&mut engine, Command::Wake { agent: a, request }, 0);
+    run(&mut engine, Command::RecoverRuns, 1);
+    let retry = engine.agent_state(a).unwrap().active_run().unwrap();
+    assert_eq!(
+        engine.run(retry).unwrap().payload,
+        serde_json::json!({"ticket": 42})
+    );
+
+    run(
+        &mut engine,
+        Command::PauseAgent {
+            agent: a,
+            minutes: Some(600),
+        },
+        10,
+    );
+    let d = run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: Some(1),
+        },
+        20,
+    );
+    assert!(d.events.is_empty());
+    assert_eq!(
+        engine.agent(a).unwrap().paused_until_ms,
+        Some(10 + 600 * MINUTE)
+    );
+    assert_eq!(
+        engine.agent(a).unwrap().paused_by,
+        Some(super::pause::PausedBy::Operator)
+    );
+    // A longer rest extends it.
+    run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent: a,
+            minutes: Some(60),
+        },
+        10 + 590 * MINUTE,
+    );
+    assert_eq!(
+        engine.agent(a).unwrap().paused_until_ms,
+        Some(10 + 650 * MINUTE)
+    );
+}

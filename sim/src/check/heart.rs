@@ -150,12 +150,14 @@ impl HeartOracle {
                     Breaker::HalfOpen { probe: None } => {
                         seen.breaker = Breaker::HalfOpen { probe: Some(run.0) };
                     }
-                    state => return violation(
-                        "breaker_single_probe",
-                        format!(
+                    state => {
+                        return violation(
+                            "breaker_single_probe",
+                            format!(
                             "run {run} of agent {agent} started while its breaker was {state:?}"
                         ),
-                    ),
+                        )
+                    }
                 }
                 let routine = matches!(source, Some(WakeupSource::Timer | WakeupSource::Idle));
                 let timed = seen
