@@ -175,40 +175,26 @@ async fn wake(
     agent: String,
     request: serde_json::Value,
 ) {
-    loop {
-        if recorder.failed() || elapsed_ms() >= until_ms {
-            return;
-        }
-        let id = directory.borrow().get(&agent).copied();
-        let Some(id) = id else {
-            // The agent's creation has not been answered yet.
-            learn_ids(until_ms, &client, &directory).await;
-            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
-            continue;
-        };
-        let path = format!("/v1/agents/{id}/wakeup");
-        match client.post_json(&path, &request).await {
-            Ok(answer) if answer.status.is_success() => {
-                let json = answer.json().expect("wake answers are JSON");
-                recorder.record(
-                    "workload",
-                    TraceEvent::AckedWakeup {
-                        agent: id,
-                        wakeup: json["wakeup"].as_u64().expect("wakeup id"),
-                        idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
-                        replayed: json["replayed"].as_bool().expect("replayed"),
-                    },
-                );
-                return;
-            }
-            Ok(answer) if answer.status.is_client_error() => {
-                panic!(
-                    "workload sent a bad wakeup: {} {:?}",
-                    answer.status, answer.body
-                )
-            }
-            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
-        }
+    let answered = post_to_agent(
+        until_ms,
+        client,
+        recorder.clone(),
+        directory,
+        agent,
+        "wakeup",
+        request,
+    )
+    .await;
+    if let Some((id, json)) = answered {
+        recorder.record(
+            "workload",
+            TraceEvent::AckedWakeup {
+                agent: id,
+                wakeup: json["wakeup"].as_u64().expect("wakeup id"),
+                idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
+                replayed: json["replayed"].as_bool().expect("replayed"),
+            },
+        );
     }
 }
 
@@ -299,7 +285,8 @@ async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
     }
 }
 
-/// Posts `body` to `/v1/agents/{id}/{action}` until a 2xx answer.
+/// Posts `body` to `/v1/agents/{id}/{action}` until a 2xx answer; returns the agent's id and
+/// the answer, or nothing if the run ended first.
 async fn post_to_agent(
     until_ms: u64,
     client: ApiClient,
@@ -308,13 +295,14 @@ async fn post_to_agent(
     agent: String,
     action: &'static str,
     body: serde_json::Value,
-) {
+) -> Option<(u64, serde_json::Value)> {
     loop {
         if recorder.failed() || elapsed_ms() >= until_ms {
-            return;
+            return None;
         }
         let id = directory.borrow().get(&agent).copied();
         let Some(id) = id else {
+            // The agent's creation has not been answered yet.
             learn_ids(until_ms, &client, &directory).await;
             tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             continue;
@@ -323,7 +311,9 @@ async fn post_to_agent(
             .post_json(&format!("/v1/agents/{id}/{action}"), &body)
             .await
         {
-            Ok(answer) if answer.status.is_success() => return,
+            Ok(answer) if answer.status.is_success() => {
+                return Some((id, answer.json().expect("answers are JSON")));
+            }
             Ok(answer) if answer.status.is_client_error() => {
                 panic!(
                     "workload sent a bad {action}: {} {:?}",
