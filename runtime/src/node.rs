@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, Gate};
 use crate::engine::event::{Event, EventKind};
+use crate::engine::liveness::LIVENESS_SWEEP_MS;
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::io::clock::SharedClock;
@@ -136,6 +137,7 @@ impl Node {
         if let Some(recovery) = self.recovery.take() {
             let (shell, recovered) = recovery.await.expect("recovery task does not panic")?;
             self.tasks.push(tokio::spawn(run_timers(shell.clone())));
+            self.tasks.push(tokio::spawn(sweep_liveness(shell.clone())));
             shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
             self.gate.open(shell.clone());
             self.ready = Some((shell, recovered));
@@ -260,6 +262,27 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
 
 fn is_restart_failure(kind: &EventKind) -> bool {
     matches!(kind, EventKind::RunFinished { detail, .. } if detail == crate::engine::run::CONTROL_PLANE_RESTART)
+}
+
+/// Runs the stale sweep every `LIVENESS_SWEEP_MS` of monotonic time, forever.
+async fn sweep_liveness(shell: Arc<Shell>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(LIVENESS_SWEEP_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match shell.sweep_liveness() {
+            Ok(0) => {}
+            Ok(marked) => tracing::info!(marked, "stale sweep marked agents offline"),
+            // The failed write stopped the node (ADR 0008); this task is ending with it.
+            Err(ExecuteError::Store(error)) => {
+                tracing::warn!(%error, "could not record the stale sweep; the node stops");
+                return;
+            }
+            Err(error @ ExecuteError::Refused(_)) => {
+                tracing::warn!(%error, "the engine refused the stale sweep; retrying");
+            }
+        }
+    }
 }
 
 /// Fires due timers forever. Sleeps until the next slot, but never longer than

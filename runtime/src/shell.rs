@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::event::Event;
+use crate::engine::liveness::{LivenessStatus, PulseBook};
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
@@ -73,6 +74,8 @@ pub struct Shell {
     failure: tokio::sync::watch::Sender<Option<String>>,
     /// The node's own tasks (listener, timer loop), ended when a write fails.
     node_tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    /// Last pulses, in memory only. Locked after `engine`, never before.
+    pulses: Mutex<PulseBook>,
 }
 
 impl Shell {
@@ -85,6 +88,15 @@ impl Shell {
         on_commit: Option<CommitObserver>,
     ) -> Arc<Self> {
         let head = tokio::sync::watch::Sender::new(engine.last_seq());
+        // The previous process's pulses are gone: every agent the log says is online gets a
+        // whole threshold from now before it can be found silent.
+        let mut pulses = PulseBook::new();
+        let mono_ms = mono_ms(&clock);
+        for agent in engine.agents() {
+            if agent.liveness.status == LivenessStatus::Online {
+                pulses.grant(agent.id, mono_ms);
+            }
+        }
         Arc::new(Shell {
             engine: Mutex::new(engine),
             store,
@@ -96,6 +108,7 @@ impl Shell {
             head,
             failure: tokio::sync::watch::Sender::new(None),
             node_tasks: Mutex::default(),
+            pulses: Mutex::new(pulses),
         })
     }
 
@@ -183,6 +196,81 @@ impl Shell {
             replayed: decision.replayed,
             seq: engine.last_seq(),
         })
+    }
+
+    /// User input for `agent`: restarts its idle chamber and wakes it on demand (`request`).
+    pub fn input(
+        self: &Arc<Self>,
+        agent: AgentId,
+        request: WakeupRequest,
+    ) -> Result<WakeAnswer, ExecuteError> {
+        let mut engine = self.engine();
+        let now_ms = self.clock.wall_now_ms();
+        let decision = engine.decide(&Command::Input { agent, request }, now_ms)?;
+        self.commit(&mut engine, &decision.events)?;
+        Ok(WakeAnswer {
+            wakeup: decision.wakeup.expect("an input always answers"),
+            replayed: decision.replayed,
+            seq: engine.last_seq(),
+        })
+    }
+
+    /// Pulses from `agents` (one agent, or a host's batch): remembered in memory only; the
+    /// agents that were not online become online, durably. All or nothing: an unknown or
+    /// terminated agent refuses the whole batch.
+    pub fn pulse(self: &Arc<Self>, agents: &[AgentId]) -> Result<(), ExecuteError> {
+        let mut engine = self.engine();
+        let now_ms = self.clock.wall_now_ms();
+        let decision = engine.decide(
+            &Command::MarkOnline {
+                agents: agents.to_vec(),
+            },
+            now_ms,
+        )?;
+        let mono_ms = mono_ms(&self.clock);
+        let mut pulses = self.pulses();
+        for agent in agents {
+            pulses.pulse(*agent, mono_ms);
+        }
+        drop(pulses);
+        self.commit(&mut engine, &decision.events)?;
+        Ok(())
+    }
+
+    /// The stale sweep: marks offline every online agent silent past its detector's judgement.
+    /// Returns how many it marked.
+    pub fn sweep_liveness(self: &Arc<Self>) -> Result<usize, ExecuteError> {
+        let mut engine = self.engine();
+        let mono_ms = mono_ms(&self.clock);
+        let mut pulses = self.pulses();
+        let online = engine
+            .agents()
+            .filter(|a| {
+                a.liveness.status == LivenessStatus::Online
+                    && a.status != crate::engine::agent::AgentStatus::Terminated
+            })
+            .map(|a| (a.id, &a.spec.liveness));
+        let stale = pulses.stale(online, mono_ms);
+        if stale.is_empty() {
+            return Ok(0);
+        }
+        for (agent, _) in &stale {
+            pulses.forget(*agent);
+        }
+        drop(pulses);
+        let now_ms = self.clock.wall_now_ms();
+        let decision = engine.decide(&Command::MarkOffline { agents: stale }, now_ms)?;
+        self.commit(&mut engine, &decision.events)?;
+        Ok(decision.events.len())
+    }
+
+    /// How long `agent` has been silent, if it is watched (memory only).
+    pub fn silent_ms(&self, agent: AgentId) -> Option<u64> {
+        self.pulses().silent_ms(agent, mono_ms(&self.clock))
+    }
+
+    fn pulses(&self) -> MutexGuard<'_, PulseBook> {
+        self.pulses.lock().expect("pulse book lock")
     }
 
     /// Makes sure `tenant` exists with `operator_token`. Returns whether anything changed.
@@ -275,4 +363,9 @@ impl Shell {
     pub fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.failure.subscribe()
     }
+}
+
+/// The clock's monotonic reading in whole milliseconds.
+fn mono_ms(clock: &SharedClock) -> u64 {
+    u64::try_from(clock.mono_now().as_millis()).unwrap_or(u64::MAX)
 }

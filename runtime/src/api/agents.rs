@@ -110,7 +110,7 @@ pub struct PauseRequest {
 }
 
 /// An empty body means "no fields given".
-fn optional_body<T: DeserializeOwned + Default>(
+pub(super) fn optional_body<T: DeserializeOwned + Default>(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
     match &body {

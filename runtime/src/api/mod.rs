@@ -9,6 +9,7 @@ mod body;
 pub mod client;
 mod error;
 mod events;
+mod pulses;
 mod query;
 mod runs;
 mod timer;
@@ -59,6 +60,9 @@ pub fn router(gate: Gate) -> Router {
             post(|c, p| agents::control(c, p, Control::Terminate)),
         )
         .route("/v1/agents/{id}/wakeup", post(agents::wakeup))
+        .route("/v1/agents/{id}/input", post(pulses::input))
+        .route("/v1/agents/{id}/pulse", post(pulses::pulse))
+        .route("/v1/pulses", post(pulses::batch))
         .route(
             "/v1/agents/{id}/breaker/reset",
             post(|c, p| agents::control(c, p, Control::ResetBreaker)),

@@ -4,6 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::breaker::{BreakerPolicy, BreakerState};
 use super::daily_cap::{DayCount, DAILY_CAP_MAX};
+use super::liveness::{Liveness, LivenessPolicy};
 use super::pause::{PausedBy, WhilePaused};
 use super::tenant::{validate_name, TenantName, TokenHash};
 use super::wakeup::WakeupSource;
@@ -64,6 +65,9 @@ pub struct AgentSpec {
     /// The circuit breaker's settings.
     #[serde(default)]
     pub breaker: BreakerPolicy,
+    /// How the agent's pulses are judged.
+    #[serde(default)]
+    pub liveness: LivenessPolicy,
 }
 
 fn default_time_zone() -> String {
@@ -124,6 +128,10 @@ pub struct HeartbeatPolicy {
     /// Timer period in milliseconds; none means no timer wakeups.
     #[serde(default)]
     pub interval_ms: Option<u64>,
+    /// The idle chamber: an `idle` wakeup after this long without user input (and again every
+    /// `idle_after_ms` while none comes); none means no idle wakeups.
+    #[serde(default)]
+    pub idle_after_ms: Option<u64>,
     /// Wakeup sources this agent accepts; others are refused with `disabled_source`.
     #[serde(default = "WakeupSource::all")]
     pub sources: Vec<WakeupSource>,
@@ -136,6 +144,7 @@ impl Default for HeartbeatPolicy {
     fn default() -> Self {
         HeartbeatPolicy {
             interval_ms: None,
+            idle_after_ms: None,
             sources: WakeupSource::all(),
             while_paused: WhilePaused::default(),
         }
@@ -206,6 +215,7 @@ impl AgentSpec {
             time_zone: default_time_zone(),
             limits: AgentLimits::default(),
             breaker: BreakerPolicy::default(),
+            liveness: LivenessPolicy::default(),
         }
     }
 
@@ -245,6 +255,16 @@ impl AgentSpec {
                 ));
             }
         }
+        if let Some(idle_after_ms) = self.heartbeat.idle_after_ms {
+            if !(INTERVAL_MS_MIN..=INTERVAL_MS_MAX).contains(&idle_after_ms) {
+                return Err(FieldError::new(
+                    "heartbeat.idle_after_ms",
+                    format!(
+                        "heartbeat.idle_after_ms must be between {INTERVAL_MS_MIN} and {INTERVAL_MS_MAX} (got {idle_after_ms})"
+                    ),
+                ));
+            }
+        }
         let mut sources = self.heartbeat.sources.clone();
         sources.sort();
         sources.dedup();
@@ -256,6 +276,7 @@ impl AgentSpec {
         }
         validate_time_zone(&self.time_zone)?;
         self.breaker.validate()?;
+        self.liveness.validate()?;
         let limits = &self.limits;
         if !(RUN_TIMEOUT_MS_MIN..=RUN_TIMEOUT_MS_MAX).contains(&limits.run_timeout_ms) {
             return Err(FieldError::new(
@@ -340,6 +361,12 @@ pub struct Agent {
     pub day_count: DayCount,
     /// The circuit breaker.
     pub breaker: BreakerState,
+    /// Online, offline or never pulsed.
+    pub liveness: Liveness,
+    /// Wall time of the last user input (`POST /v1/agents/{id}/input`), if any.
+    pub last_input_at_ms: Option<u64>,
+    /// Wall time of the next idle wakeup, if the agent has an idle chamber and is not terminated.
+    pub next_idle_at_ms: Option<u64>,
 }
 
 #[cfg(test)]
@@ -376,6 +403,32 @@ mod tests {
                 "heartbeat.interval_ms"
             );
         }
+    }
+
+    #[test]
+    fn idle_after_limits() {
+        let mut s = spec("a", 60_000);
+        for (ms, ok) in [
+            (INTERVAL_MS_MIN - 1, false),
+            (INTERVAL_MS_MIN, true),
+            (INTERVAL_MS_MAX, true),
+            (INTERVAL_MS_MAX + 1, false),
+        ] {
+            s.heartbeat.idle_after_ms = Some(ms);
+            match s.validate() {
+                Ok(()) => assert!(ok, "{ms} accepted"),
+                Err(e) => {
+                    assert!(!ok, "{ms} refused");
+                    assert_eq!(e.field, "heartbeat.idle_after_ms");
+                }
+            }
+        }
+        s.heartbeat.idle_after_ms = None;
+        s.liveness.offline_after_misses = 0;
+        assert_eq!(
+            s.validate().unwrap_err().field,
+            "liveness.offline_after_misses"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use super::agent::{Agent, AgentStatus};
 use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
+use super::liveness::{Liveness, LivenessStatus};
 use super::pause::{self, PausedBy};
 use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
 use super::schedule;
@@ -204,6 +205,74 @@ impl Coordinator {
             )
         };
         self.wake(draft, &WakeupRequest::new(WakeupSource::Timer, reason));
+    }
+
+    /// Fires the idle chamber if `idle_after_ms` passed without user input: the fire, then an
+    /// `idle` wakeup through `wake` (which applies pauses and the daily cap like any other).
+    pub fn fire_idle(&mut self, draft: &mut Draft) {
+        let Some(idle_after_ms) = self.agent.spec.heartbeat.idle_after_ms else {
+            return;
+        };
+        let now_ms = draft.now_ms();
+        if self.agent.next_idle_at_ms.is_none_or(|due| due > now_ms) {
+            return;
+        }
+        draft.emit(
+            self,
+            EventKind::IdleFired {
+                agent: self.agent.id,
+                next_idle_at_ms: now_ms.saturating_add(idle_after_ms),
+            },
+        );
+        let since = self
+            .agent
+            .last_input_at_ms
+            .map_or_else(|| "creation".to_string(), |at| format!("input at {at}"));
+        self.wake(
+            draft,
+            &WakeupRequest::new(WakeupSource::Idle, format!("idle since {since}")),
+        );
+    }
+
+    /// A pulse came while the agent was not online.
+    pub fn mark_online(&mut self, draft: &mut Draft) {
+        draft.emit(
+            self,
+            EventKind::AgentOnline {
+                agent: self.agent.id,
+            },
+        );
+    }
+
+    /// The stale sweep found the agent silent for `silent_ms`.
+    pub fn mark_offline(&mut self, draft: &mut Draft, silent_ms: u64) {
+        draft.emit(
+            self,
+            EventKind::AgentOffline {
+                agent: self.agent.id,
+                silent_ms,
+            },
+        );
+    }
+
+    /// Records user input: the idle chamber counts again from now, and the input wakes the
+    /// agent on demand.
+    pub fn input(&mut self, draft: &mut Draft, request: &WakeupRequest) -> WakeupRecord {
+        let next_idle_at_ms = self
+            .agent
+            .spec
+            .heartbeat
+            .idle_after_ms
+            .filter(|_| self.agent.status != AgentStatus::Terminated)
+            .map(|after| draft.now_ms().saturating_add(after));
+        draft.emit(
+            self,
+            EventKind::InputReceived {
+                agent: self.agent.id,
+                next_idle_at_ms,
+            },
+        );
+        self.wake(draft, request)
     }
 
     /// Ends the running run `run` (reported by the executor), then starts the next.
@@ -555,6 +624,7 @@ impl Coordinator {
             EventKind::AgentTerminated { .. } => {
                 self.agent.status = AgentStatus::Terminated;
                 self.agent.next_fire_at_ms = None;
+                self.agent.next_idle_at_ms = None;
             }
             EventKind::TimerFired {
                 due_at_ms,
@@ -651,6 +721,29 @@ impl Coordinator {
             }
             EventKind::BreakerClosed { .. } | EventKind::BreakerReset { .. } => {
                 self.agent.breaker = BreakerState::default();
+            }
+            EventKind::AgentOnline { .. } => {
+                self.agent.liveness = Liveness {
+                    status: LivenessStatus::Online,
+                    since_ms: Some(at_ms),
+                };
+            }
+            EventKind::AgentOffline { .. } => {
+                self.agent.liveness = Liveness {
+                    status: LivenessStatus::Offline,
+                    since_ms: Some(at_ms),
+                };
+            }
+            EventKind::InputReceived {
+                next_idle_at_ms, ..
+            } => {
+                self.agent.last_input_at_ms = Some(at_ms);
+                self.agent.next_idle_at_ms = *next_idle_at_ms;
+            }
+            EventKind::IdleFired {
+                next_idle_at_ms, ..
+            } => {
+                self.agent.next_idle_at_ms = Some(*next_idle_at_ms);
             }
             EventKind::RunRequeued {
                 run,

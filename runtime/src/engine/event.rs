@@ -153,6 +153,30 @@ pub enum EventKind {
     BreakerReset {
         agent: AgentId,
     },
+    /// A pulse came from an agent that was not online (never pulsed, or offline).
+    AgentOnline {
+        agent: AgentId,
+    },
+    /// The stale sweep found the agent silent past its detector's judgement.
+    AgentOffline {
+        agent: AgentId,
+        /// How long it had been silent, on the node's monotonic clock.
+        silent_ms: u64,
+    },
+    /// A user wrote to the agent: the idle chamber starts counting again. The on-demand
+    /// wakeup the input brings follows as its own event.
+    InputReceived {
+        agent: AgentId,
+        /// The next idle wakeup, if the agent has an idle chamber.
+        next_idle_at_ms: Option<u64>,
+    },
+    /// The idle chamber fired: `idle_after_ms` passed without user input. One event covers any
+    /// length of silence (downtime, forward clock jump): never a backlog.
+    IdleFired {
+        agent: AgentId,
+        /// The next idle wakeup: `idle_after_ms` from this fire.
+        next_idle_at_ms: u64,
+    },
 }
 
 impl EventKind {
@@ -176,6 +200,10 @@ impl EventKind {
             EventKind::BreakerHalfOpened { .. } => "breaker_half_opened",
             EventKind::BreakerClosed { .. } => "breaker_closed",
             EventKind::BreakerReset { .. } => "breaker_reset",
+            EventKind::AgentOnline { .. } => "agent_online",
+            EventKind::AgentOffline { .. } => "agent_offline",
+            EventKind::InputReceived { .. } => "input_received",
+            EventKind::IdleFired { .. } => "idle_fired",
         }
     }
 
@@ -197,7 +225,11 @@ impl EventKind {
             | EventKind::BreakerOpened { agent, .. }
             | EventKind::BreakerHalfOpened { agent }
             | EventKind::BreakerClosed { agent }
-            | EventKind::BreakerReset { agent } => Some(*agent),
+            | EventKind::BreakerReset { agent }
+            | EventKind::AgentOnline { agent }
+            | EventKind::AgentOffline { agent, .. }
+            | EventKind::InputReceived { agent, .. }
+            | EventKind::IdleFired { agent, .. } => Some(*agent),
         }
     }
 }

@@ -15,13 +15,14 @@ pub mod coordinator;
 pub mod daily_cap;
 pub mod draft;
 pub mod event;
+pub mod liveness;
 pub mod pause;
 pub mod run;
 pub mod schedule;
 pub mod tenant;
 pub mod wakeup;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
 use agent_state::AgentState;
@@ -51,6 +52,21 @@ pub enum Command {
     Wake {
         agent: AgentId,
         request: WakeupRequest,
+    },
+    /// User input for an agent: the idle chamber counts again, and `request` (an on-demand
+    /// wakeup) wakes the agent. A replayed idempotency key records nothing, input included.
+    Input {
+        agent: AgentId,
+        request: WakeupRequest,
+    },
+    /// Pulses came from these agents; those not online become online.
+    MarkOnline {
+        agents: Vec<AgentId>,
+    },
+    /// The stale sweep found these agents silent (with how long, in ms); those online become
+    /// offline.
+    MarkOffline {
+        agents: Vec<(AgentId, u64)>,
     },
     /// An operator pause: until resumed (`minutes` none), or for `minutes`.
     PauseAgent {
@@ -233,27 +249,48 @@ impl Engine {
                 spec,
                 token_hash,
             } => self.decide_create(&mut draft, tenant, spec, token_hash)?,
-            Command::Wake { agent, request } => {
-                request.validate().map_err(Refusal::InvalidField)?;
+            Command::Wake { agent, request } | Command::Input { agent, request } => {
                 let state = self.state(*agent)?;
-                if let Some(key) = &request.idempotency_key {
-                    if let Some(original) = state.idempotent_wakeup(key, now_ms) {
-                        return Ok(Decision {
-                            events: Vec::new(),
-                            wakeup: Some(original.clone()),
-                            replayed: true,
-                        });
-                    }
-                    if state.live_keys(now_ms) >= IDEMPOTENCY_KEYS_PER_AGENT_MAX {
-                        return Err(Refusal::TooManyIdempotencyKeys(*agent));
-                    }
+                if let Some(replay) = self.replay(state, request, now_ms)? {
+                    return Ok(replay);
                 }
-                let record = state.coordinator.clone().wake(&mut draft, request);
+                let mut coordinator = state.coordinator.clone();
+                let record = match command {
+                    Command::Input { .. } => coordinator.input(&mut draft, request),
+                    _ => coordinator.wake(&mut draft, request),
+                };
                 return Ok(Decision {
                     events: draft.into_events(),
                     wakeup: Some(record),
                     replayed: false,
                 });
+            }
+            Command::MarkOnline { agents } => {
+                // All or nothing: a batch naming one unknown or terminated agent changes nothing.
+                let agents: BTreeSet<AgentId> = agents.iter().copied().collect();
+                for agent in &agents {
+                    if self.state(*agent)?.agent().status == AgentStatus::Terminated {
+                        return Err(Refusal::AgentTerminated(*agent));
+                    }
+                }
+                for agent in agents {
+                    let state = &self.agents[&agent];
+                    if state.agent().liveness.status != liveness::LivenessStatus::Online {
+                        state.coordinator.clone().mark_online(&mut draft);
+                    }
+                }
+            }
+            Command::MarkOffline { agents } => {
+                let agents: BTreeMap<AgentId, u64> = agents.iter().copied().collect();
+                for (agent, silent_ms) in agents {
+                    let state = self.state(agent)?;
+                    if state.agent().liveness.status == liveness::LivenessStatus::Online {
+                        state
+                            .coordinator
+                            .clone()
+                            .mark_offline(&mut draft, silent_ms);
+                    }
+                }
             }
             Command::PauseAgent { agent, minutes } => {
                 let until_ms = match minutes {
@@ -285,12 +322,14 @@ impl Engine {
             Command::ResetBreaker { agent } => self.coordinator(*agent)?.reset_breaker(&mut draft),
             Command::FireDueTimers => {
                 for state in self.agents.values() {
-                    if state
-                        .agent()
-                        .next_fire_at_ms
-                        .is_some_and(|due| due <= now_ms)
-                    {
-                        state.coordinator.clone().fire_timer(&mut draft);
+                    let agent = state.agent();
+                    let due = |at: Option<u64>| at.is_some_and(|due| due <= now_ms);
+                    if due(agent.next_fire_at_ms) || due(agent.next_idle_at_ms) {
+                        // One scratch copy for both chambers, so the idle fire sees the
+                        // timer's run.
+                        let mut coordinator = state.coordinator.clone();
+                        coordinator.fire_timer(&mut draft);
+                        coordinator.fire_idle(&mut draft);
                     }
                 }
             }
@@ -323,6 +362,31 @@ impl Engine {
             }
         }
         Ok(Decision::events(draft.into_events()))
+    }
+
+    /// For a keyed wakeup: the original answer if the key was seen within its TTL, or a
+    /// refusal if the agent holds too many keys. Validates the request first.
+    fn replay(
+        &self,
+        state: &AgentState,
+        request: &WakeupRequest,
+        now_ms: u64,
+    ) -> Result<Option<Decision>, Refusal> {
+        request.validate().map_err(Refusal::InvalidField)?;
+        let Some(key) = &request.idempotency_key else {
+            return Ok(None);
+        };
+        if let Some(original) = state.idempotent_wakeup(key, now_ms) {
+            return Ok(Some(Decision {
+                events: Vec::new(),
+                wakeup: Some(original.clone()),
+                replayed: true,
+            }));
+        }
+        if state.live_keys(now_ms) >= IDEMPOTENCY_KEYS_PER_AGENT_MAX {
+            return Err(Refusal::TooManyIdempotencyKeys(state.agent().id));
+        }
+        Ok(None)
     }
 
     fn state(&self, agent: AgentId) -> Result<&AgentState, Refusal> {
@@ -484,6 +548,12 @@ impl Engine {
                     paused_by: None,
                     day_count: daily_cap::DayCount::default(),
                     breaker: breaker::BreakerState::default(),
+                    liveness: liveness::Liveness::default(),
+                    last_input_at_ms: None,
+                    next_idle_at_ms: spec
+                        .heartbeat
+                        .idle_after_ms
+                        .map(|after| event.at_ms.saturating_add(after)),
                 });
                 assert!(
                     self.agents.insert(*agent, state).is_none(),
@@ -534,11 +604,13 @@ impl Engine {
         self.last_seq = event.seq;
     }
 
-    /// The earliest wall time at which `FireDueTimers` would decide something, if any.
+    /// The earliest wall time at which `FireDueTimers` would decide something (a timer slot
+    /// or an idle fire), if any.
     pub fn next_deadline_ms(&self) -> Option<u64> {
         self.agents
             .values()
-            .filter_map(|s| s.agent().next_fire_at_ms)
+            .flat_map(|s| [s.agent().next_fire_at_ms, s.agent().next_idle_at_ms])
+            .flatten()
             .min()
     }
 }

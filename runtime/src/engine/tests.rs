@@ -1112,3 +1112,174 @@ fn a_requeued_run_keeps_its_payload_and_a_short_rest_never_cuts_a_longer_pause()
         Some(10 + 650 * MINUTE)
     );
 }
+
+fn idle_agent(engine: &mut Engine, idle_after_ms: u64, now_ms: u64) -> AgentId {
+    let mut spec = AgentSpec::with_interval("idler", None);
+    spec.heartbeat.idle_after_ms = Some(idle_after_ms);
+    spec.limits.daily_cap = Some(2);
+    create_with(engine, spec, now_ms)
+}
+
+fn fire_due(engine: &mut Engine, now_ms: u64) -> Vec<&'static str> {
+    types(&run(engine, Command::FireDueTimers, now_ms).events)
+}
+
+#[test]
+fn the_idle_chamber_fires_after_silence_and_input_restarts_it() {
+    let mut engine = with_tenant();
+    let agent = idle_agent(&mut engine, 60_000, 1_000);
+    assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, Some(61_000));
+    assert_eq!(engine.next_deadline_ms(), Some(61_000));
+    assert!(fire_due(&mut engine, 60_999).is_empty(), "not yet due");
+
+    // Input before the deadline moves it, and wakes the agent on demand.
+    let mut request = WakeupRequest::new(WakeupSource::OnDemand, "user input");
+    request.payload = serde_json::json!({ "text": "hi" });
+    let decision = run(&mut engine, Command::Input { agent, request }, 30_000);
+    assert_eq!(
+        types(&decision.events),
+        ["input_received", "wakeup_queued", "run_started"]
+    );
+    let a = engine.agent(agent).unwrap();
+    assert_eq!(a.last_input_at_ms, Some(30_000));
+    assert_eq!(a.next_idle_at_ms, Some(90_000));
+    let run_id = engine.agent_state(agent).unwrap().active_run().unwrap();
+    finish(&mut engine, run_id, 31_000);
+    assert!(
+        fire_due(&mut engine, 61_000).is_empty(),
+        "input restarted the count"
+    );
+
+    // Silence: the chamber fires an idle wakeup, and again idle_after later.
+    assert_eq!(
+        fire_due(&mut engine, 90_000),
+        ["idle_fired", "wakeup_queued", "run_started"]
+    );
+    assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, Some(150_000));
+    let run_id = engine.agent_state(agent).unwrap().active_run().unwrap();
+    assert_eq!(engine.run(run_id).unwrap().source, WakeupSource::Idle);
+    finish(&mut engine, run_id, 91_000);
+
+    // A day-long forward jump fires once, never the backlog, and the idle wakeup shares the
+    // daily cap (2: the input's run and the first idle run spent it).
+    let later = 86_400_000 / 2;
+    let events = fire_due(&mut engine, later);
+    assert_eq!(events, ["idle_fired", "wakeup_refused"]);
+    assert_eq!(
+        engine.agent(agent).unwrap().next_idle_at_ms,
+        Some(later + 60_000)
+    );
+}
+
+#[test]
+fn idle_wakeups_are_refused_while_paused_and_stop_when_terminated() {
+    let mut engine = with_tenant();
+    let agent = idle_agent(&mut engine, 60_000, 0);
+    run(
+        &mut engine,
+        Command::PauseHeartbeats {
+            agent,
+            minutes: Some(5),
+        },
+        1_000,
+    );
+    let decision = run(&mut engine, Command::FireDueTimers, 60_000);
+    let refusal = decision.events.iter().find_map(|e| match &e.kind {
+        EventKind::WakeupRefused {
+            source, refusal, ..
+        } => Some((*source, *refusal)),
+        _ => None,
+    });
+    assert_eq!(refusal, Some((WakeupSource::Idle, RefusalReason::Paused)));
+    run(&mut engine, Command::TerminateAgent { agent }, 70_000);
+    assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, None);
+    assert_eq!(engine.next_deadline_ms(), None);
+    // Input to a terminated agent is recorded and refused like any wakeup, and arms nothing.
+    let request = WakeupRequest::new(WakeupSource::OnDemand, "user input");
+    let decision = run(&mut engine, Command::Input { agent, request }, 80_000);
+    assert_eq!(
+        types(&decision.events),
+        ["input_received", "wakeup_refused"]
+    );
+    assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, None);
+}
+
+#[test]
+fn a_replayed_input_records_nothing() {
+    let mut engine = with_tenant();
+    let agent = idle_agent(&mut engine, 60_000, 0);
+    let mut request = WakeupRequest::new(WakeupSource::OnDemand, "user input");
+    request.idempotency_key = Some("k".into());
+    let first = run(
+        &mut engine,
+        Command::Input {
+            agent,
+            request: request.clone(),
+        },
+        10_000,
+    );
+    let again = run(&mut engine, Command::Input { agent, request }, 20_000);
+    assert!(again.replayed);
+    assert!(again.events.is_empty());
+    assert_eq!(again.wakeup, first.wakeup);
+    assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, Some(70_000));
+}
+
+#[test]
+fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
+    use super::liveness::LivenessStatus;
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let b = create(&mut engine, "b", None, 0);
+    let status = |e: &Engine, id| e.agent(id).unwrap().liveness.status;
+    assert_eq!(status(&engine, a), LivenessStatus::Unknown);
+
+    let decision = run(
+        &mut engine,
+        Command::MarkOnline {
+            agents: vec![a, b, a],
+        },
+        1_000,
+    );
+    assert_eq!(types(&decision.events), ["agent_online", "agent_online"]);
+    assert_eq!(status(&engine, a), LivenessStatus::Online);
+    assert_eq!(engine.agent(a).unwrap().liveness.since_ms, Some(1_000));
+    // Pulses from online agents record nothing.
+    let decision = run(&mut engine, Command::MarkOnline { agents: vec![a] }, 2_000);
+    assert!(decision.events.is_empty());
+
+    let decision = run(
+        &mut engine,
+        Command::MarkOffline {
+            agents: vec![(a, 30_001)],
+        },
+        40_000,
+    );
+    assert_eq!(types(&decision.events), ["agent_offline"]);
+    assert_eq!(status(&engine, a), LivenessStatus::Offline);
+    // Marking an agent that is not online offline again records nothing.
+    let decision = run(
+        &mut engine,
+        Command::MarkOffline {
+            agents: vec![(a, 31_000)],
+        },
+        41_000,
+    );
+    assert!(decision.events.is_empty());
+
+    run(&mut engine, Command::TerminateAgent { agent: b }, 50_000);
+    let refused = engine.decide(&Command::MarkOnline { agents: vec![a, b] }, 51_000);
+    assert_eq!(refused.unwrap_err(), Refusal::AgentTerminated(b));
+    assert_eq!(
+        status(&engine, a),
+        LivenessStatus::Offline,
+        "nothing applied"
+    );
+    let unknown = engine.decide(
+        &Command::MarkOnline {
+            agents: vec![AgentId(99)],
+        },
+        51_000,
+    );
+    assert_eq!(unknown.unwrap_err(), Refusal::UnknownAgent(AgentId(99)));
+}
