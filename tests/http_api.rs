@@ -16,16 +16,22 @@ use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
 
-/// Wall time the test sets by hand; monotonic time is irrelevant to these tests.
+/// Wall time (`.0`) and monotonic time (`.1`, ms) the test sets by hand.
 #[derive(Debug)]
-struct ManualClock(AtomicU64);
+struct ManualClock(AtomicU64, AtomicU64);
+
+impl ManualClock {
+    fn at(wall_ms: u64) -> Arc<Self> {
+        Arc::new(ManualClock(AtomicU64::new(wall_ms), AtomicU64::new(0)))
+    }
+}
 
 impl Clock for ManualClock {
     fn wall_now_ms(&self) -> u64 {
         self.0.load(Ordering::SeqCst)
     }
     fn mono_now(&self) -> Duration {
-        Duration::ZERO
+        Duration::from_millis(self.1.load(Ordering::SeqCst))
     }
 }
 
@@ -75,7 +81,7 @@ struct Fixture {
 
 async fn start(test: &str) -> Fixture {
     let path = data_file(test);
-    let clock = Arc::new(ManualClock(AtomicU64::new(START_MS)));
+    let clock = ManualClock::at(START_MS);
     start_on(path, clock).await
 }
 
@@ -219,7 +225,7 @@ async fn the_node_listens_and_answers_recovering_before_it_is_ready() {
         inner: redb::backends::InMemoryBackend::new(),
         open: open.clone(),
     };
-    let clock = Arc::new(ManualClock(AtomicU64::new(START_MS)));
+    let clock = ManualClock::at(START_MS);
     let mut node = Node::start(config(StorageLocation::Backend(Box::new(backend)), clock))
         .await
         .expect("node listens");
@@ -1073,4 +1079,235 @@ async fn a_restart_fails_the_running_run_and_requeues_its_wakeup_once() {
     assert_eq!(retries[0]["source"], "assignment");
     assert_eq!(retries[0]["status"], "running");
     f.node.stop();
+}
+
+/// Polls agent `agent` until `done(agent)` holds (bounded).
+async fn wait_agent(client: &ApiClient, agent: u64, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..WAIT_MS_MAX / 20 {
+        let (status, body) = get(client, &format!("/v1/agents/{agent}")).await;
+        assert_eq!(status, 200, "{body}");
+        if done(&body) {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("agent {agent} never reached the expected state: {last}");
+}
+
+fn liveness(agent: &Value) -> &str {
+    agent["liveness"]["status"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn pulses_bring_agents_online_and_the_sweep_marks_silent_ones_offline() {
+    let f = start("pulses").await;
+    let (a, a_token) = create(
+        &f.acme,
+        json!({ "name": "a", "liveness": { "pulse_interval_ms": 1000, "offline_after_misses": 2 } }),
+    )
+    .await;
+    let (b, b_token) = create(&f.acme, json!({ "name": "b" })).await;
+    let (g, _) = create(&f.globex, json!({ "name": "g" })).await;
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{a}")).await;
+    assert_eq!(
+        liveness(&shown),
+        "unknown",
+        "an agent that never pulsed is not watched"
+    );
+
+    // The agent's own pulse (an empty body) brings it online: one event.
+    let agent_a = f.as_token(&a_token);
+    let (status, answer) = post_empty(&agent_a, &format!("/v1/agents/{a}/pulse")).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["liveness"], "online");
+    let seq = answer["seq"].as_u64().unwrap();
+    let (_, page) = get(&f.acme, &format!("/v1/events?after={}", seq - 1)).await;
+    assert_eq!(page["events"][0]["type"], "agent_online");
+    // Further pulses of an online agent write nothing.
+    let (status, again) = post(&agent_a, &format!("/v1/agents/{a}/pulse"), json!({})).await;
+    assert_eq!(status, 200);
+    assert_eq!(again["seq"].as_u64(), Some(seq));
+
+    // A host's batch: b comes online, a already was; duplicates count once.
+    let (status, batch) = post(&f.acme, "/v1/pulses", json!({ "agents": [a, b, b] })).await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["accepted"], 2);
+    assert_eq!(batch["came_online"], json!([b]));
+
+    // 2.001 s of silence on the monotonic clock: a (threshold 2 s) goes offline at the next
+    // sweep, b (30 s) stays online. The wall clock does not matter.
+    f.clock.0.fetch_add(3_600_000, Ordering::SeqCst);
+    f.clock.1.store(2_001, Ordering::SeqCst);
+    let offline = wait_agent(&f.acme, a, |agent| liveness(agent) == "offline").await;
+    assert_eq!(offline["liveness"]["since_ms"], START_MS + 3_600_000);
+    let (_, shown_b) = get(&f.acme, &format!("/v1/agents/{b}")).await;
+    assert_eq!(liveness(&shown_b), "online");
+    let (_, page) = get(&f.acme, "/v1/events?limit=1000").await;
+    let offline_event = page["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "agent_offline")
+        .expect("an agent_offline event");
+    assert_eq!(offline_event["agent"], a);
+    assert!(offline_event["silent_ms"].as_u64().unwrap() > 2_000);
+    // The next pulse brings it back.
+    let (_, back) = post_empty(&agent_a, &format!("/v1/agents/{a}/pulse")).await;
+    assert_eq!(back["liveness"], "online");
+
+    // Bad input and scoping.
+    assert_error(
+        &post(
+            &agent_a,
+            &format!("/v1/agents/{a}/pulse"),
+            json!({ "x": 1 }),
+        )
+        .await,
+        400,
+        "invalid_field",
+        Some("x"),
+    );
+    assert_error(
+        &post_empty(&agent_a, &format!("/v1/agents/{b}/pulse")).await,
+        403,
+        "forbidden",
+        None,
+    );
+    assert_error(
+        &post_empty(&f.acme, &format!("/v1/agents/{g}/pulse")).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [] })).await,
+        400,
+        "invalid_field",
+        Some("agents"),
+    );
+    let too_many: Vec<u64> = (0..=vigil::engine::liveness::PULSE_BATCH_MAX as u64).collect();
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": too_many })).await,
+        400,
+        "invalid_field",
+        Some("agents"),
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [a, g] })).await,
+        404,
+        "not_found",
+        Some("agents[1]"),
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": "a" })).await,
+        400,
+        "invalid_field",
+        Some("agents"),
+    );
+    assert_error(
+        &post(
+            &f.as_token(&b_token),
+            "/v1/pulses",
+            json!({ "agents": [b] }),
+        )
+        .await,
+        403,
+        "forbidden",
+        None,
+    );
+    // A terminated agent's pulse is refused, and refuses the batch it is in (which changes
+    // nothing: a stays as it was).
+    let (status, _) = post_empty(&f.acme, &format!("/v1/agents/{b}/terminate")).await;
+    assert_eq!(status, 200);
+    let head = get(&f.acme, "/v1/health").await.1["head_seq"].clone();
+    assert_error(
+        &post_empty(&f.as_token(&b_token), &format!("/v1/agents/{b}/pulse")).await,
+        409,
+        "agent_terminated",
+        None,
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [a, b] })).await,
+        409,
+        "agent_terminated",
+        Some("agents"),
+    );
+    assert_eq!(get(&f.acme, "/v1/health").await.1["head_seq"], head);
+}
+
+#[tokio::test]
+async fn input_wakes_the_agent_and_restarts_its_idle_chamber() {
+    let f = start("input").await;
+    let (a, a_token) = create(
+        &f.acme,
+        json!({ "name": "a", "heartbeat": { "idle_after_ms": 60000 },
+                "adapter": script(json!([{ "duration_ms": 1000000, "outcome": "succeeded" }])) }),
+    )
+    .await;
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{a}")).await;
+    assert_eq!(shown["next_idle_at_ms"], START_MS + 60_000);
+
+    f.clock.0.fetch_add(30_000, Ordering::SeqCst);
+    let (status, answer) = post(
+        &f.as_token(&a_token),
+        &format!("/v1/agents/{a}/input"),
+        json!({ "text": "where is my refund?" }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["source"], "on_demand");
+    assert_eq!(answer["outcome"], "queued", "{answer}");
+    let run = answer["run"].as_u64().unwrap();
+    let (_, run_body) = get(&f.acme, &format!("/v1/runs/{run}")).await;
+    assert_eq!(run_body["payload"]["text"], "where is my refund?");
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{a}")).await;
+    assert_eq!(shown["last_input_at_ms"], START_MS + 30_000);
+    assert_eq!(shown["next_idle_at_ms"], START_MS + 90_000);
+    let (status, _) = post_empty(&f.acme, &format!("/v1/runs/{run}/cancel")).await;
+    assert_eq!(status, 200);
+
+    // Silence past idle_after: the timer loop fires an idle wakeup.
+    f.clock.0.store(START_MS + 90_000, Ordering::SeqCst);
+    let idle = wait_agent(&f.acme, a, |agent| {
+        agent["next_idle_at_ms"] == START_MS + 150_000
+    })
+    .await;
+    assert_eq!(idle["runs_started"], 2);
+    let (_, runs) = get(&f.acme, &format!("/v1/runs?agent={a}&status=running")).await;
+    assert_eq!(runs["runs"][0]["source"], "idle", "{runs}");
+
+    // Bad input.
+    let path = format!("/v1/agents/{a}/input");
+    assert_error(
+        &post(&f.acme, &path, json!({})).await,
+        400,
+        "invalid_field",
+        Some("text"),
+    );
+    assert_error(
+        &post(&f.acme, &path, json!({ "text": 7 })).await,
+        400,
+        "invalid_field",
+        Some("text"),
+    );
+    assert_error(
+        &post(&f.acme, &path, json!({ "text": "x".repeat(17 * 1024) })).await,
+        400,
+        "invalid_field",
+        Some("text"),
+    );
+    assert_error(
+        &post(&f.acme, &path, json!({ "text": "hi", "source": "timer" })).await,
+        400,
+        "invalid_field",
+        Some("source"),
+    );
+    assert_error(
+        &post(&f.globex, &path, json!({ "text": "hi" })).await,
+        404,
+        "not_found",
+        None,
+    );
 }
