@@ -12,6 +12,8 @@ pub mod crash_mid_run;
 #[cfg(madsim)]
 pub mod idempotency;
 #[cfg(madsim)]
+pub mod liveness;
+#[cfg(madsim)]
 pub mod pause;
 #[cfg(madsim)]
 pub mod phases;

@@ -72,6 +72,12 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::wakeup_storm::SAFETY_MS + crate::wakeup_storm::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::wakeup_storm::run(seed, recorder)),
     },
+    Scenario {
+        name: "liveness",
+        summary: "8 agents pulse (fixed and phi-accrual) over a lossy, slow network with dropped pulses and silences, crashes, power cuts, clock jumps; 1 h",
+        virtual_ms: crate::liveness::SAFETY_MS + crate::liveness::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::liveness::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

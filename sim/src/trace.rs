@@ -61,6 +61,8 @@ pub enum TraceEvent {
         idempotency_key: Option<String>,
         replayed: bool,
     },
+    /// The workload got a 2xx for a pulse of `agent` it sent at virtual `sent_ms`.
+    AckedPulse { agent: u64, sent_ms: u64 },
     /// The workload read the agent list of node `target`: its wall clock and each agent's next
     /// timer slot (none for an agent without a timer).
     Probe {

@@ -35,6 +35,11 @@ pub enum Action {
     /// The agent called `agent` asks for a rest: `pause_heartbeats(minutes)`, retried until
     /// answered (a retry pauses again from its own instant, as a real agent's would).
     PauseHeartbeats { agent: String, minutes: Option<u64> },
+    /// The agent called `agent` (or its host) pulses: one attempt, never retried (a lost pulse
+    /// is simply lost, as on a real network); a 2xx is recorded with the send instant.
+    Pulse { agent: String },
+    /// A user writes `text` to the agent called `agent`, retried until answered.
+    Input { agent: String, text: String },
 }
 
 /// An action and when it happens.
@@ -94,6 +99,25 @@ impl Workload {
                             body,
                         );
                         madsim::task::spawn_local(pause);
+                    }
+                    Action::Pulse { agent } => {
+                        let id = directory.borrow().get(agent).copied();
+                        // Before its creation is answered an agent has nothing to pulse to.
+                        if let Some(id) = id {
+                            madsim::task::spawn_local(pulse(client.clone(), recorder.clone(), id));
+                        }
+                    }
+                    Action::Input { agent, text } => {
+                        let input = post_to_agent(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            "input",
+                            serde_json::json!({ "text": text }),
+                        );
+                        madsim::task::spawn_local(input);
                     }
                     Action::Wake { agent, request } => {
                         let wake = wake(
@@ -194,6 +218,29 @@ async fn wake(
                 idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
                 replayed: json["replayed"].as_bool().expect("replayed"),
             },
+        );
+    }
+}
+
+/// Sends one pulse; records its acknowledgement with the instant it was sent.
+async fn pulse(client: ApiClient, recorder: Recorder, agent: u64) {
+    let sent_ms = elapsed_ms();
+    let Ok(answer) = client
+        .request(
+            hyper::Method::POST,
+            &format!("/v1/agents/{agent}/pulse"),
+            None,
+        )
+        .await
+    else {
+        return;
+    };
+    if answer.status.is_success() && !recorder.failed() {
+        recorder.record("workload", TraceEvent::AckedPulse { agent, sent_ms });
+    } else if answer.status.is_client_error() {
+        panic!(
+            "workload sent a bad pulse: {} {:?}",
+            answer.status, answer.body
         );
     }
 }

@@ -4,6 +4,7 @@
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
 mod heart;
+mod liveness;
 mod runs;
 
 use std::collections::BTreeMap;
@@ -64,6 +65,7 @@ pub struct Checker {
     quiet_probes_checked: u32,
     runs: runs::RunsOracle,
     heart: heart::HeartOracle,
+    liveness: liveness::LivenessOracle,
 }
 
 impl Checker {
@@ -74,6 +76,17 @@ impl Checker {
 
     /// Checks one record; the first broken invariant is returned.
     pub fn observe(&mut self, record: &TraceRecord) -> Result<(), Violation> {
+        let t_ms = record.t_ms;
+        self.observe_event(record)?;
+        // In the quiet phase a silent agent must go offline in time: judged at every record.
+        let up_since_ms = self.nodes.values().filter_map(|n| n.up_since_ms).max();
+        if let (Some(quiet_ms), Some(up_ms)) = (self.quiet_since_ms, up_since_ms) {
+            self.liveness.check_silence(t_ms, quiet_ms.max(up_ms))?;
+        }
+        Ok(())
+    }
+
+    fn observe_event(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
         match &record.event {
             TraceEvent::Committed { event } => self.committed(t_ms, record.node, event),
@@ -117,6 +130,9 @@ impl Checker {
                 agents,
             } => self.probe(target, t_ms, *now_ms, agents),
             TraceEvent::StreamPage { after, events } => self.stream_page(*after, events),
+            TraceEvent::AckedPulse { agent, sent_ms } => {
+                self.liveness.answered_pulse(t_ms, *agent, *sent_ms)
+            }
             TraceEvent::QuietPhase => {
                 self.quiet_since_ms = Some(t_ms);
                 Ok(())
@@ -147,6 +163,11 @@ impl Checker {
     /// Runs that ended, by terminal status.
     pub fn ended_runs(&self) -> BTreeMap<&'static str, usize> {
         self.runs.ended()
+    }
+
+    /// How many agents were marked offline.
+    pub fn offline_marks(&self) -> u64 {
+        self.liveness.offline_marks()
     }
 
     /// How many durable events the checker knows of.
@@ -247,6 +268,7 @@ impl Checker {
         }
         self.runs.committed(t_ms, event)?;
         self.heart.committed(event)?;
+        self.liveness.committed(t_ms, event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
