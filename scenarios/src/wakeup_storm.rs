@@ -3,7 +3,10 @@
 //! forward clock jumps and crashes with long downtimes. Never more than 48 runs start in one
 //! local day (invariant 2, under jumps both ways), and after downtime or a forward jump the timer
 //! fires once for everything it missed, never the backlog (the schedule invariants). A second
-//! agent without a cap on the same interval shows the timer itself keeps firing.
+//! agent without a cap on the same interval shows the timer itself keeps firing. A third,
+//! `concierge`, has only an idle chamber (20 min without user input, `daily_cap = 12` in Paris
+//! time) and a user who writes now and then: its idle and input wakeups share the cap, and after
+//! downtime or a jump its idle chamber fires once, never a backlog.
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
@@ -20,6 +23,9 @@ const MINUTE_MS: u64 = 60_000;
 const HOUR_MS: u64 = 60 * MINUTE_MS;
 const DAY_MS: u64 = 24 * HOUR_MS;
 const DAILY_CAP: u32 = 48;
+const CONCIERGE_CAP: u32 = 12;
+const CONCIERGE_IDLE_MS: u64 = 20 * MINUTE_MS;
+const INPUTS_MAX: usize = 30;
 const BURSTS_MAX: usize = 12;
 const BURST_WAKES_MAX: usize = 40;
 
@@ -54,6 +60,30 @@ pub async fn run(seed: u64, recorder: Recorder) {
             },
         },
     ];
+    steps.push(Step {
+        at_ms: 2_000,
+        action: Action::CreateAgent {
+            spec: serde_json::json!({
+                "name": "concierge",
+                "heartbeat": { "idle_after_ms": CONCIERGE_IDLE_MS },
+                "time_zone": "Europe/Paris",
+                "limits": { "daily_cap": CONCIERGE_CAP },
+                "adapter": { "type": "scripted", "steps": [
+                    { "duration_ms": 20_000, "outcome": "succeeded" },
+                ]},
+            }),
+        },
+    });
+    let inputs = rng.gen_range(0..=INPUTS_MAX);
+    for i in 0..inputs {
+        steps.push(Step {
+            at_ms: rng.gen_range(MINUTE_MS..SAFETY_MS),
+            action: Action::Input {
+                agent: "concierge".into(),
+                text: format!("message {i}"),
+            },
+        });
+    }
     let bursts = rng.gen_range(1..=BURSTS_MAX);
     for b in 0..bursts {
         let at_ms = rng.gen_range(MINUTE_MS..SAFETY_MS);
@@ -88,7 +118,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 30 * MINUTE_MS,
         tail_every_ms: 30 * MINUTE_MS,
-        describe: format!("bursts={bursts}"),
+        describe: format!("bursts={bursts} inputs={inputs}"),
     };
     phases::run(setup, recorder).await;
 }

@@ -21,6 +21,9 @@ struct AgentSeen {
     /// The latest local day a start counted against, and the starts on it.
     day: Option<(LocalDay, u32)>,
     breaker: Breaker,
+    idle_after_ms: Option<u64>,
+    /// When the idle chamber may fire next, on the node's wall clock.
+    idle_due_ms: Option<u64>,
 }
 
 /// The breaker as the events describe it.
@@ -53,6 +56,11 @@ impl HeartOracle {
                     AgentSeen {
                         time_zone: spec.time_zone.clone(),
                         daily_cap: spec.limits.daily_cap,
+                        idle_after_ms: spec.heartbeat.idle_after_ms,
+                        idle_due_ms: spec
+                            .heartbeat
+                            .idle_after_ms
+                            .map(|after| event.at_ms + after),
                         ..AgentSeen::default()
                     },
                 );
@@ -91,6 +99,43 @@ impl HeartOracle {
                         ),
                     );
                 }
+            }
+            EventKind::InputReceived {
+                agent,
+                next_idle_at_ms,
+            } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                let expected = seen.idle_after_ms.map(|after| event.at_ms + after);
+                if seen.idle_due_ms.is_some() && *next_idle_at_ms != expected {
+                    return violation(
+                        "idle_fires_once_per_silence",
+                        format!("input to agent {agent} at wall {} set the next idle fire to {next_idle_at_ms:?}, not {expected:?}", event.at_ms),
+                    );
+                }
+                seen.idle_due_ms = *next_idle_at_ms;
+            }
+            EventKind::IdleFired {
+                agent,
+                next_idle_at_ms,
+            } => {
+                let seen = self.agents.entry(agent.0).or_default();
+                let early = seen.idle_due_ms.is_none_or(|due| event.at_ms < due);
+                let next_ok = seen
+                    .idle_after_ms
+                    .is_some_and(|after| *next_idle_at_ms == event.at_ms + after);
+                if early || !next_ok {
+                    return violation(
+                        "idle_fires_once_per_silence",
+                        format!(
+                            "agent {agent}'s idle chamber fired at wall {} (due {:?}, next {next_idle_at_ms}, idle_after {:?}): early, twice, or off its count",
+                            event.at_ms, seen.idle_due_ms, seen.idle_after_ms
+                        ),
+                    );
+                }
+                seen.idle_due_ms = Some(*next_idle_at_ms);
+            }
+            EventKind::AgentTerminated { agent } => {
+                self.agents.entry(agent.0).or_default().idle_due_ms = None;
             }
             EventKind::WakeupQueued { run, source, .. } => {
                 self.run_sources.insert(run.0, *source);
@@ -367,5 +412,57 @@ mod breaker_tests {
             oracle.committed(&started(2, 12)).unwrap_err().invariant,
             "breaker_single_probe"
         );
+    }
+
+    #[test]
+    fn an_idle_fire_before_its_due_time_is_caught() {
+        let mut spec = AgentSpec::with_interval("a", None);
+        spec.heartbeat.idle_after_ms = Some(1_000);
+        let create = event(
+            0,
+            EventKind::AgentCreated {
+                agent: AgentId(1),
+                name: "a".into(),
+                spec,
+                token_hash: TokenHash::of("a"),
+                first_fire_at_ms: None,
+            },
+        );
+        let fired = |at_ms: u64, next: u64| {
+            event(
+                at_ms,
+                EventKind::IdleFired {
+                    agent: AgentId(1),
+                    next_idle_at_ms: next,
+                },
+            )
+        };
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&create).unwrap();
+        oracle.committed(&fired(5_000, 6_000)).unwrap();
+        // A second fire for the same silence (a backlog) is caught...
+        assert_eq!(
+            oracle
+                .committed(&fired(5_500, 6_500))
+                .unwrap_err()
+                .invariant,
+            "idle_fires_once_per_silence"
+        );
+        // ...and so is a fire that does not count again from itself.
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&create).unwrap();
+        assert!(oracle.committed(&fired(5_000, 9_000)).is_err());
+        // Input pushes the due time back.
+        let mut oracle = HeartOracle::default();
+        oracle.committed(&create).unwrap();
+        let input = event(
+            900,
+            EventKind::InputReceived {
+                agent: AgentId(1),
+                next_idle_at_ms: Some(1_900),
+            },
+        );
+        oracle.committed(&input).unwrap();
+        assert!(oracle.committed(&fired(1_500, 2_500)).is_err());
     }
 }
