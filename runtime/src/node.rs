@@ -18,7 +18,6 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, Gate};
 use crate::engine::event::{Event, EventKind};
-use crate::engine::liveness::LIVENESS_SWEEP_MS;
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::io::clock::SharedClock;
@@ -264,12 +263,11 @@ fn is_restart_failure(kind: &EventKind) -> bool {
     matches!(kind, EventKind::RunFinished { detail, .. } if detail == crate::engine::run::CONTROL_PLANE_RESTART)
 }
 
-/// Runs the stale sweep every `LIVENESS_SWEEP_MS` of monotonic time, forever.
+/// Runs the stale sweep forever: whenever an online agent's silence passes its floor (then every
+/// `LIVENESS_SWEEP_MS` while it is suspected), and whenever an agent comes online. Sleeps on
+/// monotonic time, so a wall-clock jump changes nothing; idle when no agent pulses.
 async fn sweep_liveness(shell: Arc<Shell>) {
-    let mut tick = tokio::time::interval(Duration::from_millis(LIVENESS_SWEEP_MS));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
         match shell.sweep_liveness() {
             Ok(0) => {}
             Ok(marked) => tracing::info!(marked, "stale sweep marked agents offline"),
@@ -282,8 +280,17 @@ async fn sweep_liveness(shell: Arc<Shell>) {
                 tracing::warn!(%error, "the engine refused the stale sweep; retrying");
             }
         }
+        let wait_ms = shell.next_liveness_check_in_ms().unwrap_or(u64::MAX).max(1);
+        tokio::select! {
+            biased;
+            _ = shell.liveness_changed.notified() => {}
+            _ = tokio::time::sleep(Duration::from_millis(wait_ms.min(LIVENESS_IDLE_WAIT_MS))) => {}
+        }
     }
 }
+
+/// Longest the stale sweep sleeps when nothing is watched (it is woken when something is).
+const LIVENESS_IDLE_WAIT_MS: u64 = 60 * 60 * 1_000;
 
 /// Fires due timers forever. Sleeps until the next slot, but never longer than
 /// `WALL_RECHECK_MS`, because the wall clock may jump while it sleeps.

@@ -76,6 +76,8 @@ pub struct Shell {
     node_tasks: Mutex<Vec<tokio::task::AbortHandle>>,
     /// Last pulses, in memory only. Locked after `engine`, never before.
     pulses: Mutex<PulseBook>,
+    /// Wakes the stale sweep when an agent came online (it may have nothing else to wait for).
+    pub(crate) liveness_changed: tokio::sync::Notify,
 }
 
 impl Shell {
@@ -109,6 +111,7 @@ impl Shell {
             failure: tokio::sync::watch::Sender::new(None),
             node_tasks: Mutex::default(),
             pulses: Mutex::new(pulses),
+            liveness_changed: tokio::sync::Notify::new(),
         })
     }
 
@@ -234,6 +237,9 @@ impl Shell {
         }
         drop(pulses);
         self.commit(&mut engine, &decision.events)?;
+        if !decision.events.is_empty() {
+            self.liveness_changed.notify_one();
+        }
         Ok(())
     }
 
@@ -243,14 +249,7 @@ impl Shell {
         let mut engine = self.engine();
         let mono_ms = mono_ms(&self.clock);
         let mut pulses = self.pulses();
-        let online = engine
-            .agents()
-            .filter(|a| {
-                a.liveness.status == LivenessStatus::Online
-                    && a.status != crate::engine::agent::AgentStatus::Terminated
-            })
-            .map(|a| (a.id, &a.spec.liveness));
-        let stale = pulses.stale(online, mono_ms);
+        let stale = pulses.stale(watched(&engine), mono_ms);
         if stale.is_empty() {
             return Ok(0);
         }
@@ -262,6 +261,14 @@ impl Shell {
         let decision = engine.decide(&Command::MarkOffline { agents: stale }, now_ms)?;
         self.commit(&mut engine, &decision.events)?;
         Ok(decision.events.len())
+    }
+
+    /// How long from now (monotonic) the stale sweep next needs to look, if anything is watched.
+    pub fn next_liveness_check_in_ms(&self) -> Option<u64> {
+        let engine = self.engine();
+        let mono_ms = mono_ms(&self.clock);
+        let next = self.pulses().next_check_ms(watched(&engine), mono_ms)?;
+        Some(next.saturating_sub(mono_ms))
     }
 
     /// How long `agent` has been silent, if it is watched (memory only).
@@ -368,4 +375,17 @@ impl Shell {
 /// The clock's monotonic reading in whole milliseconds.
 fn mono_ms(clock: &SharedClock) -> u64 {
     u64::try_from(clock.mono_now().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Online, not terminated agents with their liveness policies: what the stale sweep watches.
+fn watched(
+    engine: &Engine,
+) -> impl Iterator<Item = (AgentId, &crate::engine::liveness::LivenessPolicy)> {
+    engine
+        .agents()
+        .filter(|a| {
+            a.liveness.status == LivenessStatus::Online
+                && a.status != crate::engine::agent::AgentStatus::Terminated
+        })
+        .map(|a| (a.id, &a.spec.liveness))
 }

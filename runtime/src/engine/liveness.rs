@@ -41,8 +41,9 @@ pub const PHI_THRESHOLD_DEFAULT: u32 = 8;
 /// Range of `phi_threshold`.
 pub const PHI_THRESHOLD_MIN: u32 = 1;
 pub const PHI_THRESHOLD_MAX: u32 = 16;
-/// The stale sweep runs this often: a silent agent is marked offline within its threshold
-/// plus this (invariant 10).
+/// The stale sweep looks at each online agent when its silence passes its floor, and then this
+/// often while it is suspected; so a silent agent is marked offline within its threshold plus
+/// this (invariant 10).
 pub const LIVENESS_SWEEP_MS: u64 = 1_000;
 /// Pulse gaps the phi-accrual detector remembers per agent.
 pub const PHI_WINDOW: usize = 32;
@@ -137,6 +138,15 @@ impl LivenessPolicy {
             ));
         }
         Ok(())
+    }
+
+    /// The silence below which this policy never judges an agent offline: the fixed threshold,
+    /// or for phi-accrual one interval.
+    pub fn floor_ms(&self) -> u64 {
+        match self.detector {
+            Detector::Fixed => self.threshold_ms(),
+            Detector::PhiAccrual => self.pulse_interval_ms,
+        }
     }
 
     /// Whether `silent_ms` of silence, after pulses that came `gaps` apart, makes the agent
@@ -266,6 +276,32 @@ impl PulseBook {
         self.tracks
             .get(&agent)
             .map(|t| mono_ms.saturating_sub(t.last_ms))
+    }
+
+    /// When the stale sweep next needs to look at `candidates` (online agents with their
+    /// policies), on the monotonic clock: just past the earliest floor, or one sweep period from
+    /// now while some phi-accrual agent is between its floor and its threshold. `None` when no
+    /// candidate is watched: nothing can go stale until a pulse comes.
+    pub fn next_check_ms<'a>(
+        &self,
+        candidates: impl IntoIterator<Item = (AgentId, &'a LivenessPolicy)>,
+        mono_ms: u64,
+    ) -> Option<u64> {
+        candidates
+            .into_iter()
+            .filter_map(|(agent, policy)| {
+                let track = self.tracks.get(&agent)?;
+                let floor_at = track
+                    .last_ms
+                    .saturating_add(policy.floor_ms())
+                    .saturating_add(1);
+                Some(if floor_at > mono_ms {
+                    floor_at
+                } else {
+                    mono_ms + LIVENESS_SWEEP_MS
+                })
+            })
+            .min()
     }
 
     /// Of `candidates` (online agents with their policies), those silent past their
@@ -409,6 +445,21 @@ mod tests {
         );
         book.pulse(a, 35_001);
         assert_eq!(book.stale([(a, &p)], 36_000), vec![]);
+        // The next look is just past the floor (the fixed threshold here); b is past it and not
+        // swept yet, so it is looked at within a sweep period.
+        assert_eq!(book.next_check_ms([(a, &p)], 36_000), Some(65_002));
+        assert_eq!(
+            book.next_check_ms([(a, &p), (b, &p)], 36_000),
+            Some(36_000 + LIVENESS_SWEEP_MS)
+        );
+        let phi = policy(Detector::PhiAccrual);
+        assert_eq!(book.next_check_ms([(a, &phi)], 36_000), Some(45_002));
+        assert_eq!(
+            book.next_check_ms([(a, &phi)], 50_000),
+            Some(50_000 + LIVENESS_SWEEP_MS),
+            "suspected: looked at every sweep period"
+        );
+        assert_eq!(book.next_check_ms([(AgentId(9), &p)], 0), None);
         // A grant never moves a pulse that came.
         book.grant(a, 40_000);
         assert_eq!(book.silent_ms(a, 40_000), Some(4_999));
