@@ -400,6 +400,119 @@ fn operator_cli_drives_a_fleet() {
     assert_eq!(first["seq"].as_u64(), Some(seqs[3]));
 }
 
+/// The row of agent `name` in `vigil top` output (the name is the second column).
+fn top_row<'a>(top: &'a str, name: &str) -> &'a str {
+    top.lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(name))
+        .unwrap_or_else(|| panic!("no row for {name}:\n{top}"))
+}
+
+#[test]
+fn top_shows_pauses_caps_breakers_and_active_runs() {
+    let server = Server::start("top", &[], &[]);
+    server.wait_for_fleet(None);
+    let create = |spec: &str| {
+        let output = server.vigil_with_stdin(&["agent", "create", "--spec", "-"], spec);
+        assert_succeeded(&["agent", "create", "--spec", spec], &output);
+    };
+    create(
+        r#"{"name":"capped","heartbeat":{"sources":["on_demand"]},"limits":{"daily_cap":2},
+            "adapter":{"type":"scripted","steps":[{"duration_ms":0,"outcome":"succeeded"}]}}"#,
+    );
+    // One tool failure opens the breaker for an hour.
+    create(
+        r#"{"name":"flaky","heartbeat":{"sources":["on_demand"]},
+            "breaker":{"failures_to_open":1,"cooldown_ms":3600000,"cooldown_ms_max":7200000},
+            "adapter":{"type":"scripted","steps":[{"duration_ms":0,"outcome":"tool_failed"}]}}"#,
+    );
+    server.ok(&["agent", "create", "--name", "resting"]);
+    server.ok(&["agent", "pause", "resting"]);
+    server.ok(&["agent", "pause", "worker", "--minutes", "30"]);
+
+    let capped = number_after(&server.ok(&["agent", "wake", "capped"]), "queued run");
+    server.wait_run(capped, "succeeded", |r| r["status"] == "succeeded");
+    let flaky = number_after(&server.ok(&["agent", "wake", "flaky"]), "queued run");
+    server.wait_run(flaky, "failed", |r| r["status"] == "failed");
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    while server.json(&["agent", "show", "flaky"])["breaker"]["state"] != "open" {
+        assert!(Instant::now() < deadline, "flaky's breaker never opened");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let hanging = number_after(&server.ok(&["agent", "wake", "hanger"]), "queued run");
+    server.wait_run(hanging, "running", |r| r["status"] == "running");
+
+    let top = server.ok(&["top", "--once"]);
+    let lines: Vec<&str> = top.lines().collect();
+    assert_eq!(
+        lines.len(),
+        2 + 6,
+        "a header, the column names, 6 agents:\n{top}"
+    );
+    assert!(
+        lines[0].starts_with(&format!(
+            "server {}  tenant default  agents 6  ",
+            server.url
+        )) && lines[0].contains("  last seq "),
+        "{top}"
+    );
+    assert!(
+        lines[1].starts_with("ID  NAME") && lines[1].contains("BREAKER"),
+        "{top}"
+    );
+    let capped_row = top_row(&top, "capped");
+    assert!(capped_row.contains("  1/2  "), "{capped_row}");
+    let flaky_row = top_row(&top, "flaky");
+    assert!(
+        flaky_row.contains("  open, ") && flaky_row.contains(" left (tool)"),
+        "{flaky_row}"
+    );
+    assert!(top_row(&top, "worker").contains("  0/-  "), "{top}");
+    let resting = top_row(&top, "resting");
+    assert_eq!(
+        resting.split_whitespace().nth(2),
+        Some("paused"),
+        "{resting}"
+    );
+    assert!(resting.contains("until resumed (operator)"), "{resting}");
+    let worker = top_row(&top, "worker");
+    assert_eq!(worker.split_whitespace().nth(2), Some("active"), "{worker}");
+    assert!(worker.contains(" left (operator)"), "{worker}");
+    let hanger = top_row(&top, "hanger");
+    assert!(
+        hanger.contains(&format!("  run {hanging} for ")),
+        "{hanger}"
+    );
+    assert!(
+        top_row(&top, "capped").ends_with("  -"),
+        "no active run: {top}"
+    );
+
+    // Without a terminal, plain `vigil top` prints the same snapshot and exits.
+    let plain = server.ok(&["top"]);
+    assert_eq!(plain.lines().count(), lines.len(), "{plain}");
+    assert!(plain.lines().nth(1) == Some(lines[1]), "{plain}");
+
+    // --once --json: the snapshot, with the server's field names and the view's additions.
+    let json = server.json(&["top", "--once"]);
+    assert_eq!(json["server"], server.url.as_str());
+    assert_eq!(json["tenant"], "default");
+    assert!(json["last_seq"].as_u64().unwrap() > 0, "{json}");
+    let agents = json["agents"].as_array().unwrap();
+    assert_eq!(agents.len(), 6, "{json}");
+    let agent = |name: &str| agents.iter().find(|a| a["name"] == name).unwrap();
+    assert_eq!(agent("flaky")["breaker"]["state"], "open");
+    assert_eq!(agent("flaky")["breaker_trigger"], "tool");
+    assert_eq!(agent("capped")["spec"]["limits"]["daily_cap"], 2);
+    assert_eq!(agent("capped")["day_count"]["started"], 1);
+    assert_eq!(agent("hanger")["active_run"]["id"], hanging);
+    assert_eq!(agent("resting")["status"], "paused");
+    assert_eq!(agent("worker")["paused_by"], "operator");
+    assert!(agent("ticker")["next_fire_at_ms"].is_u64(), "{json}");
+    assert!(agent("worker")["next_fire_at_ms"].is_null(), "{json}");
+    let parsed: vigil::cli::FleetSnapshot = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(parsed.agents.len(), 6);
+}
+
 #[test]
 fn missing_bad_and_unreachable_credentials_say_what_to_do() {
     let server = Server::start("token", &[], &[]);
@@ -422,12 +535,33 @@ fn missing_bad_and_unreachable_credentials_say_what_to_do() {
         "{err}"
     );
 
-    let dead = closed_port_url();
-    let err = server.fails(&["agent", "list", "--server", &dead]);
+    // A refused token is named by where it came from: the flag, or the file.
+    let err = server.fails(&["top", "--once", "--token", "vgl_op_wrong"]);
     assert!(
-        err.contains("not reachable") && err.contains(&dead) && err.contains("vigil serve"),
+        err.contains("refused the token from --token / VIGIL_TOKEN") && err.contains("not known"),
         "{err}"
     );
+    std::fs::create_dir_all(&empty).unwrap();
+    std::fs::write(empty.join("operator-token"), "vgl_op_stale\n").unwrap();
+    let output = server.vigil(&["top", "--once", "--data-dir", empty.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let err = String::from_utf8(output.stderr).unwrap();
+    let file = empty.join("operator-token");
+    assert!(
+        err.contains(&format!("refused the token from {}", file.display())),
+        "{err}"
+    );
+
+    let dead = closed_port_url();
+    for command in [&["agent", "list"][..], &["top", "--once"]] {
+        let mut args = command.to_vec();
+        args.extend(["--server", &dead]);
+        let err = server.fails(&args);
+        assert!(
+            err.contains("not reachable") && err.contains(&dead) && err.contains("vigil serve"),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -1,7 +1,8 @@
-//! `vigil`: the heartbeat runtime's one binary. `vigil serve` runs a node; `vigil agent|runs|events`
-//! operate one over its HTTP API (the calls and their output live in `vigil::cli`).
+//! `vigil`: the heartbeat runtime's one binary. `vigil serve` runs a node;
+//! `vigil agent|runs|events|top` operate one over its HTTP API (the calls and their output live
+//! in `vigil::cli`).
 
-use std::io::{Read, Write};
+use std::io::{IsTerminal, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -57,6 +58,16 @@ enum CliCommand {
         connection: Connection,
         #[command(subcommand)]
         command: EventsCommand,
+    },
+    /// Live fleet view: each agent's liveness, timers, pause, breaker, daily cap use and active
+    /// run, refreshed from the event stream (Ctrl-C quits). Prints one snapshot when stdout is
+    /// not a terminal, or with --once (--json: the snapshot as JSON).
+    Top {
+        #[command(flatten)]
+        connection: Connection,
+        /// Print one snapshot and exit.
+        #[arg(long)]
+        once: bool,
     },
 }
 
@@ -225,6 +236,9 @@ fn main() -> ExitCode {
             connection,
             command,
         } => runtime.block_on(operate(connection, Operation::Events(command))),
+        CliCommand::Top { connection, once } => {
+            runtime.block_on(operate(connection, Operation::Top { once }))
+        }
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -247,6 +261,7 @@ enum Operation {
     Agent(AgentCommand),
     Runs(RunsCommand),
     Events(EventsCommand),
+    Top { once: bool },
 }
 
 /// Runs one operator command against the node and prints its answer.
@@ -318,6 +333,16 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             if follow {
                 session.events_follow(after, &mut emit).await?;
             }
+            Printed::default()
+        }
+        // A live view needs a terminal; JSON is one document, never a screen.
+        Operation::Top { once } if once || connection.json || !std::io::stdout().is_terminal() => {
+            session.top_once().await?
+        }
+        Operation::Top { .. } => {
+            session
+                .top_live(&mut |printed: Printed| print(&printed))
+                .await?;
             Printed::default()
         }
     };

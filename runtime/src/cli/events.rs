@@ -1,7 +1,8 @@
 //! `vigil events tail`: the tenant's event log, one line per event. Without `--follow` it pages
 //! through JSON until it reaches the head it saw first; with `--follow` it reads the live SSE
 //! stream and, when the stream drops, reconnects with `Last-Event-ID` so nothing is missed or
-//! repeated (invariant 11).
+//! repeated (invariant 11). The paging and the live feed hand over events as JSON, so that
+//! `vigil top` reads the same feed.
 
 use std::time::Duration;
 
@@ -30,6 +31,18 @@ const STREAM_SILENCE_MS: u64 = 2 * SSE_KEEPALIVE_MS + 5_000;
 /// Largest SSE frame accepted; a larger one means the stream is not Vigil's.
 const SSE_FRAME_BYTES_MAX: usize = 4 * 1024 * 1024;
 
+/// What the event feed hands its reader: `vigil events tail` prints it, `vigil top` folds it
+/// into its view.
+#[derive(Debug)]
+pub(super) enum FeedItem {
+    /// One event, as the server sent it.
+    Event(Value),
+    /// An SSE `data` that is not JSON, passed on as is.
+    Unparsed(String),
+    /// News about the stream itself (a drop, a retry), not an event.
+    Note(String),
+}
+
 impl Session {
     /// Pages through the events after `after` up to the head seen on the first page.
     /// Returns the seq to resume from.
@@ -37,6 +50,38 @@ impl Session {
         &self,
         after: u64,
         emit: &mut dyn FnMut(Printed),
+    ) -> Result<u64, CliError> {
+        self.event_pages(after, &mut |event| {
+            emit(Printed::out(self.event_text(&event)))
+        })
+        .await
+    }
+
+    /// Follows the live stream from `after` until the process is stopped (see `event_feed`).
+    pub async fn events_follow(
+        &self,
+        after: u64,
+        emit: &mut dyn FnMut(Printed),
+    ) -> Result<(), CliError> {
+        self.event_feed(after, &mut |item| {
+            emit(match item {
+                FeedItem::Event(event) => Printed::out(self.event_text(&event)),
+                FeedItem::Unparsed(data) => Printed::out(format!("{data}\n")),
+                FeedItem::Note(text) => Printed {
+                    stdout: String::new(),
+                    stderr: format!("note: {text}\n"),
+                },
+            })
+        })
+        .await
+    }
+
+    /// Hands over, in order, the events after `after` up to the head seen on the first page.
+    /// Returns the seq to resume from.
+    pub(super) async fn event_pages(
+        &self,
+        after: u64,
+        on_event: &mut dyn FnMut(Value),
     ) -> Result<u64, CliError> {
         let mut after = after;
         let mut target = None;
@@ -46,8 +91,8 @@ impl Session {
                 .await?;
             let head = page["head_seq"].as_u64().unwrap_or(0);
             let target = *target.get_or_insert(head);
-            for event in page["events"].as_array().into_iter().flatten() {
-                emit(Printed::out(self.event_text(event)));
+            if let Some(Value::Array(events)) = page.get("events") {
+                events.iter().cloned().for_each(&mut *on_event);
             }
             let next = page["next_after"].as_u64().unwrap_or(after);
             if next >= target || next <= after {
@@ -61,32 +106,33 @@ impl Session {
     /// Follows the live stream from `after` until the process is stopped, reconnecting with
     /// `Last-Event-ID` after a drop. Gives up after `EVENTS_RECONNECTS_MAX` failed attempts in a
     /// row; a refusal by the server (bad token, …) other than a 503 ends it at once.
-    pub async fn events_follow(
+    pub(super) async fn event_feed(
         &self,
         after: u64,
-        emit: &mut dyn FnMut(Printed),
+        on_item: &mut dyn FnMut(FeedItem),
     ) -> Result<(), CliError> {
         let mut last_seq = after;
         let mut failures = 0;
         let mut connected_once = false;
         loop {
-            match self.stream_once(last_seq, &mut last_seq, emit).await {
+            match self.stream_once(last_seq, &mut last_seq, on_item).await {
                 Ok(why) => {
                     connected_once = true;
                     failures = 0;
-                    emit(note(format!(
+                    on_item(FeedItem::Note(format!(
                         "stream dropped ({why}); reconnecting after seq {last_seq}"
                     )));
                 }
                 // 503 (recovering after a restart, too many streams) passes; other refusals do not.
                 Err(error @ CliError::Server { status, .. }) if status != 503 => return Err(error),
+                Err(error @ CliError::Unauthenticated { .. }) => return Err(error),
                 Err(error) if !connected_once => return Err(error),
                 Err(error) => {
                     failures += 1;
                     if failures >= EVENTS_RECONNECTS_MAX {
                         return Err(error);
                     }
-                    emit(note(format!(
+                    on_item(FeedItem::Note(format!(
                         "{error}; retrying ({failures}/{EVENTS_RECONNECTS_MAX})"
                     )));
                 }
@@ -95,13 +141,13 @@ impl Session {
         }
     }
 
-    /// One SSE connection: prints its events and moves `last_seq` along. Answers why the
+    /// One SSE connection: hands over its events and moves `last_seq` along. Answers why the
     /// connection ended (closed by the server, silent, broken) once it was open.
     async fn stream_once(
         &self,
         after: u64,
         last_seq: &mut u64,
-        emit: &mut dyn FnMut(Printed),
+        on_item: &mut dyn FnMut(FeedItem),
     ) -> Result<String, CliError> {
         let url = self.url.clone();
         let http = |e: hyper::Error| CliError::Http {
@@ -128,7 +174,10 @@ impl Session {
             .uri(format!("/v1/events?after={after}"))
             .header(header::HOST, self.addr.to_string())
             .header(header::ACCEPT, "text/event-stream")
-            .header(header::AUTHORIZATION, format!("Bearer {}", self.token));
+            .header(
+                header::AUTHORIZATION,
+                format!("Bearer {}", self.token.secret),
+            );
         if after > 0 {
             request = request.header("last-event-id", after.to_string());
         }
@@ -144,7 +193,7 @@ impl Session {
             let mut body = response.into_body();
             if status != 200 {
                 let bytes = body.collect().await.map_err(http)?.to_bytes();
-                answer_json(status, &bytes)?;
+                answer_json(status, &bytes).map_err(|e| self.refused(e))?;
                 return Err(CliError::UnexpectedAnswer {
                     status,
                     body: "an event stream was expected".into(),
@@ -168,7 +217,10 @@ impl Session {
                     let text = String::from_utf8_lossy(&block[..end]).into_owned();
                     match parse_frame(&text) {
                         SseFrame::Event { id, data } => {
-                            emit(Printed::out(self.event_data_text(&data)));
+                            on_item(match serde_json::from_str::<Value>(&data) {
+                                Ok(event) => FeedItem::Event(event),
+                                Err(_) => FeedItem::Unparsed(data),
+                            });
                             if let Some(id) = id {
                                 *last_seq = id;
                             }
@@ -187,28 +239,13 @@ impl Session {
         result
     }
 
-    /// An event (from a JSON page) as printed: one line, human or JSON.
+    /// An event as printed: one line, human or JSON.
     fn event_text(&self, event: &Value) -> String {
         if self.json() {
             format!("{event}\n")
         } else {
             format!("{}\n", event_line(event))
         }
-    }
-
-    /// An event (SSE `data`) as printed.
-    fn event_data_text(&self, data: &str) -> String {
-        match serde_json::from_str::<Value>(data) {
-            Ok(event) => self.event_text(&event),
-            Err(_) => format!("{data}\n"),
-        }
-    }
-}
-
-fn note(text: String) -> Printed {
-    Printed {
-        stdout: String::new(),
-        stderr: format!("note: {text}\n"),
     }
 }
 

@@ -77,6 +77,34 @@ pub fn span(ms: u64) -> String {
     }
 }
 
+/// A span in whole seconds, zero parts left out: `45s`, `4m10s`, `2m`, `1h05m`, `3d04h`. For
+/// views redrawn every second, where the tenths of [`span`] would flicker.
+pub fn span_seconds(ms: u64) -> String {
+    let seconds = ms / 1_000;
+    let (big, small, units) = match seconds {
+        0..=59 => return format!("{seconds}s"),
+        60..=3_599 => (seconds / 60, seconds % 60, ("m", "s")),
+        3_600..=86_399 => (seconds / 3_600, seconds % 3_600 / 60, ("h", "m")),
+        _ => (seconds / 86_400, seconds % 86_400 / 3_600, ("d", "h")),
+    };
+    if small == 0 {
+        format!("{big}{}", units.0)
+    } else {
+        format!("{big}{}{small:02}{}", units.0, units.1)
+    }
+}
+
+/// `at_ms` seen from `now_ms`: `in 4m10s`, `2m ago`, or `now` within a second either way.
+pub fn relative(at_ms: u64, now_ms: u64) -> String {
+    if at_ms.abs_diff(now_ms) < 1_000 {
+        "now".to_string()
+    } else if at_ms > now_ms {
+        format!("in {}", span_seconds(at_ms - now_ms))
+    } else {
+        format!("{} ago", span_seconds(now_ms - at_ms))
+    }
+}
+
 /// `value` as text for a table cell: strings bare, null as `-`.
 pub fn cell(value: &Value) -> String {
     match value {
@@ -154,6 +182,23 @@ mod tests {
         assert_eq!(span(1_250), "1.2s");
         assert_eq!(span(303_000), "5m03s");
         assert_eq!(span(8_100_000), "2h15m");
+    }
+
+    #[test]
+    fn whole_second_spans_and_relative_times() {
+        assert_eq!(span_seconds(999), "0s");
+        assert_eq!(span_seconds(45_900), "45s");
+        assert_eq!(span_seconds(120_000), "2m");
+        assert_eq!(span_seconds(250_000), "4m10s");
+        assert_eq!(span_seconds(3_600_000), "1h");
+        assert_eq!(span_seconds(3_900_000), "1h05m");
+        assert_eq!(span_seconds(273_600_000), "3d04h");
+        let now = 1_700_000_000_000;
+        assert_eq!(relative(now + 250_000, now), "in 4m10s");
+        assert_eq!(relative(now - 120_000, now), "2m ago");
+        assert_eq!(relative(now + 999, now), "now");
+        assert_eq!(relative(now - 999, now), "now");
+        assert_eq!(relative(now + 1_000, now), "in 1s");
     }
 
     #[test]

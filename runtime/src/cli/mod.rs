@@ -1,4 +1,4 @@
-//! The operator CLI (`vigil agent|runs|events …`): HTTP calls to a running node and the text
+//! The operator CLI (`vigil agent|runs|events|top …`): HTTP calls to a running node and the text
 //! they print. `main.rs` parses arguments and prints; everything it prints is built here.
 //!
 //! Every command answers with a [`Printed`] text or a [`CliError`] whose message says what to do
@@ -9,6 +9,7 @@ mod events;
 mod format;
 mod interval;
 mod runs;
+mod top;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,7 @@ pub use agents::{AgentCreate, SpecSource, Wake};
 pub use events::EVENTS_RECONNECTS_MAX;
 pub use interval::{format_interval, parse_interval};
 pub use runs::RunFilter;
+pub use top::{render_fleet, ActiveRun, AgentRow, FleetSnapshot, Liveness, LivenessStatus};
 
 /// Server address when neither `--server` nor `VIGIL_SERVER` is given.
 pub const SERVER_DEFAULT: &str = "http://127.0.0.1:7070";
@@ -51,6 +53,13 @@ pub enum CliError {
     UnexpectedAnswer { status: u16, body: String },
     #[error("no operator token: pass --token or set VIGIL_TOKEN, or point --data-dir (VIGIL_DATA_DIR) at the server's data directory, where `vigil serve` writes tenant default's token to {OPERATOR_TOKEN_FILE} on first start (looked for {})", tried.display())]
     NoToken { tried: PathBuf },
+    /// The server refused the token (401): says which one was sent and where it came from.
+    #[error("{url} refused the token from {token_from}: {message}; pass the operator token of that server with --token / VIGIL_TOKEN, or point --data-dir (VIGIL_DATA_DIR) at its data directory")]
+    Unauthenticated {
+        url: String,
+        token_from: TokenSource,
+        message: String,
+    },
     #[error("could not read the operator token from {}: {source}", path.display())]
     TokenFile {
         path: PathBuf,
@@ -104,15 +113,46 @@ impl Printed {
     }
 }
 
+/// Where the CLI found the token it sends, so that a refusal can say which one was wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenSource {
+    /// `--token` or `VIGIL_TOKEN` (clap merges the two).
+    Flag,
+    /// The operator-token file `vigil serve` wrote in its data directory.
+    File(PathBuf),
+}
+
+impl std::fmt::Display for TokenSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TokenSource::Flag => write!(f, "--token / VIGIL_TOKEN"),
+            TokenSource::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// A bearer token and where it came from.
+#[derive(Debug, Clone)]
+pub struct Token {
+    pub secret: String,
+    pub source: TokenSource,
+}
+
 /// The token to send: `token` if given (and not blank), else the one `vigil serve` wrote to
 /// `<data_dir>/operator-token`.
-pub fn resolve_token(token: Option<&str>, data_dir: &Path) -> Result<String, CliError> {
+pub fn resolve_token(token: Option<&str>, data_dir: &Path) -> Result<Token, CliError> {
     if let Some(token) = token.map(str::trim).filter(|t| !t.is_empty()) {
-        return Ok(token.to_string());
+        return Ok(Token {
+            secret: token.to_string(),
+            source: TokenSource::Flag,
+        });
     }
     let path = data_dir.join(OPERATOR_TOKEN_FILE);
     match std::fs::read_to_string(&path) {
-        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+        Ok(text) if !text.trim().is_empty() => Ok(Token {
+            secret: text.trim().to_string(),
+            source: TokenSource::File(path),
+        }),
         Ok(_) => Err(CliError::NoToken { tried: path }),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
             Err(CliError::NoToken { tried: path })
@@ -126,13 +166,13 @@ pub fn resolve_token(token: Option<&str>, data_dir: &Path) -> Result<String, Cli
 pub struct Session {
     url: String,
     addr: SocketAddr,
-    token: String,
+    token: Token,
     output: Output,
 }
 
 impl Session {
     /// `server` is `http://host:port` (a trailing `/` is fine; `https` is not served).
-    pub fn new(server: &str, token: String, output: Output) -> Result<Session, CliError> {
+    pub fn new(server: &str, token: Token, output: Output) -> Result<Session, CliError> {
         let (url, addr) = resolve_server(server)?;
         Ok(Session {
             url,
@@ -143,7 +183,7 @@ impl Session {
     }
 
     fn client(&self) -> ApiClient {
-        ApiClient::with_token(self.addr, self.token.clone())
+        ApiClient::with_token(self.addr, self.token.secret.clone())
     }
 
     fn json(&self) -> bool {
@@ -176,7 +216,23 @@ impl Session {
             .request(method, path, body)
             .await
             .map_err(|e| self.client_error(e))?;
-        answer_json(answer.status.as_u16(), &answer.body)
+        answer_json(answer.status.as_u16(), &answer.body).map_err(|e| self.refused(e))
+    }
+
+    /// A 401 names the token that was refused and where it came from; other errors pass.
+    fn refused(&self, error: CliError) -> CliError {
+        match error {
+            CliError::Server {
+                status: 401,
+                message,
+                ..
+            } => CliError::Unauthenticated {
+                url: self.url.clone(),
+                token_from: self.token.source.clone(),
+                message,
+            },
+            other => other,
+        }
     }
 
     fn client_error(&self, error: ClientError) -> CliError {
@@ -303,12 +359,21 @@ mod tests {
     fn tokens_come_from_the_flag_or_the_data_dir() {
         let dir = std::env::temp_dir().join(format!("vigil-cli-token-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        assert_eq!(resolve_token(Some(" t1 "), &dir).unwrap(), "t1");
+        let flag = resolve_token(Some(" t1 "), &dir).unwrap();
+        assert_eq!(
+            (flag.secret.as_str(), flag.source),
+            ("t1", TokenSource::Flag)
+        );
         let err = resolve_token(Some(""), &dir).unwrap_err();
         assert!(err.to_string().contains("operator-token"), "{err}");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(OPERATOR_TOKEN_FILE), "vgl_op_x\n").unwrap();
-        assert_eq!(resolve_token(None, &dir).unwrap(), "vgl_op_x");
+        let file = resolve_token(None, &dir).unwrap();
+        assert_eq!(file.secret, "vgl_op_x");
+        assert_eq!(
+            file.source,
+            TokenSource::File(dir.join(OPERATOR_TOKEN_FILE))
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
