@@ -416,6 +416,8 @@ mod breaker_tests {
 
     #[test]
     fn an_idle_fire_before_its_due_time_is_caught() {
+        use vigil::engine::agent::{AgentId, AgentSpec};
+        use vigil::engine::tenant::TokenHash;
         let mut spec = AgentSpec::with_interval("a", None);
         spec.heartbeat.idle_after_ms = Some(1_000);
         let create = event(
