@@ -14,6 +14,7 @@
 
 pub mod plan;
 pub mod stream;
+pub mod swarm;
 
 pub use plan::{
     plan, Fault, FaultKind, FaultRate, Injection, StorageError, StorageFilter, StorageOps,

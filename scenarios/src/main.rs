@@ -24,8 +24,8 @@ mod cli {
 
     use clap::{Parser, Subcommand};
     use vigil_scenarios::run::{
-        find, parse_regressions, regression_lines, replay_command, run_seed, run_seed_twice, sweep,
-        Outcome, Scenario, SweepOptions, SweepSummary, SCENARIOS,
+        find, parse_regressions, regression_lines, replay_command, run_seed_in, run_seed_twice_in,
+        sweep_in, Mode, Outcome, Scenario, SweepOptions, SweepSummary, SCENARIOS,
     };
 
     /// Width of the sweep's progress bar, in characters.
@@ -56,9 +56,19 @@ mod cli {
             /// Print the whole trace (one JSON record per line) before the verdict.
             #[arg(long)]
             trace: bool,
+            /// Swarm mode: the seed chooses a random subset of faults and rates instead of the
+            /// scenario's designed mix (printed in the trace's first record).
+            #[arg(long)]
+            swarm: bool,
         },
-        /// Re-run a seed with its whole trace printed: `vigil-sim replay SEED SCENARIO`.
-        Replay { seed: u64, scenario: String },
+        /// Re-run a seed with its whole trace printed: `vigil-sim replay SEED SCENARIO [--swarm]`.
+        Replay {
+            seed: u64,
+            scenario: String,
+            /// Replay a swarm run.
+            #[arg(long)]
+            swarm: bool,
+        },
         /// Run many seeds on all cores; list the failing ones. `--scenario all` sweeps every
         /// scenario and ends with a table.
         Sweep {
@@ -79,6 +89,9 @@ mod cli {
             /// Append each failing `<scenario> <seed>` to this file (for `vigil-sim regress`).
             #[arg(long)]
             failures_file: Option<std::path::PathBuf>,
+            /// Swarm mode: each seed chooses a random subset of faults and rates.
+            #[arg(long)]
+            swarm: bool,
         },
         /// Re-run every `<scenario> <seed>` listed in a regression file.
         Regress { file: std::path::PathBuf },
@@ -93,19 +106,28 @@ mod cli {
                 seed,
                 check_determinism,
                 trace,
+                swarm,
             } => {
                 let Some(scenario) = scenario_named(&scenario) else {
                     return ExitCode::from(2);
                 };
                 let seed = seed.unwrap_or_else(random_seed);
-                println!("running scenario={} seed={seed}", scenario.name);
-                run_one(scenario, seed, check_determinism, trace)
+                println!(
+                    "running scenario={} seed={seed}{}",
+                    scenario.name,
+                    mode(swarm).flag()
+                );
+                run_one(scenario, seed, mode(swarm), check_determinism, trace)
             }
-            Command::Replay { seed, scenario } => {
+            Command::Replay {
+                seed,
+                scenario,
+                swarm,
+            } => {
                 let Some(scenario) = scenario_named(&scenario) else {
                     return ExitCode::from(2);
                 };
-                run_one(scenario, seed, false, true)
+                run_one(scenario, seed, mode(swarm), false, true)
             }
             Command::Sweep {
                 scenario,
@@ -114,6 +136,7 @@ mod cli {
                 jobs,
                 check_determinism,
                 failures_file,
+                swarm,
             } => {
                 let scenarios: Vec<&'static Scenario> = if scenario == "all" {
                     SCENARIOS.iter().collect()
@@ -133,7 +156,7 @@ mod cli {
                 };
                 let summaries: Vec<SweepSummary> = scenarios
                     .into_iter()
-                    .map(|scenario| run_sweep(scenario, options))
+                    .map(|scenario| run_sweep(scenario, options, mode(swarm)))
                     .collect();
                 if summaries.len() > 1 {
                     print_table(&summaries);
@@ -169,6 +192,14 @@ mod cli {
         }
     }
 
+    fn mode(swarm: bool) -> Mode {
+        if swarm {
+            Mode::Swarm
+        } else {
+            Mode::Designed
+        }
+    }
+
     fn scenario_named(name: &str) -> Option<&'static Scenario> {
         let found = find(name);
         if found.is_none() {
@@ -193,14 +224,18 @@ mod cli {
     fn run_one(
         scenario: &'static Scenario,
         seed: u64,
+        mode: Mode,
         check_determinism: bool,
         trace: bool,
     ) -> ExitCode {
         let outcome = if check_determinism {
-            run_seed_twice(scenario, seed)
+            run_seed_twice_in(scenario, seed, mode)
         } else {
-            run_seed(scenario, seed)
+            run_seed_in(scenario, seed, mode)
         };
+        if let Some(swarm) = outcome.swarm_choice() {
+            println!("swarm: {swarm}");
+        }
         if trace {
             for record in &outcome.records {
                 println!("{}", record.line());
@@ -239,7 +274,7 @@ mod cli {
         };
         let mut failed = 0;
         for regression in &regressions {
-            let outcome = run_seed(regression.scenario, regression.seed);
+            let outcome = run_seed_in(regression.scenario, regression.seed, regression.mode);
             if let Some(report) = outcome.failure_report() {
                 print!("{report}");
                 failed += 1;
@@ -279,7 +314,7 @@ mod cli {
         }
     }
 
-    fn run_sweep(scenario: &'static Scenario, options: SweepOptions) -> SweepSummary {
+    fn run_sweep(scenario: &'static Scenario, options: SweepOptions, mode: Mode) -> SweepSummary {
         let interactive = std::io::stderr().is_terminal();
         let started = vigil_scenarios::wall_clock::Stopwatch::start();
         let progress = |done: u64, failed: u64, outcome: &Outcome| {
@@ -297,9 +332,12 @@ mod cli {
             );
             if !outcome.passed() {
                 eprintln!(
-                    "\nseed {} FAILED: {}",
+                    "\nseed {} FAILED: {}{}",
                     outcome.seed,
-                    outcome.violation.as_ref().map_or("", |(_, v)| v.invariant)
+                    outcome.violation.as_ref().map_or("", |(_, v)| v.invariant),
+                    outcome
+                        .swarm_choice()
+                        .map_or(String::new(), |swarm| format!(" (swarm {swarm})"))
                 );
             }
             let step = (options.seeds / 10).max(1);
@@ -310,7 +348,7 @@ mod cli {
                 eprintln!("{line}");
             }
         };
-        let summary = sweep(scenario, options, &progress);
+        let summary = sweep_in(scenario, options, mode, &progress);
         if interactive {
             eprintln!();
         }
@@ -320,11 +358,14 @@ mod cli {
                 .as_ref()
                 .expect("failed outcomes have a violation");
             println!(
-                "FAILED seed={} invariant={} t={}s replay: {}",
+                "FAILED seed={} invariant={} t={}s{} replay: {}",
                 outcome.seed,
                 violation.invariant,
                 t_ms / 1_000,
-                replay_command(outcome.seed, scenario.name)
+                outcome
+                    .swarm_choice()
+                    .map_or(String::new(), |swarm| format!(" swarm={swarm}")),
+                replay_command(outcome.seed, scenario.name, mode)
             );
         }
         println!("{}", summary.result_line());

@@ -67,8 +67,11 @@ pub struct Setup {
 pub async fn run(setup: Setup, recorder: Recorder) {
     let Setup { seed, .. } = setup;
     let mut rng = stream(seed, "skew");
+    // Swarm mode: the seed's own choice of faults instead of the scenario's designed mix.
+    let swarm = recorder.swarm().then(|| vigil_faults::swarm::choose(seed));
+    let rates = swarm.clone().unwrap_or_else(|| setup.rates.clone());
     let (windows, injections): (Vec<Injection>, Vec<Injection>) =
-        plan(seed, setup.safety_ms, &setup.rates)
+        plan(seed, setup.safety_ms, &rates)
             .into_iter()
             .partition(|i| i.fault.duration_ms() > 0);
     let skew_ms = rng.gen_range(-setup.skew_ms_max..=setup.skew_ms_max);
@@ -77,20 +80,23 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     // scenario without them reads as it always has.
     let window_counts: String = WINDOW_KINDS
         .iter()
-        .filter(|kind| setup.rates.iter().any(|r| r.kind.name() == **kind))
+        .filter(|kind| rates.iter().any(|r| r.kind.name() == **kind))
         .map(|kind| {
             let n = windows.iter().filter(|i| i.fault.kind() == *kind).count();
             format!(" {kind}={n}")
         })
         .collect();
     let lying_fsync = lying_fsync_from_env();
+    let swarm_words = swarm.map_or(String::new(), |rates| {
+        format!(" swarm={}", vigil_faults::swarm::describe(&rates))
+    });
     recorder.record(
         "sim",
         TraceEvent::RunStarted {
             seed,
             scenario: setup.scenario.into(),
             plan: format!(
-                "skew_ms={skew_ms} crashes={} power_cuts={} clock_jumps={}{window_counts} lying_fsync={lying_fsync} {}",
+                "skew_ms={skew_ms} crashes={} power_cuts={} clock_jumps={}{window_counts} lying_fsync={lying_fsync} {}{swarm_words}",
                 count("crash"),
                 count("power_cut"),
                 count("clock_jump"),

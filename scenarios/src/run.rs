@@ -9,7 +9,7 @@ use std::time::Duration;
 use vigil_world::check::Violation;
 use vigil_world::harness::simulate;
 use vigil_world::recorder::Recorder;
-use vigil_world::trace::{trace_hash, TraceRecord};
+use vigil_world::trace::{trace_hash, TraceEvent, TraceRecord};
 
 use crate::wall_clock::Stopwatch;
 
@@ -85,11 +85,33 @@ pub fn find(name: &str) -> Option<&'static Scenario> {
     SCENARIOS.iter().find(|s| s.name == name)
 }
 
+/// How a run chooses its faults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The scenario's own designed mix of faults.
+    #[default]
+    Designed,
+    /// A random subset of the fault catalogue at random rates, chosen by the seed
+    /// (faults/src/swarm.rs).
+    Swarm,
+}
+
+impl Mode {
+    /// The words a command line adds for this mode (empty for the designed mix).
+    pub fn flag(self) -> &'static str {
+        match self {
+            Mode::Designed => "",
+            Mode::Swarm => " --swarm",
+        }
+    }
+}
+
 /// The result of one seed.
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub scenario: &'static str,
     pub seed: u64,
+    pub mode: Mode,
     pub records: Vec<TraceRecord>,
     pub violation: Option<(u64, Violation)>,
     pub trace_hash: String,
@@ -106,9 +128,13 @@ impl Outcome {
     /// The one-line summary every run ends with.
     pub fn result_line(&self) -> String {
         format!(
-            "seed={} scenario={} verdict={} trace_hash={} events={} virtual_s={} wall_ms={}",
+            "seed={} scenario={}{} verdict={} trace_hash={} events={} virtual_s={} wall_ms={}",
             self.seed,
             self.scenario,
+            match self.mode {
+                Mode::Designed => "",
+                Mode::Swarm => " mode=swarm",
+            },
             if self.passed() { "pass" } else { "fail" },
             self.trace_hash,
             self.records.len(),
@@ -131,39 +157,63 @@ impl Outcome {
             report.push('\n');
         }
         report.push_str(&format!(
-            "--- FAILED: invariant `{}` violated at virtual t={}.{:03}s ---\n{}\nseed: {}\nreplay: {}\n",
+            "--- FAILED: invariant `{}` violated at virtual t={}.{:03}s ---\n{}\nseed: {}\n",
             violation.invariant,
             t_ms / 1_000,
             t_ms % 1_000,
             violation.detail,
             self.seed,
-            replay_command(self.seed, self.scenario)
+        ));
+        if let Some(swarm) = self.swarm_choice() {
+            report.push_str(&format!("swarm: {swarm}\n"));
+        }
+        report.push_str(&format!(
+            "replay: {}\n",
+            replay_command(self.seed, self.scenario, self.mode)
         ));
         Some(report)
+    }
+
+    /// The swarm choice the run recorded in its first trace record, if it was a swarm run.
+    pub fn swarm_choice(&self) -> Option<&str> {
+        let TraceEvent::RunStarted { plan, .. } = &self.records.first()?.event else {
+            return None;
+        };
+        plan.split_whitespace()
+            .find_map(|word| word.strip_prefix("swarm="))
     }
 }
 
 /// The one command that reproduces `seed` of `scenario` as this process ran it (including the
 /// lying-fsync switch, which changes the world).
-pub fn replay_command(seed: u64, scenario: &str) -> String {
+pub fn replay_command(seed: u64, scenario: &str, mode: Mode) -> String {
     let lying = if vigil_world::disk::lying_fsync_from_env() {
         format!("{}=1 ", vigil_world::disk::LYING_FSYNC_ENV)
     } else {
         String::new()
     };
-    format!("{lying}cargo xtask replay {seed} {scenario}")
+    format!("{lying}cargo xtask replay {seed} {scenario}{}", mode.flag())
 }
 
-/// Runs `scenario` once for `seed`.
+/// Runs `scenario` once for `seed` with its designed faults.
 pub fn run_seed(scenario: &'static Scenario, seed: u64) -> Outcome {
+    run_seed_in(scenario, seed, Mode::Designed)
+}
+
+/// Runs `scenario` once for `seed`, its faults chosen as `mode` says.
+pub fn run_seed_in(scenario: &'static Scenario, seed: u64, mode: Mode) -> Outcome {
     let stopwatch = Stopwatch::start();
     // Generous: a run that needs more virtual time than twice its length is stuck.
     let time_limit = Duration::from_millis(scenario.virtual_ms * 2);
     let body = scenario.body;
-    let result = simulate(seed, time_limit, move |recorder| body(seed, recorder));
+    let result = simulate(seed, time_limit, move |recorder| {
+        recorder.set_swarm(mode == Mode::Swarm);
+        body(seed, recorder)
+    });
     Outcome {
         scenario: scenario.name,
         seed,
+        mode,
         trace_hash: trace_hash(&result.records),
         records: result.records,
         violation: result.violation,
@@ -174,9 +224,14 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64) -> Outcome {
 
 /// Runs `seed` twice and fails the outcome unless the two whole traces are identical.
 pub fn run_seed_twice(scenario: &'static Scenario, seed: u64) -> Outcome {
+    run_seed_twice_in(scenario, seed, Mode::Designed)
+}
+
+/// Like [`run_seed_twice`], its faults chosen as `mode` says.
+pub fn run_seed_twice_in(scenario: &'static Scenario, seed: u64, mode: Mode) -> Outcome {
     let stopwatch = Stopwatch::start();
-    let first = run_seed(scenario, seed);
-    let mut second = run_seed(scenario, seed);
+    let first = run_seed_in(scenario, seed, mode);
+    let mut second = run_seed_in(scenario, seed, mode);
     second.wall_ms = stopwatch.elapsed_ms();
     if second.violation.is_none() {
         if let Some(detail) = first_difference(&first.records, &second.records) {
@@ -218,6 +273,7 @@ pub fn first_difference(a: &[TraceRecord], b: &[TraceRecord]) -> Option<String> 
 #[derive(Debug, Clone)]
 pub struct SweepSummary {
     pub scenario: &'static str,
+    pub mode: Mode,
     pub seeds: u64,
     pub failed: Vec<Outcome>,
     pub wall_ms: u64,
@@ -228,8 +284,12 @@ impl SweepSummary {
     /// The line every sweep ends with.
     pub fn result_line(&self) -> String {
         format!(
-            "sweep scenario={} seeds={} passed={} failed={} wall_ms={}",
+            "sweep scenario={}{} seeds={} passed={} failed={} wall_ms={}",
             self.scenario,
+            match self.mode {
+                Mode::Designed => "",
+                Mode::Swarm => " mode=swarm",
+            },
             self.seeds,
             self.seeds - self.failed.len() as u64,
             self.failed.len(),
@@ -254,6 +314,16 @@ pub fn sweep(
     options: SweepOptions,
     progress: &(dyn Fn(u64, u64, &Outcome) + Sync),
 ) -> SweepSummary {
+    sweep_in(scenario, options, Mode::Designed, progress)
+}
+
+/// Like [`sweep`], every seed's faults chosen as `mode` says.
+pub fn sweep_in(
+    scenario: &'static Scenario,
+    options: SweepOptions,
+    mode: Mode,
+    progress: &(dyn Fn(u64, u64, &Outcome) + Sync),
+) -> SweepSummary {
     let stopwatch = Stopwatch::start();
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
@@ -270,9 +340,9 @@ pub fn sweep(
                 }
                 let seed = options.start + index;
                 let outcome = if options.check_determinism {
-                    run_seed_twice(scenario, seed)
+                    run_seed_twice_in(scenario, seed, mode)
                 } else {
-                    run_seed(scenario, seed)
+                    run_seed_in(scenario, seed, mode)
                 };
                 virtual_ms_total.fetch_add(outcome.virtual_ms, Ordering::SeqCst);
                 let failed_count = {
@@ -291,6 +361,7 @@ pub fn sweep(
     failed.sort_by_key(|o| o.seed);
     SweepSummary {
         scenario: scenario.name,
+        mode,
         seeds: options.seeds,
         failed,
         wall_ms: stopwatch.elapsed_ms(),
@@ -303,6 +374,7 @@ pub fn sweep(
 pub struct Regression {
     pub scenario: &'static Scenario,
     pub seed: u64,
+    pub mode: Mode,
 }
 
 impl std::fmt::Debug for Scenario {
@@ -319,8 +391,8 @@ impl PartialEq for Scenario {
 
 impl Eq for Scenario {}
 
-/// Parses a regression file: one `<scenario> <seed>` per line; `#` starts a comment. Errors
-/// name the line.
+/// Parses a regression file: one `<scenario> <seed>` per line, `<scenario> <seed> swarm` for a
+/// swarm run; `#` starts a comment. Errors name the line.
 pub fn parse_regressions(text: &str) -> Result<Vec<Regression>, String> {
     let mut regressions = Vec::new();
     for (index, raw) in text.lines().enumerate() {
@@ -330,17 +402,32 @@ pub fn parse_regressions(text: &str) -> Result<Vec<Regression>, String> {
         }
         let number = index + 1;
         let mut words = line.split_whitespace();
-        let (Some(name), Some(seed), None) = (words.next(), words.next(), words.next()) else {
+        let (Some(name), Some(seed), mode, None) =
+            (words.next(), words.next(), words.next(), words.next())
+        else {
             return Err(format!(
-                "line {number}: expected `<scenario> <seed>`, got {raw:?}"
+                "line {number}: expected `<scenario> <seed>` or `<scenario> <seed> swarm`, got {raw:?}"
             ));
+        };
+        let mode = match mode {
+            None => Mode::Designed,
+            Some("swarm") => Mode::Swarm,
+            Some(other) => {
+                return Err(format!(
+                    "line {number}: the third word may only be `swarm`, got {other:?}"
+                ))
+            }
         };
         let scenario =
             find(name).ok_or_else(|| format!("line {number}: unknown scenario {name:?}"))?;
         let seed = seed
             .parse()
             .map_err(|_| format!("line {number}: seed must be a number, got {seed:?}"))?;
-        regressions.push(Regression { scenario, seed });
+        regressions.push(Regression {
+            scenario,
+            seed,
+            mode,
+        });
     }
     Ok(regressions)
 }
@@ -352,7 +439,11 @@ pub fn regression_lines(summary: &SweepSummary) -> String {
         .iter()
         .map(|o| {
             let invariant = o.violation.as_ref().map_or("", |(_, v)| v.invariant);
-            format!("{} {}  # {invariant}\n", o.scenario, o.seed)
+            let swarm = match o.mode {
+                Mode::Designed => "",
+                Mode::Swarm => " swarm",
+            };
+            format!("{} {}{swarm}  # {invariant}\n", o.scenario, o.seed)
         })
         .collect()
 }

@@ -12,6 +12,8 @@ struct Inner {
     records: Vec<TraceRecord>,
     checker: Checker,
     violation: Option<(u64, Violation)>,
+    /// The run replaces its scenario's designed faults by a swarm choice (faults/src/swarm.rs).
+    swarm: bool,
 }
 
 /// Shared by every node and the harness of one run. Cheap to clone.
@@ -29,6 +31,7 @@ impl Recorder {
                 records: Vec::new(),
                 checker: Checker::new(),
                 violation: None,
+                swarm: false,
             })),
             elapsed,
         }
@@ -40,6 +43,16 @@ impl Recorder {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes this run a swarm run (set before the scenario starts).
+    pub fn set_swarm(&self, swarm: bool) {
+        self.inner().swarm = swarm;
+    }
+
+    /// Whether this run uses a swarm choice of faults instead of its scenario's own.
+    pub fn swarm(&self) -> bool {
+        self.inner().swarm
     }
 
     /// Records in the trace so far.

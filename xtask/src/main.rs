@@ -5,7 +5,7 @@
 //!   cargo xtask test                     every test: workspace tests, then the simulation suite
 //!   cargo xtask sim <vigil-sim args>     build the simulator (--cfg madsim, target/sim) and run it
 //!   cargo xtask sweep <scenario> <seeds> sweep seeds 0..seeds of a scenario on all cores
-//!   cargo xtask replay <seed> <scenario> re-run one seed with its whole trace
+//!   cargo xtask replay <seed> <scenario> [--swarm]  re-run one seed with its whole trace
 //!   cargo xtask bench-smoke [runs] [seed] median wall time of one smoke seed run `runs` times
 
 use std::env;
@@ -55,7 +55,9 @@ fn main() {
                 eprintln!("usage: cargo xtask replay <seed> <scenario>");
                 exit(2);
             };
-            sim(&strings(&["replay", seed, scenario]));
+            let mut args = strings(&["replay", seed, scenario]);
+            args.extend(rest.iter().skip(2).cloned());
+            sim(&args);
         }
         "bench-smoke" => {
             let runs = rest
