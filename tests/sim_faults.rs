@@ -3,7 +3,10 @@
 //! workload's requests in its window fail until it heals; a delay makes acknowledgements
 //! arrive later; packet loss makes some of them arrive later; a storage I/O error or a full
 //! disk makes the node stop itself, restart and recover everything acknowledged; the storage
-//! operation filter decides which operation fails.
+//! operation filter decides which operation fails. And the faults of issue 2: a clock skew
+//! really moves what the node's wall clock reads, a clock jump moves it from its instant on
+//! (both directions), a crash loses the node's memory (requests wait for the restart, recovery
+//! rebuilds from disk), a power cut after a write drops unsynced writes and exercises recovery.
 #![cfg(madsim)]
 
 use std::collections::BTreeMap;
@@ -91,6 +94,11 @@ fn key(at_ms: u64) -> String {
 
 /// Runs the shared two-phase runner for `seed` with `rates`.
 fn run(seed: u64, rates: Vec<FaultRate>) -> RunResult {
+    run_skewed(seed, rates, 0)
+}
+
+/// Like [`run`], with the node's wall clock offset by up to `skew_ms_max` either way.
+fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
     let setup = Setup {
         scenario: "sim_faults",
         seed,
@@ -98,7 +106,7 @@ fn run(seed: u64, rates: Vec<FaultRate>) -> RunResult {
         quiet_ms: QUIET_MS,
         rates,
         downtime_ms_max: MINUTE_MS,
-        skew_ms_max: 0,
+        skew_ms_max,
         power_cut_wait_ms: MINUTE_MS,
         steps: steps(),
         probe_every_ms: 5 * MINUTE_MS,
@@ -343,4 +351,151 @@ fn the_operation_filter_decides_which_operation_fails() {
             "{causes:?}"
         );
     }
+}
+
+/// (virtual ms, the node's wall clock) of every probe the workload made.
+fn probes(result: &RunResult) -> Vec<(u64, i64)> {
+    result
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Probe { now_ms, .. } => Some((r.t_ms, *now_ms as i64)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// How far the node's wall clock stood from the no-fault run's at each probe of `with`: the
+/// probe's wall reading minus its virtual instant, against the same in the run without (where
+/// it is one constant: the simulated epoch). Probes of the two runs need not fall on the same
+/// instant.
+fn wall_offsets(without: &RunResult, with: &RunResult) -> Vec<(u64, i64)> {
+    let base = probes(without)
+        .first()
+        .map(|(t, now)| now - *t as i64)
+        .expect("the run without probed the node");
+    probes(with)
+        .into_iter()
+        .map(|(t, now)| (t, now - t as i64 - base))
+        .collect()
+}
+
+#[test]
+fn clock_skew_moves_what_the_nodes_wall_clock_reads() {
+    for seed in 0..4 {
+        let (without, with) = (run(seed, Vec::new()), run_skewed(seed, Vec::new(), 5_000));
+        let TraceEvent::RunStarted { plan, .. } = &with.records[0].event else {
+            panic!("the first record starts the run");
+        };
+        let skew_ms: i64 = plan
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("skew_ms="))
+            .and_then(|v| v.parse().ok())
+            .expect("the plan records the skew");
+        let offsets = wall_offsets(&without, &with);
+        assert!(offsets.len() >= 3, "seed {seed}: {offsets:?}");
+        // Probes at the same virtual instant read a wall clock `skew_ms` apart (the answer's
+        // trip over the network may differ by a few ms).
+        for (t, offset) in &offsets {
+            assert!(
+                (offset - skew_ms).abs() <= 50,
+                "seed {seed} at {t} ms: wall clock {offset} ms off, skew {skew_ms} ms"
+            );
+        }
+        if skew_ms.abs() > 100 {
+            assert!(offsets.iter().all(|(_, o)| o.abs() > 50));
+        }
+    }
+}
+
+#[test]
+fn a_clock_jump_moves_the_wall_clock_from_its_instant_on() {
+    let rates = once(FaultKind::ClockJump);
+    // A jump large enough to tell apart from network noise, and both directions.
+    for direction in [1_i64, -1] {
+        let (seed, injection) = seed_where(
+            &rates,
+            |f| matches!(f, Fault::ClockJump { delta_ms } if delta_ms.signum() == direction && delta_ms.abs() >= 1_000),
+        );
+        let Fault::ClockJump { delta_ms } = injection.fault else {
+            unreachable!()
+        };
+        let (without, with) = without_and_with(seed, rates.clone());
+        let offsets = wall_offsets(&without, &with);
+        let (before, after): (Vec<_>, Vec<_>) =
+            offsets.iter().partition(|(t, _)| *t < injection.at_ms);
+        assert!(!before.is_empty() && !after.is_empty(), "{offsets:?}");
+        assert!(before.iter().all(|(_, o)| o.abs() <= 50), "{before:?}");
+        for (t, offset) in after {
+            assert!(
+                (offset - delta_ms).abs() <= 50,
+                "seed {seed} at {t} ms: wall clock {offset} ms off after a jump of {delta_ms} ms"
+            );
+        }
+    }
+}
+
+/// Whether `result` shows a crash (or, with `during_write`, a power cut mid-commit), a restart
+/// and a recovery holding every event committed before the crash.
+fn crashed_and_recovered(result: &RunResult, during_write: bool) -> bool {
+    let Some(at) = result.records.iter().position(
+        |r| matches!(r.event, TraceEvent::Crashed { during_write: d, .. } if d == during_write),
+    ) else {
+        return false;
+    };
+    let committed_before = result.records[..at]
+        .iter()
+        .filter(|r| matches!(r.event, TraceEvent::Committed { .. }))
+        .count() as u64;
+    result.records[at..].iter().any(|r| {
+        matches!(r.event, TraceEvent::Recovered { head_seq, .. } if head_seq >= committed_before)
+    })
+}
+
+#[test]
+fn a_crash_loses_the_nodes_memory_and_recovery_rebuilds_it_from_disk() {
+    let rates = once(FaultKind::Crash);
+    let (seed, injection) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::Crash { downtime_ms } if *downtime_ms >= 3 * WAKE_EVERY_MS),
+    );
+    let (without, with) = without_and_with(seed, rates);
+    assert!(!crashed_and_recovered(&without, false));
+    assert!(crashed_and_recovered(&with, false));
+    // Requests made while the node was down are answered only after the restart.
+    let Fault::Crash { downtime_ms } = injection.fault else {
+        unreachable!()
+    };
+    let (calm, struck) = (ack_delays(&without), ack_delays(&with));
+    // The runner restarts a crashed node after at most its `downtime_ms_max` (a minute).
+    let down_until_ms = injection.at_ms + downtime_ms.min(MINUTE_MS);
+    let during: Vec<u64> = steps_within(injection.at_ms, down_until_ms).collect();
+    assert!(!during.is_empty());
+    for step in during {
+        assert!(
+            struck[&step] > calm[&step],
+            "step {step}: {} vs {}",
+            struck[&step],
+            calm[&step]
+        );
+    }
+}
+
+#[test]
+fn a_power_cut_after_a_write_drops_unsynced_writes_and_exercises_recovery() {
+    let rates = once(FaultKind::PowerCut);
+    let (seed, _) = seed_where(&rates, |f| matches!(f, Fault::PowerCut { .. }));
+    let (without, with) = without_and_with(seed, rates);
+    assert!(!crashed_and_recovered(&without, true));
+    assert!(crashed_and_recovered(&with, true));
+    // The cut struck inside a storage operation with writes not yet synced.
+    let pending = with.records.iter().find_map(|r| match r.event {
+        TraceEvent::Crashed {
+            during_write: true,
+            pending_ops,
+            ..
+        } => Some(pending_ops),
+        _ => None,
+    });
+    assert!(pending.is_some_and(|p| p > 0), "{pending:?}");
 }

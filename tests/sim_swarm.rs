@@ -63,10 +63,9 @@ fn the_swarm_choice_is_recorded_and_changes_the_faults_that_strike() {
         records
             .iter()
             .filter_map(|r| match &r.event {
-                TraceEvent::Fault { description } => description
-                    .split_whitespace()
-                    .next()
-                    .map(str::to_string),
+                TraceEvent::Fault { description } => {
+                    description.split_whitespace().next().map(str::to_string)
+                }
                 _ => None,
             })
             .collect()
@@ -79,14 +78,19 @@ fn the_swarm_choice_is_recorded_and_changes_the_faults_that_strike() {
         let swarmed = run_seed_in(scenario, seed, Mode::Swarm);
         assert!(designed.passed() && swarmed.passed());
         assert_eq!(designed.swarm_choice(), None);
-        let choice = swarmed.swarm_choice().expect("a swarm run records its choice");
+        let choice = swarmed
+            .swarm_choice()
+            .expect("a swarm run records its choice");
         assert_eq!(choice, swarm::describe(&swarm::choose(seed)));
         choices.insert(choice.to_string());
         designed_kinds.extend(fault_kinds(&designed.records));
         swarm_kinds.extend(fault_kinds(&swarmed.records));
         assert!(swarmed.result_line().contains(" mode=swarm "));
     }
-    assert!(choices.len() >= 10, "seeds choose different swarms: {choices:?}");
+    assert!(
+        choices.len() >= 10,
+        "seeds choose different swarms: {choices:?}"
+    );
     // crash_mid_run's designed mix is crashes only; its swarms bring faults it never has.
     let new_kinds: Vec<_> = swarm_kinds.difference(&designed_kinds).collect();
     assert!(
@@ -152,7 +156,12 @@ fn swarm_failures_report_their_choice_and_replay_and_regress_as_swarm_runs() {
     assert!(
         replayed.contains(&format!("\nswarm: {expected}\n")),
         "{}",
-        replayed.lines().rev().take(5).collect::<Vec<_>>().join("\n")
+        replayed
+            .lines()
+            .rev()
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
     // `regress` re-runs them as swarm runs: they fail again, and pass on an honest disk.
     let again = vigil_sim(&["regress", path], &lying);
