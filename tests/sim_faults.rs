@@ -9,10 +9,10 @@
 //! rebuilds from disk), a power cut after a write drops unsynced writes and exercises recovery.
 #![cfg(madsim)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use vigil_faults::plan::{FaultKind, PERMILLE};
+use vigil_faults::plan::{FaultKind, ALIGNED_AGENTS_MIN, PERMILLE};
 use vigil_faults::{plan, Fault, FaultRate, Injection, StorageFilter, StorageOps};
 use vigil_scenarios::phases::{self, Setup};
 use vigil_world::harness::{simulate, RunResult};
@@ -498,4 +498,125 @@ fn a_power_cut_after_a_write_drops_unsynced_writes_and_exercises_recovery() {
         _ => None,
     });
     assert!(pending.is_some_and(|p| p > 0), "{pending:?}");
+}
+
+/// The committed events of a run.
+fn committed(result: &RunResult) -> Vec<&vigil::engine::event::EventKind> {
+    result
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Committed { event } => Some(&event.kind),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_wakeup_burst_sends_its_wakes_at_once_and_each_is_recorded() {
+    use vigil::engine::event::EventKind;
+    let rates = once(FaultKind::WakeupBurst);
+    let (seed, injection) = seed_where(&rates, |f| matches!(f, Fault::WakeupBurst { .. }));
+    let Fault::WakeupBurst { wakes, .. } = injection.fault else {
+        unreachable!()
+    };
+    let storm_wakes = |result: &RunResult| {
+        committed(result)
+            .into_iter()
+            .filter(|k| match k {
+                EventKind::WakeupQueued { reason, .. }
+                | EventKind::WakeupCoalesced { reason, .. }
+                | EventKind::WakeupRefused { reason, .. } => reason.starts_with("storm wake"),
+                _ => false,
+            })
+            .count()
+    };
+    let (without, with) = without_and_with(seed, rates);
+    assert_eq!(storm_wakes(&without), 0);
+    assert!(
+        storm_wakes(&with) >= wakes as usize,
+        "{} of {wakes} storm wakes recorded",
+        storm_wakes(&with)
+    );
+}
+
+#[test]
+fn aligned_timers_register_a_fleet_at_once_whose_timers_the_jitter_spreads() {
+    use vigil::engine::event::EventKind;
+    let rates = once(FaultKind::AlignedTimers);
+    let (seed, injection) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::AlignedTimers { agents, interval_ms } if *agents >= 10 && *interval_ms <= 10 * MINUTE_MS),
+    );
+    let Fault::AlignedTimers { agents, .. } = injection.fault else {
+        unreachable!()
+    };
+    let (without, with) = without_and_with(seed, rates);
+    let first_slots = |result: &RunResult| -> BTreeSet<u64> {
+        committed(result)
+            .into_iter()
+            .filter_map(|k| match k {
+                EventKind::AgentCreated {
+                    name,
+                    first_fire_at_ms: Some(first),
+                    ..
+                } if name.starts_with("aligned-") => Some(*first),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(first_slots(&without).is_empty());
+    let slots = first_slots(&with);
+    // Registered within moments of each other, yet their first slots spread.
+    assert!(
+        slots.len() as u32 > agents / 2,
+        "{} distinct first slots for {agents} agents",
+        slots.len()
+    );
+    let fired = committed(&with)
+        .into_iter()
+        .filter(|k| matches!(k, EventKind::TimerFired { .. }))
+        .count();
+    assert!(fired >= agents as usize, "{fired} timer fires");
+}
+
+#[test]
+fn a_catch_up_leap_makes_the_whole_fleet_fire_once_for_everything_it_missed() {
+    use vigil::engine::event::EventKind;
+    let fleet = FaultRate {
+        kind: FaultKind::AlignedTimers,
+        per_hour: 3_600.0,
+        after_ms: MINUTE_MS,
+        max_triggers: 1,
+    };
+    let leap = FaultRate {
+        kind: FaultKind::CatchUp,
+        per_hour: 3_600.0,
+        after_ms: 10 * MINUTE_MS,
+        max_triggers: 1,
+    };
+    let (seed, _) = seed_where(
+        &[fleet],
+        |f| matches!(f, Fault::AlignedTimers { interval_ms, .. } if *interval_ms <= 5 * MINUTE_MS),
+    );
+    let (without, with) = (run(seed, vec![fleet]), run(seed, vec![fleet, leap]));
+    let missed = |result: &RunResult| -> Vec<u64> {
+        committed(result)
+            .into_iter()
+            .filter_map(|k| match k {
+                EventKind::TimerFired { missed_slots, .. } if *missed_slots > 0 => {
+                    Some(*missed_slots)
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(missed(&without).is_empty(), "{:?}", missed(&without));
+    let caught_up = missed(&with);
+    // Every agent of the fleet skipped the hours of slots the leap jumped over, in one fire.
+    assert!(
+        caught_up.len() >= ALIGNED_AGENTS_MIN as usize,
+        "{caught_up:?}"
+    );
+    assert!(caught_up.iter().all(|m| *m >= 10), "{caught_up:?}");
 }

@@ -45,6 +45,20 @@ pub enum Fault {
         loss_permille: u16,
         duration_ms: u64,
     },
+    /// A wakeup storm: `wakes` on-demand wakeups sent at once to the node's agents (picked by
+    /// `pick`), over `task_keys` task keys.
+    WakeupBurst {
+        wakes: u32,
+        task_keys: u32,
+        pick: u64,
+    },
+    /// A wakeup storm: `agents` agents registered at once on the same `interval_ms`; without the
+    /// schedule's per-agent jitter their timers would all fire in the same instant.
+    AlignedTimers { agents: u32, interval_ms: u64 },
+    /// A wakeup storm: the wall clock leaps forward by `delta_ms` (hours), so every timer and
+    /// idle chamber of the fleet is overdue at once (mass catch-up: one fire each, never the
+    /// backlog).
+    CatchUp { delta_ms: u64 },
 }
 
 impl Fault {
@@ -65,13 +79,21 @@ impl Fault {
             Fault::Partition { .. } => "partition",
             Fault::NetDelay { .. } => "net_delay",
             Fault::PacketLoss { .. } => "packet_loss",
+            Fault::WakeupBurst { .. } => "wakeup_burst",
+            Fault::AlignedTimers { .. } => "aligned_timers",
+            Fault::CatchUp { .. } => "catch_up",
         }
     }
 
     /// How long the fault's window stays open (0 for an instant fault).
     pub fn duration_ms(&self) -> u64 {
         match *self {
-            Fault::Crash { .. } | Fault::PowerCut { .. } | Fault::ClockJump { .. } => 0,
+            Fault::Crash { .. }
+            | Fault::PowerCut { .. }
+            | Fault::ClockJump { .. }
+            | Fault::WakeupBurst { .. }
+            | Fault::AlignedTimers { .. }
+            | Fault::CatchUp { .. } => 0,
             Fault::StorageError { duration_ms, .. }
             | Fault::Partition { duration_ms }
             | Fault::NetDelay { duration_ms, .. }
@@ -163,6 +185,12 @@ pub enum FaultKind {
     NetDelay,
     /// The network loses packets.
     PacketLoss,
+    /// A burst of on-demand wakeups at once.
+    WakeupBurst,
+    /// A fleet registered at once on one interval.
+    AlignedTimers,
+    /// A forward clock leap of hours: the whole fleet's catch-up at once.
+    CatchUp,
 }
 
 impl FaultKind {
@@ -177,6 +205,9 @@ impl FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::NetDelay => "net_delay",
             FaultKind::PacketLoss => "packet_loss",
+            FaultKind::WakeupBurst => "wakeup_burst",
+            FaultKind::AlignedTimers => "aligned_timers",
+            FaultKind::CatchUp => "catch_up",
         }
     }
 }
@@ -216,6 +247,18 @@ pub const NET_DELAY_MS_MAX: u64 = 8_000;
 /// Loss rate under `PacketLoss`, in thousandths.
 pub const PACKET_LOSS_PERMILLE_MIN: u16 = 50;
 pub const PACKET_LOSS_PERMILLE_MAX: u16 = 600;
+/// Wakeups in one burst, and the task keys they spread over.
+pub const BURST_WAKES_MIN: u64 = 20;
+pub const BURST_WAKES_MAX: u64 = 300;
+pub const BURST_TASK_KEYS_MAX: u32 = 8;
+/// Agents registered at once by an aligned-timers storm, and their shared interval.
+pub const ALIGNED_AGENTS_MIN: u32 = 5;
+pub const ALIGNED_AGENTS_MAX: u32 = 40;
+pub const ALIGNED_INTERVAL_MS_MIN: u64 = 60_000;
+pub const ALIGNED_INTERVAL_MS_MAX: u64 = 30 * 60_000;
+/// A catch-up leap of the wall clock: from one hour to a day.
+pub const CATCH_UP_MS_MIN: u64 = 60 * 60 * 1_000;
+pub const CATCH_UP_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
 
 /// Every injection of `rates` within `[0, until_ms)`, in time order (ties in `rates` order).
 pub fn plan(seed: u64, until_ms: u64, rates: &[FaultRate]) -> Vec<Injection> {
@@ -288,6 +331,18 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
         FaultKind::PacketLoss => Fault::PacketLoss {
             loss_permille: rng.gen_range(PACKET_LOSS_PERMILLE_MIN..=PACKET_LOSS_PERMILLE_MAX),
             duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+        FaultKind::WakeupBurst => Fault::WakeupBurst {
+            wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
+            task_keys: rng.gen_range(1..=BURST_TASK_KEYS_MAX),
+            pick: rng.gen(),
+        },
+        FaultKind::AlignedTimers => Fault::AlignedTimers {
+            agents: rng.gen_range(ALIGNED_AGENTS_MIN..=ALIGNED_AGENTS_MAX),
+            interval_ms: log_uniform(rng, ALIGNED_INTERVAL_MS_MIN, ALIGNED_INTERVAL_MS_MAX),
+        },
+        FaultKind::CatchUp => Fault::CatchUp {
+            delta_ms: log_uniform(rng, CATCH_UP_MS_MIN, CATCH_UP_MS_MAX),
         },
     }
 }
@@ -377,6 +432,9 @@ mod tests {
             rate(FaultKind::Partition, 0.5),
             rate(FaultKind::NetDelay, 0.5),
             rate(FaultKind::PacketLoss, 0.5),
+            rate(FaultKind::WakeupBurst, 0.5),
+            rate(FaultKind::AlignedTimers, 0.5),
+            rate(FaultKind::CatchUp, 0.5),
         ]
     }
 

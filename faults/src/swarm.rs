@@ -19,7 +19,8 @@ pub const SWARM_PER_HOUR_MAX: f64 = 4.0;
 /// Most arrivals of one chosen kind.
 pub const SWARM_TRIGGERS_MAX: u32 = 8;
 
-/// The kinds swarm mode chooses from: every fault the shared scenario runner can inflict.
+/// The kinds swarm mode chooses from: every fault the shared scenario runner can inflict,
+/// wakeup storms included.
 /// (Faults of subsystems a scenario may not have, such as the LLM provider's, join with them.)
 pub fn catalogue(rng: &mut impl Rng) -> Vec<FaultKind> {
     let filter = |rng: &mut dyn rand::RngCore| StorageFilter {
@@ -35,6 +36,9 @@ pub fn catalogue(rng: &mut impl Rng) -> Vec<FaultKind> {
         FaultKind::Partition,
         FaultKind::NetDelay,
         FaultKind::PacketLoss,
+        FaultKind::WakeupBurst,
+        FaultKind::AlignedTimers,
+        FaultKind::CatchUp,
     ]
 }
 
@@ -137,6 +141,9 @@ mod tests {
             "partition",
             "net_delay",
             "packet_loss",
+            "wakeup_burst",
+            "aligned_timers",
+            "catch_up",
         ] {
             let with = swarms.iter().filter(|s| s.contains(kind)).count();
             assert!((50..150).contains(&with), "{kind} in {with} of 200 swarms");

@@ -224,6 +224,59 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             }
             Fault::Crash { .. } | Fault::PowerCut { .. } => {}
             Fault::ClockJump { delta_ms } => node.jump_clock(&recorder, delta_ms),
+            Fault::CatchUp { delta_ms } => {
+                recorder.record(
+                    node.name,
+                    TraceEvent::Fault {
+                        description: format!("catch_up delta_ms={delta_ms}"),
+                    },
+                );
+                node.jump_clock(&recorder, delta_ms as i64);
+            }
+            Fault::WakeupBurst {
+                wakes,
+                task_keys,
+                pick,
+            } => {
+                recorder.record(
+                    "workload",
+                    TraceEvent::Fault {
+                        description: format!("wakeup_burst wakes={wakes} task_keys={task_keys}"),
+                    },
+                );
+                let (addr, recorder) = (node.addr, recorder.clone());
+                // The storm runs on the workload node, as its own (local) tasks.
+                workload_node.spawn(async move {
+                    madsim::task::spawn_local(vigil_world::workload::wakeup_burst(
+                        addr, recorder, wakes, task_keys, pick, end_ms,
+                    ));
+                });
+            }
+            Fault::AlignedTimers {
+                agents,
+                interval_ms,
+            } => {
+                recorder.record(
+                    "workload",
+                    TraceEvent::Fault {
+                        description: format!(
+                            "aligned_timers agents={agents} interval_ms={interval_ms}"
+                        ),
+                    },
+                );
+                let (name, addr, recorder) = (node.name, node.addr, recorder.clone());
+                workload_node.spawn(async move {
+                    madsim::task::spawn_local(vigil_world::workload::aligned_timers(
+                        name,
+                        addr,
+                        recorder,
+                        agents,
+                        interval_ms,
+                        next_ms,
+                        end_ms,
+                    ));
+                });
+            }
             Fault::StorageError { .. }
             | Fault::Partition { .. }
             | Fault::NetDelay { .. }

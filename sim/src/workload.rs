@@ -310,6 +310,77 @@ impl Workload {
     }
 }
 
+/// A wakeup storm (fault `wakeup_burst`): `wakes` on-demand wakeups sent at once to the
+/// node's agents (which ones, and their task keys, drawn from `pick`), each retried until
+/// answered and its acknowledgement recorded like any other.
+pub async fn wakeup_burst(
+    addr: SocketAddr,
+    recorder: Recorder,
+    wakes: u32,
+    task_keys: u32,
+    pick: u64,
+    until_ms: u64,
+) {
+    use rand::{Rng, SeedableRng};
+    let client = ApiClient::with_token(addr, SIM_OPERATOR_TOKEN);
+    let directory: Directory = Rc::default();
+    learn_ids(until_ms, &client, &directory).await;
+    let names: Vec<String> = directory.borrow().keys().cloned().collect();
+    if names.is_empty() {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(pick);
+    for w in 0..wakes {
+        let agent = names[rng.gen_range(0..names.len())].clone();
+        let request = serde_json::json!({
+            "source": "on_demand",
+            "reason": format!("storm wake {w}"),
+            "task_key": format!("storm-{}", rng.gen_range(0..task_keys.max(1))),
+        });
+        madsim::task::spawn_local(wake(
+            until_ms,
+            client.clone(),
+            recorder.clone(),
+            directory.clone(),
+            agent,
+            request,
+        ));
+    }
+}
+
+/// A wakeup storm (fault `aligned_timers`): `agents` agents registered at once, every one on
+/// the same `interval_ms`, named after `tag`.
+pub async fn aligned_timers(
+    target: &'static str,
+    addr: SocketAddr,
+    recorder: Recorder,
+    agents: u32,
+    interval_ms: u64,
+    tag: u64,
+    until_ms: u64,
+) {
+    let workload = Workload {
+        target,
+        addr,
+        steps: Vec::new(),
+        probe_every_ms: u64::MAX,
+        tail_every_ms: u64::MAX,
+        until_ms,
+    };
+    let client = ApiClient::with_token(addr, SIM_OPERATOR_TOKEN);
+    let directory: Directory = Rc::default();
+    for i in 0..agents {
+        let spec = serde_json::json!({
+            "name": format!("aligned-{tag}-{i}"),
+            "heartbeat": { "interval_ms": interval_ms },
+            "adapter": { "type": "scripted", "steps": [
+                { "duration_ms": 1_000, "outcome": "succeeded" },
+            ]},
+        });
+        workload.create(&client, &recorder, &directory, &spec).await;
+    }
+}
+
 /// Fills the directory from the agent list (after a create whose answer was lost).
 async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
     loop {

@@ -121,9 +121,7 @@ impl Checker {
                 wakeup,
                 idempotency_key,
                 ..
-            } => self
-                .runs
-                .acked_wakeup(t_ms, *agent, *wakeup, idempotency_key),
+            } => self.runs.acked_wakeup(*agent, *wakeup, idempotency_key),
             TraceEvent::Probe {
                 target,
                 now_ms,

@@ -39,9 +39,11 @@ pub struct RunsOracle {
     /// Per agent, the latest node wall ms of a keyed wakeup: a key expires for good once this
     /// passes its first use + TTL (a backward clock jump does not revive it).
     keys_clock: BTreeMap<u64, u64>,
-    /// Every wakeup id in the durable log.
-    wakeups: BTreeMap<u64, ()>,
-    /// (agent, idempotency key) -> wakeup id the API answered with, and virtual ms of the answer.
+    /// Every wakeup id in the durable log, with its idempotency key and the node's wall ms
+    /// when it was recorded.
+    wakeups: BTreeMap<u64, (Option<String>, u64)>,
+    /// (agent, idempotency key) -> the wakeup the API answered with last, and the node's wall ms
+    /// when that wakeup was recorded.
     acked_keys: BTreeMap<(u64, String), (u64, u64)>,
 }
 
@@ -192,7 +194,7 @@ impl RunsOracle {
         key: &Option<String>,
         at_ms: u64,
     ) -> Result<(), Violation> {
-        if self.wakeups.insert(wakeup, ()).is_some() {
+        if self.wakeups.insert(wakeup, (key.clone(), at_ms)).is_some() {
             return violation(
                 "wakeup_reaches_one_terminal",
                 format!("wakeup id {wakeup} recorded twice"),
@@ -255,33 +257,48 @@ impl RunsOracle {
         }
     }
 
-    /// Checks an API answer to a wakeup at virtual `t_ms` (invariants 4 and 6).
+    /// Checks an API answer to a wakeup (invariants 4 and 6).
     pub fn acked_wakeup(
         &mut self,
-        t_ms: u64,
         agent: u64,
         wakeup: u64,
         key: &Option<String>,
     ) -> Result<(), Violation> {
-        if !self.wakeups.contains_key(&wakeup) {
+        let Some((recorded_key, wall_ms)) = self.wakeups.get(&wakeup).cloned() else {
             return violation(
                 "acked_writes_survive",
                 format!("API answered wakeup {wakeup} for agent {agent}, which is not in the durable log"),
             );
-        }
+        };
         let Some(key) = key else {
             return Ok(());
         };
-        // Answers more than half a TTL apart in virtual time might straddle the key's expiry on a
-        // jumping wall clock; within that, every answer must name the same wakeup.
-        match self.acked_keys.get(&(agent, key.clone())) {
-            Some(&(first, first_t_ms)) if first != wakeup && t_ms < first_t_ms + IDEMPOTENCY_TTL_MS / 2 => violation(
+        if recorded_key.as_ref() != Some(key) {
+            return violation(
                 "idempotency_honoured",
-                format!("idempotency key {key:?} of agent {agent} was answered with wakeup {first}, now with wakeup {wakeup}"),
-            ),
+                format!("a wakeup with idempotency key {key:?} of agent {agent} was answered with wakeup {wakeup}, recorded with key {recorded_key:?}"),
+            );
+        }
+        // Every answer for a key names the same wakeup, until the key expired on the node's
+        // wall clock: a different wakeup must have been recorded a TTL or more after the first.
+        match self.acked_keys.get(&(agent, key.clone())) {
+            Some(&(first, first_wall_ms))
+                if first != wakeup && wall_ms < first_wall_ms + IDEMPOTENCY_TTL_MS =>
+            {
+                violation(
+                    "idempotency_honoured",
+                    format!("idempotency key {key:?} of agent {agent} was answered with wakeup {first} (recorded at wall {first_wall_ms}), now with wakeup {wakeup} (recorded at wall {wall_ms}), within the key's TTL"),
+                )
+            }
+            Some(&(first, _)) if first != wakeup => {
+                self.acked_keys
+                    .insert((agent, key.clone()), (wakeup, wall_ms));
+                Ok(())
+            }
             Some(_) => Ok(()),
             None => {
-                self.acked_keys.insert((agent, key.clone()), (wakeup, t_ms));
+                self.acked_keys
+                    .insert((agent, key.clone()), (wakeup, wall_ms));
                 Ok(())
             }
         }
@@ -414,9 +431,34 @@ mod tests {
         oracle.committed(0, &queued(1, 1, None, Some("k"))).unwrap();
         oracle.committed(0, &queued(2, 2, Some("x"), None)).unwrap();
         let key = Some("k".to_string());
-        oracle.acked_wakeup(10, 1, 1, &key).unwrap();
+        oracle.acked_wakeup(1, 1, &key).unwrap();
         assert_eq!(
-            invariant(oracle.acked_wakeup(20, 1, 2, &key)),
+            invariant(oracle.acked_wakeup(1, 2, &key)),
+            "idempotency_honoured"
+        );
+    }
+
+    #[test]
+    fn a_key_answered_anew_after_it_expired_on_the_wall_clock_is_fine() {
+        let mut oracle = RunsOracle::default();
+        let key = Some("k".to_string());
+        let at = |wall_ms: u64, kind: EventKind| Event {
+            at_ms: wall_ms,
+            ..event(kind)
+        };
+        oracle
+            .committed(0, &at(1_000, queued(1, 1, None, Some("k")).kind))
+            .unwrap();
+        oracle.acked_wakeup(1, 1, &key).unwrap();
+        // A catch-up leap: the node's wall clock passed first use + TTL within virtual minutes.
+        let later = 1_000 + IDEMPOTENCY_TTL_MS;
+        oracle
+            .committed(60_000, &at(later, queued(2, 2, Some("t"), Some("k")).kind))
+            .unwrap();
+        oracle.acked_wakeup(1, 2, &key).unwrap();
+        // But an answer naming the first wakeup again, now that the key names the second, is not.
+        assert_eq!(
+            invariant(oracle.acked_wakeup(1, 1, &key)),
             "idempotency_honoured"
         );
     }
@@ -425,7 +467,7 @@ mod tests {
     fn an_answer_for_a_wakeup_not_in_the_log_is_caught() {
         let mut oracle = RunsOracle::default();
         assert_eq!(
-            invariant(oracle.acked_wakeup(0, 1, 9, &None)),
+            invariant(oracle.acked_wakeup(1, 9, &None)),
             "acked_writes_survive"
         );
     }
