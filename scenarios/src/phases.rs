@@ -174,6 +174,16 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         };
         if disk_failed {
             if node.is_up() {
+                // The oracle holds the node to stopping: nothing may commit after this.
+                recorder.record(
+                    node.name,
+                    TraceEvent::Fault {
+                        description: format!(
+                            "storage_op_failed injected_errors={}",
+                            *disk_failures.borrow()
+                        ),
+                    },
+                );
                 if let Some(cause) = node.wait_for_stop(&recorder, NODE_STOP_WAIT_MS).await {
                     node.exited(&recorder, &cause);
                     restart_at_ms = Some(restart_after(elapsed_ms(), SUPERVISOR_RESTART_MS));

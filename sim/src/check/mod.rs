@@ -50,6 +50,9 @@ struct NodeState {
     /// The node's last crash was a power cut mid-commit: its recovered log may end with events
     /// never reported committed (their commit was interrupted, yet landed).
     maybe_committed_tail: bool,
+    /// Virtual ms at which a storage operation of the running process failed: from then on it
+    /// must commit nothing (ADR 0008) until it is restarted.
+    write_failed_ms: Option<u64>,
 }
 
 /// Invariant state built from the trace so far.
@@ -94,6 +97,11 @@ impl Checker {
                 let state = self.node(record.node);
                 state.up_since_ms = None;
                 state.maybe_committed_tail = *during_write;
+                state.write_failed_ms = None;
+                Ok(())
+            }
+            TraceEvent::Fault { description } if description.starts_with("storage_op_failed") => {
+                self.node(record.node).write_failed_ms = Some(t_ms);
                 Ok(())
             }
             TraceEvent::Recovered {
@@ -135,9 +143,12 @@ impl Checker {
                 self.quiet_since_ms = Some(t_ms);
                 Ok(())
             }
+            TraceEvent::Restarted => {
+                self.node(record.node).write_failed_ms = None;
+                Ok(())
+            }
             TraceEvent::RunStarted { .. }
             | TraceEvent::Fault { .. }
-            | TraceEvent::Restarted
             | TraceEvent::Violation { .. } => Ok(()),
         }
     }
@@ -190,6 +201,16 @@ impl Checker {
             );
         }
         let state = self.node(node);
+        if let Some(failed_ms) = state.write_failed_ms {
+            return violation(
+                "stops_after_failed_write",
+                format!(
+                    "seq {} ({}) committed at {t_ms} ms by a process whose storage operation failed at {failed_ms} ms; it must stop and be restarted first (ADR 0008)",
+                    event.seq,
+                    event.kind.type_name()
+                ),
+            );
+        }
         state.wall_seen_ms_max = state.wall_seen_ms_max.max(event.at_ms);
         match &event.kind {
             EventKind::AgentCreated {
@@ -479,6 +500,26 @@ mod tests {
             .observe(&record(1, fired(3, 1_000, 1_000)))
             .unwrap_err();
         assert_eq!(err.invariant, "events_gap_free");
+    }
+
+    #[test]
+    fn a_commit_after_a_failed_storage_operation_is_caught_until_a_restart() {
+        let failed = || TraceEvent::Fault {
+            description: "storage_op_failed injected_errors=1".into(),
+        };
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, failed())).unwrap();
+        let err = checker
+            .observe(&record(2, fired(2, 1_000, 1_000)))
+            .unwrap_err();
+        assert_eq!(err.invariant, "stops_after_failed_write");
+        // After the process is gone and restarted, commits are fine again.
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, failed())).unwrap();
+        checker.observe(&record(2, TraceEvent::Restarted)).unwrap();
+        checker.observe(&record(3, fired(2, 1_000, 1_000))).unwrap();
     }
 
     #[test]
