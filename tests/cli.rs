@@ -583,3 +583,36 @@ fn closed_port_url() -> String {
     drop(listener);
     format!("http://{addr}")
 }
+
+#[test]
+fn input_and_pulses_from_the_cli() {
+    let server = Server::start("input", &[], &[]);
+    server.wait_for_fleet(None);
+    let spec = r#"{"name":"listener","heartbeat":{"idle_after_ms":3600000}}"#;
+    let output = server.vigil_with_stdin(&["agent", "create", "--spec", "-"], spec);
+    assert_succeeded(&["agent", "create", "--spec", spec], &output);
+
+    let answer = server.ok(&["agent", "input", "listener", "--text", "hello"]);
+    let run = number_after(&answer, "queued run");
+    let shown = server.json(&["agent", "show", "listener"]);
+    assert!(shown["last_input_at_ms"].is_u64(), "{shown}");
+    let run_body = server.json(&["runs", "show", &run.to_string()]);
+    assert_eq!(run_body["payload"]["text"], "hello");
+    assert_eq!(run_body["source"], "on_demand");
+
+    let one = server.ok(&["agent", "pulse", "listener"]);
+    assert!(one.contains("is online"), "{one}");
+    let batch = server.ok(&["agent", "pulse", "listener", "hanger"]);
+    assert!(batch.starts_with("2 pulses taken"), "{batch}");
+    let hanger = server.json(&["agent", "show", "hanger"])["id"].clone();
+    assert!(batch.contains(&format!("[{hanger}]")), "{batch}");
+    assert_eq!(
+        server.json(&["agent", "show", "listener"])["liveness"]["status"],
+        "online"
+    );
+    let top = server.ok(&["top", "--once"]);
+    assert!(top_row(&top, "listener").contains("online"), "{top}");
+    // Bad input names what is wrong.
+    let missing = server.fails(&["agent", "pulse", "no-such-agent"]);
+    assert!(missing.contains("no-such-agent"), "{missing}");
+}

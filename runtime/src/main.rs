@@ -154,6 +154,24 @@ enum AgentCommand {
         #[arg(long)]
         payload: Option<String>,
     },
+    /// User input for an agent: restarts its idle chamber and wakes it on demand.
+    Input {
+        /// Agent id or name.
+        agent: String,
+        /// What the user wrote (handed to the run as `payload.text`).
+        #[arg(long)]
+        text: String,
+        #[arg(long)]
+        task_key: Option<String>,
+        #[arg(long)]
+        idempotency_key: Option<String>,
+    },
+    /// Send a liveness pulse for one agent, or a host's batch for several.
+    Pulse {
+        /// Agent ids or names.
+        #[arg(required = true)]
+        agents: Vec<String>,
+    },
     /// Pause an agent: until resumed (every wakeup refused, its runs cancelled), or with
     /// `--minutes N` for N minutes (timer and idle wakeups refused, the running run cancelled).
     Pause {
@@ -307,6 +325,22 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                 };
                 session.agent_wake(&agent, &wake).await?
             }
+            AgentCommand::Input {
+                agent,
+                text,
+                task_key,
+                idempotency_key,
+            } => {
+                session
+                    .agent_input(
+                        &agent,
+                        &text,
+                        task_key.as_deref(),
+                        idempotency_key.as_deref(),
+                    )
+                    .await?
+            }
+            AgentCommand::Pulse { agents } => session.agent_pulse(&agents).await?,
             AgentCommand::Pause { agent, minutes } => session.agent_pause(&agent, minutes).await?,
             AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
             AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,

@@ -240,6 +240,59 @@ impl Session {
         let answer = self
             .post(&format!("/v1/agents/{id}/wakeup"), Some(&body))
             .await?;
+        self.wake_answer(id, &answer)
+    }
+
+    /// `agent input`: user input for the agent (restarts its idle chamber, wakes it on demand).
+    pub async fn agent_input(
+        &self,
+        agent: &str,
+        text: &str,
+        task_key: Option<&str>,
+        idempotency_key: Option<&str>,
+    ) -> Result<Printed, CliError> {
+        let mut body = json!({ "text": text });
+        if let Some(key) = task_key {
+            body["task_key"] = json!(key);
+        }
+        if let Some(key) = idempotency_key {
+            body["idempotency_key"] = json!(key);
+        }
+        let id = self.agent_id(agent).await?;
+        let answer = self
+            .post(&format!("/v1/agents/{id}/input"), Some(&body))
+            .await?;
+        self.wake_answer(id, &answer)
+    }
+
+    /// `agent pulse`: one pulse per agent named (one agent: its own endpoint; more: one batch).
+    pub async fn agent_pulse(&self, agents: &[String]) -> Result<Printed, CliError> {
+        let mut ids = Vec::with_capacity(agents.len());
+        for agent in agents {
+            ids.push(self.agent_id(agent).await?);
+        }
+        let answer = match ids.as_slice() {
+            [id] => self.post(&format!("/v1/agents/{id}/pulse"), None).await?,
+            _ => {
+                self.post("/v1/pulses", Some(&json!({ "agents": ids })))
+                    .await?
+            }
+        };
+        if self.json() {
+            return Ok(Printed::out(format!("{answer}\n")));
+        }
+        Ok(Printed::out(match ids.as_slice() {
+            [id] => format!("agent {id} is {}\n", cell(&answer["liveness"])),
+            _ => format!(
+                "{} pulses taken; came online: {}\n",
+                cell(&answer["accepted"]),
+                answer["came_online"]
+            ),
+        }))
+    }
+
+    /// How a wakeup (or an input's wakeup) came out, for humans or as JSON.
+    fn wake_answer(&self, id: u64, answer: &serde_json::Value) -> Result<Printed, CliError> {
         if self.json() {
             return Ok(Printed::out(format!("{answer}\n")));
         }
