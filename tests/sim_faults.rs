@@ -100,6 +100,7 @@ fn run(seed: u64, rates: Vec<FaultRate>) -> RunResult {
 /// Like [`run`], with the node's wall clock offset by up to `skew_ms_max` either way.
 fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
     let setup = Setup {
+        pinned: Vec::new(),
         scenario: "sim_faults",
         seed,
         safety_ms: SAFETY_MS,

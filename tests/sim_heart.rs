@@ -144,3 +144,233 @@ fn wakeup_storm_really_reaches_the_daily_cap() {
         .count();
     assert!(capped > 100, "wakeups refused by the daily cap: {capped}");
 }
+
+// ---- The six Kelpie ADR-010 pause scenarios: 500 seeds each, and each does what it says ----
+
+use std::collections::BTreeMap;
+use vigil_scenarios::pause_table::{JUMP_BACKWARD_MS, JUMP_FORWARD_MS, JUMP_INTO_REST_MS, SKEW_MS};
+use vigil_world::trace::TraceRecord;
+
+#[test]
+fn the_six_pause_scenarios_pass_500_seeds_each() {
+    for name in [
+        "pause_basic",
+        "pause_skew",
+        "pause_jump_forward",
+        "pause_jump_backward",
+        "pause_crash_after_write",
+        "pause_many_agents",
+    ] {
+        sweep_passes(name);
+    }
+}
+
+/// One seed's trace, which must pass.
+fn trace(name: &str, seed: u64) -> Vec<TraceRecord> {
+    let outcome = run_seed(find(name).expect("scenario exists"), seed);
+    assert!(
+        outcome.passed(),
+        "{}",
+        outcome.failure_report().unwrap_or_default()
+    );
+    outcome.records
+}
+
+/// Agent ids by name, from the committed creations.
+fn agent_ids(records: &[TraceRecord]) -> BTreeMap<String, u64> {
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Committed { event } => match &event.kind {
+                EventKind::AgentCreated { agent, name, .. } => Some((name.clone(), agent.0)),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Virtual ms of each committed event about `agent` that `pick` selects.
+fn times(records: &[TraceRecord], pick: impl Fn(&EventKind) -> bool) -> Vec<u64> {
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Committed { event } if pick(&event.kind) => Some(r.t_ms),
+            _ => None,
+        })
+        .collect()
+}
+
+fn paused(agent: u64) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::AgentPaused { agent: a, .. } if a.0 == agent)
+}
+
+fn timer_queued(agent: u64) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::WakeupQueued { agent: a, source: WakeupSource::Timer, .. } if a.0 == agent)
+}
+
+fn timer_refused_paused(agent: u64) -> impl Fn(&EventKind) -> bool {
+    move |k| matches!(k, EventKind::WakeupRefused { agent: a, source: WakeupSource::Timer, refusal: RefusalReason::Paused, .. } if a.0 == agent)
+}
+
+fn clock_jumps(records: &[TraceRecord]) -> Vec<(u64, i64)> {
+    records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Fault { description } => description
+                .strip_prefix("clock_jump delta_ms=")
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|d| d.parse().ok())
+                .map(|d| (r.t_ms, d)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn pause_basic_and_skew_really_refuse_timers_during_rests() {
+    for name in ["pause_basic", "pause_skew"] {
+        let (mut refused, mut queued) = (0, 0);
+        for seed in 0..COVERAGE_SEEDS {
+            let records = trace(name, seed);
+            for id in agent_ids(&records).values() {
+                refused += times(&records, timer_refused_paused(*id)).len();
+                queued += times(&records, timer_queued(*id)).len();
+            }
+            if name == "pause_skew" {
+                let jumps = clock_jumps(&records);
+                assert_eq!(jumps.len(), 1, "{jumps:?}");
+                assert_eq!(jumps[0].0, 0, "the skew is there from the start");
+                assert_eq!(jumps[0].1.abs(), SKEW_MS);
+            }
+        }
+        assert!(
+            refused > 10 && queued > refused,
+            "{name}: {refused} refused, {queued} queued"
+        );
+    }
+}
+
+/// For the jump cases: (when the rest was committed, when the jump struck, the rester's id).
+fn rest_and_jump(records: &[TraceRecord]) -> (u64, u64, i64, u64) {
+    let rester = agent_ids(records)["rester"];
+    let rest_ms = times(records, paused(rester))[0];
+    let jumps = clock_jumps(records);
+    assert_eq!(jumps.len(), 1, "{jumps:?}");
+    let (jump_ms, delta_ms) = jumps[0];
+    assert!(
+        jump_ms > rest_ms && jump_ms <= rest_ms + JUMP_INTO_REST_MS,
+        "the jump strikes inside the rest: rest at {rest_ms}, jump at {jump_ms}"
+    );
+    (rest_ms, jump_ms, delta_ms, rester)
+}
+
+#[test]
+fn pause_jump_forward_really_ends_the_rest_at_once() {
+    for seed in 0..COVERAGE_SEEDS {
+        let records = trace("pause_jump_forward", seed);
+        let (rest_ms, jump_ms, delta_ms, rester) = rest_and_jump(&records);
+        assert_eq!(delta_ms, JUMP_FORWARD_MS);
+        // The rest was for a minute of wall time; the jump passed it, so a timer run comes
+        // before that minute is over in true time.
+        let resumed = times(&records, timer_queued(rester))
+            .into_iter()
+            .any(|t| t > jump_ms && t < rest_ms + 60_000);
+        assert!(
+            resumed,
+            "seed {seed}: no timer run between the jump and the rest's true end"
+        );
+    }
+}
+
+#[test]
+fn pause_jump_backward_really_keeps_the_rest_longer() {
+    for seed in 0..COVERAGE_SEEDS {
+        let records = trace("pause_jump_backward", seed);
+        let (rest_ms, _, delta_ms, rester) = rest_and_jump(&records);
+        assert_eq!(delta_ms, JUMP_BACKWARD_MS);
+        // Past the minute in true time, the node's clock has not reached pause_until yet: timer
+        // slots there are refused, and none is taken.
+        let window = rest_ms + 60_000 + 1_000..rest_ms + 90_000 - 1_000;
+        let refused = times(&records, timer_refused_paused(rester))
+            .into_iter()
+            .filter(|t| window.contains(t))
+            .count();
+        let taken = times(&records, timer_queued(rester))
+            .into_iter()
+            .filter(|t| window.contains(t))
+            .count();
+        assert!(
+            refused > 0 && taken == 0,
+            "seed {seed}: {refused} refused, {taken} taken in {window:?}"
+        );
+    }
+}
+
+#[test]
+fn pause_crash_after_write_really_cuts_the_rest_commit_and_an_acked_rest_survives() {
+    let (mut survived, mut cut_in_commit) = (0, 0);
+    for seed in 0..20 {
+        let records = trace("pause_crash_after_write", seed);
+        let rester = agent_ids(&records)["rester"];
+        let crash_ms = records
+            .iter()
+            .find_map(|r| match r.event {
+                TraceEvent::Crashed {
+                    during_write: true, ..
+                } => Some(r.t_ms),
+                _ => None,
+            })
+            .expect("the power cut struck");
+        let restart_ms = records
+            .iter()
+            .find_map(|r| matches!(r.event, TraceEvent::Restarted).then_some(r.t_ms))
+            .expect("the node came back");
+        let rests = times(&records, paused(rester));
+        if rests.first().is_some_and(|t| *t <= crash_ms) {
+            cut_in_commit += 1;
+            // The rest was durable before the cut: after the restart it still refuses timers.
+            if times(&records, timer_refused_paused(rester))
+                .into_iter()
+                .any(|t| t > restart_ms)
+            {
+                survived += 1;
+            }
+        }
+    }
+    assert!(
+        cut_in_commit > 0,
+        "no seed cut the power after the rest was written"
+    );
+    assert!(survived > 0, "no rest was seen to survive the cut");
+}
+
+#[test]
+fn pause_many_agents_rest_independently() {
+    let records = trace("pause_many_agents", 1);
+    let ids = agent_ids(&records);
+    assert_eq!(ids.len(), 20);
+    let rested: Vec<u64> = ids
+        .values()
+        .copied()
+        .filter(|id| !times(&records, timer_refused_paused(*id)).is_empty())
+        .collect();
+    assert!(
+        rested.len() >= 5,
+        "{} agents had timers refused",
+        rested.len()
+    );
+    // While an agent is refused, another on its timer is served at about the same time.
+    let overlaps = rested
+        .iter()
+        .flat_map(|id| times(&records, timer_refused_paused(*id)))
+        .filter(|t| {
+            ids.values().any(|other| {
+                times(&records, timer_queued(*other))
+                    .iter()
+                    .any(|q| q.abs_diff(*t) < 30_000)
+            })
+        })
+        .count();
+    assert!(overlaps > 0, "no other agent ran while one rested");
+}

@@ -16,6 +16,8 @@ pub mod liveness;
 #[cfg(madsim)]
 pub mod pause;
 #[cfg(madsim)]
+pub mod pause_table;
+#[cfg(madsim)]
 pub mod phases;
 #[cfg(madsim)]
 pub mod run;

@@ -91,6 +91,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     }
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
+        pinned: Vec::new(),
         scenario: "liveness",
         seed,
         safety_ms: SAFETY_MS,

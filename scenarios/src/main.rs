@@ -185,7 +185,7 @@ mod cli {
             Command::Regress { file } => regress(&file),
             Command::List => {
                 for scenario in SCENARIOS {
-                    println!("{:<15} {}", scenario.name, scenario.summary);
+                    println!("{:<24} {}", scenario.name, scenario.summary);
                 }
                 ExitCode::SUCCESS
             }

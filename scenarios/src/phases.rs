@@ -49,6 +49,9 @@ pub struct Setup {
     /// ...and `[safety_ms, safety_ms + quiet_ms)` is quiet, for liveness.
     pub quiet_ms: u64,
     pub rates: Vec<FaultRate>,
+    /// Faults at fixed instants, beside the drawn ones (a scenario that must show one fault
+    /// at one moment: a jump while a pause is in force, a power cut right after a write).
+    pub pinned: Vec<Injection>,
     /// A crashed node stays down at most this long.
     pub downtime_ms_max: u64,
     /// Largest initial offset of the node's wall clock from true time.
@@ -70,10 +73,12 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     // Swarm mode: the seed's own choice of faults instead of the scenario's designed mix.
     let swarm = recorder.swarm().then(|| vigil_faults::swarm::choose(seed));
     let rates = swarm.clone().unwrap_or_else(|| setup.rates.clone());
+    let mut planned = plan(seed, setup.safety_ms, &rates);
+    planned.extend(setup.pinned.iter().copied());
+    // Stable: a pinned fault comes after a drawn one of the same instant.
+    planned.sort_by_key(|i| i.at_ms);
     let (windows, injections): (Vec<Injection>, Vec<Injection>) =
-        plan(seed, setup.safety_ms, &rates)
-            .into_iter()
-            .partition(|i| i.fault.duration_ms() > 0);
+        planned.into_iter().partition(|i| i.fault.duration_ms() > 0);
     let skew_ms = rng.gen_range(-setup.skew_ms_max..=setup.skew_ms_max);
     let count = |kind: &str| injections.iter().filter(|i| i.fault.kind() == kind).count();
     // Window faults are counted only when the scenario lists them, so the first record of a

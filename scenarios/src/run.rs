@@ -61,6 +61,78 @@ pub static SCENARIOS: &[Scenario] = &[
         body: |seed, recorder| Box::pin(crate::pause::run(seed, recorder)),
     },
     Scenario {
+        name: "pause_basic",
+        summary: "3 agents on 10-20 s timers take 1-3 pause_heartbeats rests each (default, 1, 3, 5 min); no faults; 25 min",
+        virtual_ms: crate::pause_table::SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::Basic,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
+        name: "pause_skew",
+        summary: "as pause_basic on a node whose wall clock is 5 s off (either way) from the start; 25 min",
+        virtual_ms: crate::pause_table::SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::Skew,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
+        name: "pause_jump_forward",
+        summary: "a 1-min rest, then 10 s in a +60 s clock jump past pause_until: the pause ends at once; 25 min",
+        virtual_ms: crate::pause_table::SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::JumpForward,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
+        name: "pause_jump_backward",
+        summary: "a 1-min rest, then 10 s in a -30 s clock jump: the pause holds 30 s longer in true time; 25 min",
+        virtual_ms: crate::pause_table::SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::JumpBackward,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
+        name: "pause_crash_after_write",
+        summary: "a power cut within the commit that records a rest (before or after its sync); an acked pause survives; 25 min",
+        virtual_ms: crate::pause_table::SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::CrashAfterWrite,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
+        name: "pause_many_agents",
+        summary: "20 agents rest independently (clamp boundaries 0, 1, 61 min too); no faults; 30 min",
+        virtual_ms: crate::pause_table::MANY_SAFETY_MS + crate::pause_table::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::pause_table::run(
+                crate::pause_table::Case::ManyAgents,
+                seed,
+                recorder,
+            ))
+        },
+    },
+    Scenario {
         name: "breaker",
         summary: "3 agents whose runs fail for a stretch (LLM or tool): breaker opens, one probe per doubling cooldown, closes; 5 h",
         virtual_ms: crate::breaker::SAFETY_MS + crate::breaker::QUIET_MS,

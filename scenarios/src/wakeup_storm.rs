@@ -103,6 +103,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     }
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
+        pinned: Vec::new(),
         scenario: "wakeup_storm",
         seed,
         safety_ms: SAFETY_MS,
