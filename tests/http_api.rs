@@ -1311,3 +1311,134 @@ async fn input_wakes_the_agent_and_restarts_its_idle_chamber() {
         None,
     );
 }
+
+/// What the stub provider answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Provider {
+    Ok,
+    RateLimited,
+    Failing,
+    Garbage,
+    Silent,
+}
+
+/// An OpenAI-compatible stub on a real port, answering as `mode` says.
+async fn stub_provider(mode: Arc<Mutex<Provider>>) -> SocketAddr {
+    use axum::routing::post;
+    let router = axum::Router::new().route(
+        "/v1/chat/completions",
+        post(move |body: axum::body::Bytes| {
+            let mode = *mode.lock().unwrap();
+            async move {
+                let request: Value = serde_json::from_slice(&body).unwrap();
+                assert_eq!(request["model"], "stub-1");
+                let user = request["messages"][1]["content"].as_str().unwrap().to_string();
+                match mode {
+                    Provider::Ok => (
+                        axum::http::StatusCode::OK,
+                        json!({ "choices": [{ "message": { "role": "assistant", "content": format!("done: {user}") } }] })
+                            .to_string(),
+                    ),
+                    Provider::RateLimited => (
+                        axum::http::StatusCode::TOO_MANY_REQUESTS,
+                        r#"{"error":{"message":"slow down"}}"#.to_string(),
+                    ),
+                    Provider::Failing => (
+                        axum::http::StatusCode::BAD_GATEWAY,
+                        "upstream broke".to_string(),
+                    ),
+                    Provider::Garbage => (axum::http::StatusCode::OK, "{\"choices\":".to_string()),
+                    Provider::Silent => {
+                        tokio::time::sleep(Duration::from_secs(3_600)).await;
+                        (axum::http::StatusCode::OK, String::new())
+                    }
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(vigil::api::serve(listener, router));
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn llm_runs_end_by_what_the_provider_answers_and_failures_open_the_breaker() {
+    let f = start("llm").await;
+    let mode = Arc::new(Mutex::new(Provider::Ok));
+    let provider = stub_provider(mode.clone()).await;
+    let (agent, _) = create(
+        &f.acme,
+        json!({ "name": "thinker",
+                "adapter": { "type": "llm", "base_url": format!("http://{provider}"), "model": "stub-1",
+                             "request_timeout_ms": 1000 },
+                "breaker": { "failures_to_open": 6, "cooldown_ms": 3600000 } }),
+    )
+    .await;
+    let run_once = |reason: &'static str| {
+        let client = f.acme.clone();
+        async move {
+            let (status, answer) = wake(
+                &client,
+                agent,
+                json!({ "source": "on_demand", "reason": reason }),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            let run = answer["run"].as_u64().expect("a queued run");
+            wait_run(&client, run, terminal).await
+        }
+    };
+    let ok = run_once("summarise ticket 7").await;
+    assert_eq!(ok["status"], "succeeded", "{ok}");
+    assert_eq!(ok["detail"], "the model answered: done: summarise ticket 7");
+    for (provider_mode, status, words) in [
+        (Provider::RateLimited, "failed", "429 Too Many Requests"),
+        (Provider::Failing, "failed", "502 Bad Gateway"),
+        (Provider::Garbage, "failed", "not a chat completion"),
+        (
+            Provider::Silent,
+            "failed",
+            "did not answer within adapter.request_timeout_ms = 1000",
+        ),
+    ] {
+        *mode.lock().unwrap() = provider_mode;
+        let run = run_once("again").await;
+        assert_eq!(run["status"], status, "{provider_mode:?}: {run}");
+        assert!(
+            run["detail"].as_str().unwrap().contains(words),
+            "{provider_mode:?}: {run}"
+        );
+    }
+    // Four LLM failures in a row; the fifth and sixth (an unreachable provider) open the breaker.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let nobody = closed.local_addr().unwrap();
+    drop(closed);
+    let (other, _) = create(
+        &f.acme,
+        json!({ "name": "unreachable",
+                "adapter": { "type": "llm", "base_url": format!("http://{nobody}"), "model": "stub-1" },
+                "breaker": { "failures_to_open": 1, "cooldown_ms": 3600000 } }),
+    )
+    .await;
+    let (_, answer) = wake(&f.acme, other, json!({ "source": "on_demand" })).await;
+    let run = wait_run(&f.acme, answer["run"].as_u64().unwrap(), terminal).await;
+    assert!(
+        run["detail"]
+            .as_str()
+            .unwrap()
+            .contains("could not reach the provider"),
+        "{run}"
+    );
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{other}")).await;
+    assert_eq!(shown["breaker"]["state"], "open", "{shown}");
+    let (_, refused) = wake(&f.acme, other, json!({ "source": "on_demand" })).await;
+    assert_eq!(refused["refusal"], "breaker_open");
+    // Bad adapter input names its field.
+    assert_error(
+        &post(&f.acme, "/v1/agents", json!({ "name": "x", "adapter": { "type": "llm", "base_url": "https://api.example.com", "model": "m" } })).await,
+        400,
+        "invalid_field",
+        Some("adapter.base_url"),
+    );
+}

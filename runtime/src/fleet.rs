@@ -427,7 +427,9 @@ time_zone = "Europe/Paris"
         assert_eq!(default.operator_token_env, None);
         assert_eq!(default.agents.len(), 2);
         assert_eq!(default.agents[0].heartbeat.interval_ms, Some(30_000));
-        let AdapterSpec::Scripted(script) = &default.agents[0].adapter;
+        let AdapterSpec::Scripted(script) = &default.agents[0].adapter else {
+            panic!("the example uses the scripted adapter");
+        };
         assert_eq!(script.steps[1].outcome, ScriptOutcome::Failed);
         assert_eq!(default.agents[1].limits.run_timeout_ms, 2_000);
         // The TOML spec is the JSON spec: the same text through serde_json gives the same value.

@@ -28,8 +28,8 @@ pub enum ClientError {
         #[source]
         source: hyper::Error,
     },
-    #[error("no answer from {addr} within {REQUEST_TIMEOUT_MS} ms")]
-    Timeout { addr: SocketAddr },
+    #[error("no answer from {addr} within {timeout_ms} ms")]
+    Timeout { addr: SocketAddr, timeout_ms: u64 },
 }
 
 /// An HTTP answer: status and whole body.
@@ -53,12 +53,24 @@ pub struct ApiClient {
     addr: SocketAddr,
     /// Sent as `Authorization: Bearer <token>` when set.
     token: Option<String>,
+    /// The whole exchange (connect, send, full answer) is bounded by this.
+    timeout_ms: u64,
 }
 
 impl ApiClient {
     /// A client for the node at `addr` that sends no token.
     pub fn new(addr: SocketAddr) -> Self {
-        ApiClient { addr, token: None }
+        ApiClient {
+            addr,
+            token: None,
+            timeout_ms: REQUEST_TIMEOUT_MS,
+        }
+    }
+
+    /// The same client with another bound on each exchange.
+    pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
+        self.timeout_ms = timeout_ms;
+        self
     }
 
     /// A client for the node at `addr` that authenticates with `token`.
@@ -66,6 +78,7 @@ impl ApiClient {
         ApiClient {
             addr,
             token: Some(token.into()),
+            timeout_ms: REQUEST_TIMEOUT_MS,
         }
     }
 
@@ -84,7 +97,8 @@ impl ApiClient {
             .await
     }
 
-    /// Any request; the whole exchange is bounded by `REQUEST_TIMEOUT_MS`.
+    /// Any request; the whole exchange is bounded by the client's timeout
+    /// (`REQUEST_TIMEOUT_MS` unless set).
     pub async fn request(
         &self,
         method: Method,
@@ -92,9 +106,12 @@ impl ApiClient {
         body: Option<Vec<u8>>,
     ) -> Result<Answer, ClientError> {
         let exchange = self.exchange(method, path, body);
-        match tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), exchange).await {
+        match tokio::time::timeout(Duration::from_millis(self.timeout_ms), exchange).await {
             Ok(answer) => answer,
-            Err(_) => Err(ClientError::Timeout { addr: self.addr }),
+            Err(_) => Err(ClientError::Timeout {
+                addr: self.addr,
+                timeout_ms: self.timeout_ms,
+            }),
         }
     }
 

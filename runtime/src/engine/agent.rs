@@ -74,12 +74,94 @@ fn default_time_zone() -> String {
     "UTC".into()
 }
 
-/// How runs are executed. Real adapters (process, HTTP, LLM) come with their own issue.
+/// How runs are executed. (Process and webhook adapters, and the LLM agent loop with tools,
+/// come with their own issue.)
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AdapterSpec {
     /// Built in, offline: each run plays the next step of a script.
     Scripted(ScriptedSpec),
+    /// An OpenAI-compatible chat-completions API: one model call per run.
+    Llm(LlmSpec),
+}
+
+/// Longest `system_prompt` accepted.
+pub const SYSTEM_PROMPT_CHARS_MAX: usize = 8_192;
+/// Longest `model` name accepted.
+pub const MODEL_CHARS_MAX: usize = 200;
+/// Bounds and default of an LLM call's timeout.
+pub const LLM_REQUEST_TIMEOUT_MS_MIN: u64 = 1_000;
+pub const LLM_REQUEST_TIMEOUT_MS_MAX: u64 = 10 * 60 * 1_000;
+pub const LLM_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+
+/// Where and how an `llm` run calls its model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmSpec {
+    /// `http://IP:PORT` of the provider; the run POSTs to `/v1/chat/completions` there.
+    /// (Host names and TLS are not supported yet: put a local proxy in front of a public API.)
+    pub base_url: String,
+    pub model: String,
+    /// One call longer than this fails the run (an LLM failure for the breaker).
+    #[serde(default = "llm_request_timeout_default")]
+    pub request_timeout_ms: u64,
+    #[serde(default)]
+    pub system_prompt: Option<String>,
+}
+
+fn llm_request_timeout_default() -> u64 {
+    LLM_REQUEST_TIMEOUT_MS_DEFAULT
+}
+
+impl LlmSpec {
+    /// The provider's address, from `base_url`.
+    pub fn provider_addr(&self) -> Result<std::net::SocketAddr, FieldError> {
+        self.base_url
+            .strip_prefix("http://")
+            .map(|rest| rest.trim_end_matches('/'))
+            .and_then(|rest| rest.parse().ok())
+            .ok_or_else(|| {
+                FieldError::new(
+                    "adapter.base_url",
+                    format!(
+                        "adapter.base_url must be http://IP:PORT, e.g. \"http://127.0.0.1:8080\" (got {:?}); host names and https are not supported yet",
+                        self.base_url
+                    ),
+                )
+            })
+    }
+
+    fn validate(&self) -> Result<(), FieldError> {
+        self.provider_addr()?;
+        if self.model.is_empty() || self.model.chars().count() > MODEL_CHARS_MAX {
+            return Err(FieldError::new(
+                "adapter.model",
+                format!("adapter.model must be 1 to {MODEL_CHARS_MAX} characters"),
+            ));
+        }
+        if !(LLM_REQUEST_TIMEOUT_MS_MIN..=LLM_REQUEST_TIMEOUT_MS_MAX)
+            .contains(&self.request_timeout_ms)
+        {
+            return Err(FieldError::new(
+                "adapter.request_timeout_ms",
+                format!(
+                    "adapter.request_timeout_ms must be between {LLM_REQUEST_TIMEOUT_MS_MIN} and {LLM_REQUEST_TIMEOUT_MS_MAX} (got {})",
+                    self.request_timeout_ms
+                ),
+            ));
+        }
+        if self
+            .system_prompt
+            .as_ref()
+            .is_some_and(|p| p.chars().count() > SYSTEM_PROMPT_CHARS_MAX)
+        {
+            return Err(FieldError::new(
+                "adapter.system_prompt",
+                format!("adapter.system_prompt is at most {SYSTEM_PROMPT_CHARS_MAX} characters"),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Default for AdapterSpec {
@@ -222,7 +304,18 @@ impl AgentSpec {
     /// Checks every field against its limit; the first problem found is returned.
     pub fn validate(&self) -> Result<(), FieldError> {
         validate_name("name", &self.name, AGENT_NAME_CHARS_MAX)?;
-        let AdapterSpec::Scripted(script) = &self.adapter;
+        let script = match &self.adapter {
+            AdapterSpec::Scripted(script) => script,
+            AdapterSpec::Llm(llm) => {
+                llm.validate()?;
+                &ScriptedSpec {
+                    steps: vec![ScriptStep {
+                        duration_ms: 0,
+                        outcome: ScriptOutcome::Succeeded,
+                    }],
+                }
+            }
+        };
         if script.steps.is_empty() || script.steps.len() > SCRIPT_STEPS_MAX {
             return Err(FieldError::new(
                 "adapter.steps",
@@ -403,6 +496,64 @@ mod tests {
                 "heartbeat.interval_ms"
             );
         }
+    }
+
+    #[test]
+    fn llm_adapter_limits_name_their_field() {
+        let mut s = spec("a", 60_000);
+        let llm = |base_url: &str| {
+            AdapterSpec::Llm(LlmSpec {
+                base_url: base_url.into(),
+                model: "m".into(),
+                request_timeout_ms: LLM_REQUEST_TIMEOUT_MS_DEFAULT,
+                system_prompt: None,
+            })
+        };
+        s.adapter = llm("http://10.0.0.2:8080");
+        assert!(s.validate().is_ok());
+        s.adapter = llm("http://10.0.0.2:8080/");
+        assert!(s.validate().is_ok());
+        for bad in [
+            "https://10.0.0.2:8080",
+            "http://api.openai.com",
+            "10.0.0.2:8080",
+            "",
+        ] {
+            s.adapter = llm(bad);
+            assert_eq!(s.validate().unwrap_err().field, "adapter.base_url", "{bad}");
+        }
+        let mut l = LlmSpec {
+            base_url: "http://10.0.0.2:8080".into(),
+            model: String::new(),
+            request_timeout_ms: LLM_REQUEST_TIMEOUT_MS_DEFAULT,
+            system_prompt: None,
+        };
+        s.adapter = AdapterSpec::Llm(l.clone());
+        assert_eq!(s.validate().unwrap_err().field, "adapter.model");
+        l.model = "m".into();
+        for (ms, ok) in [
+            (LLM_REQUEST_TIMEOUT_MS_MIN - 1, false),
+            (LLM_REQUEST_TIMEOUT_MS_MIN, true),
+            (LLM_REQUEST_TIMEOUT_MS_MAX, true),
+            (LLM_REQUEST_TIMEOUT_MS_MAX + 1, false),
+        ] {
+            l.request_timeout_ms = ms;
+            s.adapter = AdapterSpec::Llm(l.clone());
+            assert_eq!(s.validate().is_ok(), ok, "{ms}");
+        }
+        l.request_timeout_ms = LLM_REQUEST_TIMEOUT_MS_DEFAULT;
+        l.system_prompt = Some("x".repeat(SYSTEM_PROMPT_CHARS_MAX + 1));
+        s.adapter = AdapterSpec::Llm(l);
+        assert_eq!(s.validate().unwrap_err().field, "adapter.system_prompt");
+        let parsed: AgentSpec = serde_json::from_str(
+            r#"{"name":"a","adapter":{"type":"llm","base_url":"http://10.0.0.2:8080","model":"m"}}"#,
+        )
+        .unwrap();
+        assert!(parsed.validate().is_ok());
+        assert!(serde_json::from_str::<AgentSpec>(
+            r#"{"name":"a","adapter":{"type":"llm","base_url":"http://10.0.0.2:8080","model":"m","key":"x"}}"#
+        )
+        .is_err());
     }
 
     #[test]

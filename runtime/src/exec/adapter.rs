@@ -42,5 +42,6 @@ pub trait Adapter: Send + Sync {
 pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
+        AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
     }
 }

@@ -3,6 +3,7 @@
 //! through the shell as a `FinishRun` command.
 
 pub mod adapter;
+pub mod llm;
 pub mod scripted;
 
 use std::collections::BTreeMap;
