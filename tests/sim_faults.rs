@@ -99,6 +99,11 @@ fn run(seed: u64, rates: Vec<FaultRate>) -> RunResult {
 
 /// Like [`run`], with the node's wall clock offset by up to `skew_ms_max` either way.
 fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
+    run_steps(seed, rates, skew_ms_max, steps())
+}
+
+/// The shared runner for `seed` with `rates`, a skew and these workload steps.
+fn run_steps(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64, steps: Vec<Step>) -> RunResult {
     let setup = Setup {
         pinned: Vec::new(),
         scenario: "sim_faults",
@@ -109,7 +114,7 @@ fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
         downtime_ms_max: MINUTE_MS,
         skew_ms_max,
         power_cut_wait_ms: MINUTE_MS,
-        steps: steps(),
+        steps,
         probe_every_ms: 5 * MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
         describe: String::new(),
@@ -620,4 +625,72 @@ fn a_catch_up_leap_makes_the_whole_fleet_fire_once_for_everything_it_missed() {
         "{caught_up:?}"
     );
     assert!(caught_up.iter().all(|m| *m >= 10), "{caught_up:?}");
+}
+
+/// One agent that calls the simulated LLM provider on a 1-minute timer.
+fn llm_steps() -> Vec<Step> {
+    vec![Step {
+        at_ms: 1_000,
+        action: Action::CreateAgent {
+            spec: serde_json::json!({
+                "name": "thinker",
+                "heartbeat": { "interval_ms": MINUTE_MS },
+                "adapter": { "type": "llm", "base_url": vigil_world::provider::base_url(),
+                             "model": "sim-model-1", "request_timeout_ms": 20_000 },
+                "breaker": { "failures_to_open": 100 },
+            }),
+        },
+    }]
+}
+
+/// The details of the runs that ended `failed`.
+fn failures(result: &RunResult) -> Vec<String> {
+    committed(result)
+        .into_iter()
+        .filter_map(|k| match k {
+            vigil::engine::event::EventKind::RunFinished { status, detail, .. }
+                if *status == vigil::engine::run::RunStatus::Failed =>
+            {
+                Some(detail.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn each_llm_fault_fails_the_runs_that_call_the_provider_during_it() {
+    use vigil_faults::LlmFault;
+    for (fault, words) in [
+        (LlmFault::RateLimit, "429 Too Many Requests"),
+        (LlmFault::ServerError, "503 Service Unavailable"),
+        (
+            LlmFault::Timeout,
+            "did not answer within adapter.request_timeout_ms = 20000",
+        ),
+        (LlmFault::Malformed, "not a chat completion"),
+    ] {
+        let rates = once(FaultKind::Llm(fault));
+        let (seed, _) = seed_where(&rates, |f| f.duration_ms() >= 3 * MINUTE_MS);
+        let without = run_steps(seed, Vec::new(), 0, llm_steps());
+        let with = run_steps(seed, rates, 0, llm_steps());
+        let succeeded = |result: &RunResult| {
+            committed(result)
+                .into_iter()
+                .filter(|k| matches!(k, vigil::engine::event::EventKind::RunFinished { status, .. } if *status == vigil::engine::run::RunStatus::Succeeded))
+                .count()
+        };
+        assert!(
+            failures(&without).is_empty(),
+            "{fault:?}: {:?}",
+            failures(&without)
+        );
+        assert!(succeeded(&without) > 10);
+        let failed = failures(&with);
+        assert!(
+            !failed.is_empty() && failed.iter().all(|d| d.contains(words)),
+            "{fault:?}: {failed:?}"
+        );
+        assert!(succeeded(&with) < succeeded(&without));
+    }
 }

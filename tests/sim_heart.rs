@@ -85,6 +85,23 @@ fn breaker_really_opens_probes_and_closes() {
         "opened={opened} half={half} closed={closed} refused={refused}"
     );
     assert!(doubled, "some cooldown doubled");
+    // The provider's rate limit is what opened it for the llm agents, and they closed again.
+    let rate_limited = count(
+        |k| matches!(k, EventKind::RunFinished { detail, .. } if detail.contains("429 Too Many Requests")),
+    );
+    let opened_by_llm = count(|k| {
+        matches!(
+            k,
+            EventKind::BreakerOpened {
+                trigger: vigil::engine::breaker::FailureCause::Llm,
+                ..
+            }
+        )
+    });
+    assert!(
+        rate_limited > 0 && opened_by_llm > 0,
+        "rate_limited={rate_limited} opened_by_llm={opened_by_llm}"
+    );
 }
 
 #[test]

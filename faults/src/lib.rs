@@ -17,6 +17,6 @@ pub mod stream;
 pub mod swarm;
 
 pub use plan::{
-    plan, Fault, FaultKind, FaultRate, Injection, StorageError, StorageFilter, StorageOps,
+    plan, Fault, FaultKind, FaultRate, Injection, LlmFault, StorageError, StorageFilter, StorageOps,
 };
 pub use stream::stream;

@@ -45,6 +45,8 @@ pub enum Fault {
         loss_permille: u16,
         duration_ms: u64,
     },
+    /// For `duration_ms`, the simulated LLM provider misbehaves as `llm` says.
+    Llm { llm: LlmFault, duration_ms: u64 },
     /// A wakeup storm: `wakes` on-demand wakeups sent at once to the node's agents (picked by
     /// `pick`), over `task_keys` task keys.
     WakeupBurst {
@@ -79,6 +81,7 @@ impl Fault {
             Fault::Partition { .. } => "partition",
             Fault::NetDelay { .. } => "net_delay",
             Fault::PacketLoss { .. } => "packet_loss",
+            Fault::Llm { llm, .. } => llm.name(),
             Fault::WakeupBurst { .. } => "wakeup_burst",
             Fault::AlignedTimers { .. } => "aligned_timers",
             Fault::CatchUp { .. } => "catch_up",
@@ -97,7 +100,33 @@ impl Fault {
             Fault::StorageError { duration_ms, .. }
             | Fault::Partition { duration_ms }
             | Fault::NetDelay { duration_ms, .. }
-            | Fault::PacketLoss { duration_ms, .. } => duration_ms,
+            | Fault::PacketLoss { duration_ms, .. }
+            | Fault::Llm { duration_ms, .. } => duration_ms,
+        }
+    }
+}
+
+/// How the simulated LLM provider misbehaves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmFault {
+    /// Every call answers 429 Too Many Requests.
+    RateLimit,
+    /// Every call answers 503 Service Unavailable.
+    ServerError,
+    /// Calls get no answer until long after any sane request timeout.
+    Timeout,
+    /// Calls answer 200 with a body that is not a chat completion.
+    Malformed,
+}
+
+impl LlmFault {
+    pub fn name(self) -> &'static str {
+        match self {
+            LlmFault::RateLimit => "llm_rate_limit",
+            LlmFault::ServerError => "llm_server_error",
+            LlmFault::Timeout => "llm_timeout",
+            LlmFault::Malformed => "llm_malformed",
         }
     }
 }
@@ -185,6 +214,8 @@ pub enum FaultKind {
     NetDelay,
     /// The network loses packets.
     PacketLoss,
+    /// The simulated LLM provider misbehaves for a while (scenarios with `llm` agents only).
+    Llm(LlmFault),
     /// A burst of on-demand wakeups at once.
     WakeupBurst,
     /// A fleet registered at once on one interval.
@@ -205,6 +236,7 @@ impl FaultKind {
             FaultKind::Partition => "partition",
             FaultKind::NetDelay => "net_delay",
             FaultKind::PacketLoss => "packet_loss",
+            FaultKind::Llm(fault) => fault.name(),
             FaultKind::WakeupBurst => "wakeup_burst",
             FaultKind::AlignedTimers => "aligned_timers",
             FaultKind::CatchUp => "catch_up",
@@ -247,6 +279,9 @@ pub const NET_DELAY_MS_MAX: u64 = 8_000;
 /// Loss rate under `PacketLoss`, in thousandths.
 pub const PACKET_LOSS_PERMILLE_MIN: u16 = 50;
 pub const PACKET_LOSS_PERMILLE_MAX: u16 = 600;
+/// A provider fault's window: from a minute to two hours of a sick provider.
+pub const LLM_FAULT_MS_MIN: u64 = 60_000;
+pub const LLM_FAULT_MS_MAX: u64 = 2 * 60 * 60 * 1_000;
 /// Wakeups in one burst, and the task keys they spread over.
 pub const BURST_WAKES_MIN: u64 = 20;
 pub const BURST_WAKES_MAX: u64 = 300;
@@ -331,6 +366,10 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
         FaultKind::PacketLoss => Fault::PacketLoss {
             loss_permille: rng.gen_range(PACKET_LOSS_PERMILLE_MIN..=PACKET_LOSS_PERMILLE_MAX),
             duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+        FaultKind::Llm(llm) => Fault::Llm {
+            llm,
+            duration_ms: log_uniform(rng, LLM_FAULT_MS_MIN, LLM_FAULT_MS_MAX),
         },
         FaultKind::WakeupBurst => Fault::WakeupBurst {
             wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
@@ -432,6 +471,10 @@ mod tests {
             rate(FaultKind::Partition, 0.5),
             rate(FaultKind::NetDelay, 0.5),
             rate(FaultKind::PacketLoss, 0.5),
+            rate(FaultKind::Llm(LlmFault::RateLimit), 0.5),
+            rate(FaultKind::Llm(LlmFault::ServerError), 0.5),
+            rate(FaultKind::Llm(LlmFault::Timeout), 0.5),
+            rate(FaultKind::Llm(LlmFault::Malformed), 0.5),
             rate(FaultKind::WakeupBurst, 0.5),
             rate(FaultKind::AlignedTimers, 0.5),
             rate(FaultKind::CatchUp, 0.5),

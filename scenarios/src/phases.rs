@@ -127,6 +127,21 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         tail_every_ms: setup.tail_every_ms,
         until_ms: end_ms,
     };
+    // A simulated LLM provider, for scenarios whose agents call one (or whose faults hit it).
+    let uses_llm = setup.steps.iter().any(|s| {
+        matches!(&s.action, vigil_world::workload::Action::CreateAgent { spec } if spec["adapter"]["type"] == "llm")
+    });
+    let provider = uses_llm.then(|| {
+        let state = vigil_world::provider::SharedProvider::default();
+        let serving = state.clone();
+        madsim::runtime::Handle::current()
+            .create_node()
+            .name("llm-provider")
+            .ip(vigil_world::provider::PROVIDER_IP)
+            .init(move || vigil_world::provider::serve(serving.clone()))
+            .build();
+        state
+    });
     let workload_recorder = recorder.clone();
     let workload_node = madsim::runtime::Handle::current()
         .create_node()
@@ -143,6 +158,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             windows,
             faults.clone(),
             node.disk.clone(),
+            provider.clone(),
             node.name,
             recorder.clone(),
             seed,
@@ -295,13 +311,17 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             Fault::StorageError { .. }
             | Fault::Partition { .. }
             | Fault::NetDelay { .. }
-            | Fault::PacketLoss { .. } => unreachable!("window faults run on their own task"),
+            | Fault::PacketLoss { .. }
+            | Fault::Llm { .. } => unreachable!("window faults run on their own task"),
         }
     }
     // The quiet phase: heal every window, and restart a node that stopped itself just now.
     if let Some((faults, task)) = window_faults {
         task.abort();
         node.disk.disarm_errors();
+        if let Some(provider) = &provider {
+            provider.lock().expect("provider lock").heal();
+        }
         if faults.borrow_mut().heal_all() {
             recorder.record(
                 "sim",
@@ -329,6 +349,7 @@ async fn run_windows(
     windows: Vec<Injection>,
     faults: Rc<RefCell<Windows>>,
     disk: std::sync::Arc<vigil_world::disk::SimDisk>,
+    provider: Option<vigil_world::provider::SharedProvider>,
     node_name: &'static str,
     recorder: Recorder,
     seed: u64,
@@ -352,6 +373,7 @@ async fn run_windows(
         }
         let (node, what) = match fault {
             Fault::StorageError { .. } => (node_name, fault.kind()),
+            Fault::Llm { .. } => ("llm-provider", fault.kind()),
             _ => ("sim", fault.kind()),
         };
         let description = if opens {
@@ -370,6 +392,23 @@ async fn run_windows(
                         filter.ops, filter.probability_permille
                     )
                 }
+                Fault::Llm { llm, duration_ms } => {
+                    // Without a provider in the world (no agent calls one) there is nothing to
+                    // make sick; the record says so.
+                    let Some(provider) = &provider else {
+                        recorder.record(
+                            "sim",
+                            TraceEvent::Fault {
+                                description: format!(
+                                    "{what} skipped: no llm provider in this scenario"
+                                ),
+                            },
+                        );
+                        continue;
+                    };
+                    provider.lock().expect("provider lock").open(llm);
+                    format!("{what} duration_ms={duration_ms}")
+                }
                 _ => {
                     faults.borrow_mut().open(at_ms, fault);
                     format!("{what} {}", describe_window(fault))
@@ -379,6 +418,10 @@ async fn run_windows(
             match fault {
                 Fault::StorageError { .. } if at_ms >= storage_until_ms => disk.disarm_errors(),
                 Fault::StorageError { .. } => {}
+                Fault::Llm { llm, .. } => match &provider {
+                    Some(provider) => provider.lock().expect("provider lock").close(llm),
+                    None => continue,
+                },
                 _ => faults.borrow_mut().close(at_ms),
             }
             format!("{what} healed")

@@ -134,7 +134,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "breaker",
-        summary: "3 agents whose runs fail for a stretch (LLM or tool): breaker opens, one probe per doubling cooldown, closes; 5 h",
+        summary: "a simulated LLM provider rate-limits for 40-90 min (plus 503s, timeouts, malformed replies): breaker opens, one probe per doubling cooldown, closes after recovery; a tool-failure agent too; 5 h",
         virtual_ms: crate::breaker::SAFETY_MS + crate::breaker::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::breaker::run(seed, recorder)),
     },

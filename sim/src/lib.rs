@@ -12,4 +12,6 @@ pub mod trace;
 #[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
+pub mod provider;
+#[cfg(madsim)]
 pub mod workload;
