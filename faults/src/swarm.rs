@@ -8,7 +8,7 @@
 
 use rand::Rng;
 
-use crate::plan::{FaultKind, FaultRate, StorageFilter, StorageOps, PERMILLE};
+use crate::plan::{FaultKind, FaultRate, LlmFault, StorageFilter, StorageOps, PERMILLE};
 use crate::stream;
 
 /// Chance that each kind of the catalogue is in a seed's swarm, in thousandths.
@@ -20,14 +20,14 @@ pub const SWARM_PER_HOUR_MAX: f64 = 4.0;
 pub const SWARM_TRIGGERS_MAX: u32 = 8;
 
 /// The kinds swarm mode chooses from: every fault the shared scenario runner can inflict,
-/// wakeup storms included.
-/// (Faults of subsystems a scenario may not have, such as the LLM provider's, join with them.)
-pub fn catalogue(rng: &mut impl Rng) -> Vec<FaultKind> {
+/// wakeup storms included, and the LLM provider's faults when the world has a provider
+/// (`with_llm`; they come last, so the other kinds draw the same either way).
+pub fn catalogue(rng: &mut impl Rng, with_llm: bool) -> Vec<FaultKind> {
     let filter = |rng: &mut dyn rand::RngCore| StorageFilter {
         ops: [StorageOps::Write, StorageOps::Sync, StorageOps::Any][rng.gen_range(0..3)],
         probability_permille: [PERMILLE / 10, PERMILLE / 2, PERMILLE][rng.gen_range(0..3)],
     };
-    vec![
+    let mut kinds = vec![
         FaultKind::Crash,
         FaultKind::PowerCut,
         FaultKind::ClockJump,
@@ -39,14 +39,27 @@ pub fn catalogue(rng: &mut impl Rng) -> Vec<FaultKind> {
         FaultKind::WakeupBurst,
         FaultKind::AlignedTimers,
         FaultKind::CatchUp,
-    ]
+    ];
+    if with_llm {
+        kinds.extend(
+            [
+                LlmFault::RateLimit,
+                LlmFault::ServerError,
+                LlmFault::Timeout,
+                LlmFault::Malformed,
+            ]
+            .map(FaultKind::Llm),
+        );
+    }
+    kinds
 }
 
-/// The swarm of `seed`: a random non-empty subset of the catalogue, each kind with a random rate
-/// and trigger bound. Deterministic in the seed.
-pub fn choose(seed: u64) -> Vec<FaultRate> {
+/// The swarm of `seed`: a random non-empty subset of the catalogue (with the LLM provider's
+/// faults when `with_llm`), each kind with a random rate and trigger bound. Deterministic in
+/// the seed.
+pub fn choose(seed: u64, with_llm: bool) -> Vec<FaultRate> {
     let mut rng = stream(seed, "swarm");
-    let kinds = catalogue(&mut rng);
+    let kinds = catalogue(&mut rng, with_llm);
     let mut rates: Vec<FaultRate> = Vec::new();
     for kind in &kinds {
         let picked = rng.gen_range(0..PERMILLE as u32) < SWARM_PICK_PERMILLE;
@@ -110,8 +123,8 @@ mod tests {
     #[test]
     fn a_swarm_is_a_deterministic_non_empty_subset_with_bounded_rates() {
         for seed in 0..200 {
-            let rates = choose(seed);
-            assert_eq!(rates, choose(seed), "seed {seed}");
+            let rates = choose(seed, false);
+            assert_eq!(rates, choose(seed, false), "seed {seed}");
             assert!(!rates.is_empty());
             for r in &rates {
                 assert!((SWARM_PER_HOUR_MIN..=SWARM_PER_HOUR_MAX + 1e-9).contains(&r.per_hour));
@@ -125,7 +138,9 @@ mod tests {
 
     #[test]
     fn swarms_differ_between_seeds_and_cover_every_kind() {
-        let swarms: Vec<String> = (0..200).map(|seed| describe(&choose(seed))).collect();
+        let swarms: Vec<String> = (0..200)
+            .map(|seed| describe(&choose(seed, false)))
+            .collect();
         let distinct: std::collections::BTreeSet<_> = swarms.iter().collect();
         assert!(
             distinct.len() > 190,
@@ -148,6 +163,31 @@ mod tests {
             let with = swarms.iter().filter(|s| s.contains(kind)).count();
             assert!((50..150).contains(&with), "{kind} in {with} of 200 swarms");
         }
+    }
+
+    #[test]
+    fn llm_faults_join_only_worlds_with_a_provider_and_shift_nothing_else() {
+        for seed in 0..100 {
+            let without = choose(seed, false);
+            let with = choose(seed, true);
+            assert!(without.iter().all(|r| !matches!(r.kind, FaultKind::Llm(_))));
+            let common: Vec<_> = with
+                .iter()
+                .filter(|r| !matches!(r.kind, FaultKind::Llm(_)))
+                .copied()
+                .collect();
+            if common.len() == without.len() {
+                assert_eq!(common, without, "seed {seed}");
+            }
+        }
+        let with_llm = (0..100)
+            .filter(|seed| {
+                choose(*seed, true)
+                    .iter()
+                    .any(|r| matches!(r.kind, FaultKind::Llm(_)))
+            })
+            .count();
+        assert!(with_llm > 80, "{with_llm}");
     }
 
     #[test]

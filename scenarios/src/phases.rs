@@ -70,8 +70,14 @@ pub struct Setup {
 pub async fn run(setup: Setup, recorder: Recorder) {
     let Setup { seed, .. } = setup;
     let mut rng = stream(seed, "skew");
+    // A simulated LLM provider, for scenarios whose agents call one (or whose faults hit it).
+    let uses_llm = setup.steps.iter().any(|s| {
+        matches!(&s.action, vigil_world::workload::Action::CreateAgent { spec } if spec["adapter"]["type"] == "llm")
+    });
     // Swarm mode: the seed's own choice of faults instead of the scenario's designed mix.
-    let swarm = recorder.swarm().then(|| vigil_faults::swarm::choose(seed));
+    let swarm = recorder
+        .swarm()
+        .then(|| vigil_faults::swarm::choose(seed, uses_llm));
     let rates = swarm.clone().unwrap_or_else(|| setup.rates.clone());
     let mut planned = plan(seed, setup.safety_ms, &rates);
     planned.extend(setup.pinned.iter().copied());
@@ -127,10 +133,6 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         tail_every_ms: setup.tail_every_ms,
         until_ms: end_ms,
     };
-    // A simulated LLM provider, for scenarios whose agents call one (or whose faults hit it).
-    let uses_llm = setup.steps.iter().any(|s| {
-        matches!(&s.action, vigil_world::workload::Action::CreateAgent { spec } if spec["adapter"]["type"] == "llm")
-    });
     let provider = uses_llm.then(|| {
         let state = vigil_world::provider::SharedProvider::default();
         let serving = state.clone();
