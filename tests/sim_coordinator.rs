@@ -3,9 +3,11 @@
 //! stream of one pinned seed is a reviewed snapshot.
 #![cfg(madsim)]
 
+mod sim_support;
+
 use vigil::engine::event::EventKind;
 use vigil::engine::run::CONTROL_PLANE_RESTART;
-use vigil_scenarios::run::{find, run_seed, sweep, Outcome, SweepOptions};
+use vigil_scenarios::run::{find, run_seed};
 use vigil_world::trace::{TraceEvent, TraceRecord};
 
 /// Seeds each coordinator scenario must pass in CI.
@@ -13,31 +15,8 @@ const SEEDS: u64 = 500;
 /// Seeds looked at to prove a scenario exercises its subject.
 const COVERAGE_SEEDS: u64 = 10;
 
-fn jobs() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn quiet(_: u64, _: u64, _: &Outcome) {}
-
 fn sweep_passes(name: &str) {
-    let scenario = find(name).expect("scenario exists");
-    let summary = sweep(
-        scenario,
-        SweepOptions {
-            start: 0,
-            seeds: SEEDS,
-            jobs: jobs(),
-            check_determinism: false,
-        },
-        &quiet,
-    );
-    for outcome in &summary.failed {
-        eprintln!("{}", outcome.failure_report().unwrap_or_default());
-        eprintln!("{}", outcome.result_line());
-    }
-    println!("{}", summary.result_line());
-    assert!(summary.failed.is_empty(), "{}", summary.result_line());
-    assert_eq!(summary.virtual_ms_total, SEEDS * scenario.virtual_ms);
+    sim_support::sweep_passes(name, SEEDS);
 }
 
 /// Every committed event of the first `COVERAGE_SEEDS` seeds of `name`, all passing.

@@ -2,35 +2,18 @@
 //! pass, and each really exercises what it is named for.
 #![cfg(madsim)]
 
+mod sim_support;
+
 use vigil::engine::event::EventKind;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
-use vigil_scenarios::run::{find, run_seed, sweep, Outcome, SweepOptions};
+use vigil_scenarios::run::{find, run_seed};
 use vigil_world::trace::TraceEvent;
 
 const SEEDS: u64 = 500;
 const COVERAGE_SEEDS: u64 = 5;
 
-fn jobs() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn quiet(_: u64, _: u64, _: &Outcome) {}
-
 fn sweep_passes(name: &str) {
-    let scenario = find(name).expect("scenario exists");
-    let options = SweepOptions {
-        start: 0,
-        seeds: SEEDS,
-        jobs: jobs(),
-        check_determinism: false,
-    };
-    let summary = sweep(scenario, options, &quiet);
-    for outcome in &summary.failed {
-        eprintln!("{}", outcome.failure_report().unwrap_or_default());
-    }
-    println!("{}", summary.result_line());
-    assert!(summary.failed.is_empty(), "{}", summary.result_line());
-    assert_eq!(summary.virtual_ms_total, SEEDS * scenario.virtual_ms);
+    sim_support::sweep_passes(name, SEEDS);
 }
 
 fn committed(name: &str) -> Vec<EventKind> {

@@ -190,15 +190,7 @@ impl Shell {
         agent: AgentId,
         request: WakeupRequest,
     ) -> Result<WakeAnswer, ExecuteError> {
-        let mut engine = self.engine();
-        let now_ms = self.clock.wall_now_ms();
-        let decision = engine.decide(&Command::Wake { agent, request }, now_ms)?;
-        self.commit(&mut engine, &decision.events)?;
-        Ok(WakeAnswer {
-            wakeup: decision.wakeup.expect("a wake always answers"),
-            replayed: decision.replayed,
-            seq: engine.last_seq(),
-        })
+        self.answer_wake(Command::Wake { agent, request })
     }
 
     /// User input for `agent`: restarts its idle chamber and wakes it on demand (`request`).
@@ -207,12 +199,17 @@ impl Shell {
         agent: AgentId,
         request: WakeupRequest,
     ) -> Result<WakeAnswer, ExecuteError> {
+        self.answer_wake(Command::Input { agent, request })
+    }
+
+    /// Runs a command that answers with a wakeup (`Wake`, `Input`).
+    fn answer_wake(self: &Arc<Self>, command: Command) -> Result<WakeAnswer, ExecuteError> {
         let mut engine = self.engine();
         let now_ms = self.clock.wall_now_ms();
-        let decision = engine.decide(&Command::Input { agent, request }, now_ms)?;
+        let decision = engine.decide(&command, now_ms)?;
         self.commit(&mut engine, &decision.events)?;
         Ok(WakeAnswer {
-            wakeup: decision.wakeup.expect("an input always answers"),
+            wakeup: decision.wakeup.expect("wake and input always answer"),
             replayed: decision.replayed,
             seq: engine.last_seq(),
         })

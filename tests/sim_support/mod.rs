@@ -1,0 +1,29 @@
+//! What the simulation test files share: sweeping a scenario on every core and failing with
+//! the failure reports of every seed that broke an invariant.
+
+use vigil_scenarios::run::{find, sweep, SweepOptions};
+
+/// Parallel runs: every core.
+pub fn jobs() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Sweeps seeds `0..seeds` of scenario `name` and fails, printing each failing seed's report,
+/// unless every seed passes and really simulated the scenario's whole length.
+pub fn sweep_passes(name: &str, seeds: u64) {
+    let scenario = find(name).expect("scenario exists");
+    let options = SweepOptions {
+        start: 0,
+        seeds,
+        jobs: jobs(),
+        check_determinism: false,
+    };
+    let summary = sweep(scenario, options, &|_, _, _| {});
+    for outcome in &summary.failed {
+        eprintln!("{}", outcome.failure_report().unwrap_or_default());
+        eprintln!("{}", outcome.result_line());
+    }
+    println!("{}", summary.result_line());
+    assert!(summary.failed.is_empty(), "{}", summary.result_line());
+    assert_eq!(summary.virtual_ms_total, seeds * scenario.virtual_ms);
+}
