@@ -694,3 +694,84 @@ fn each_llm_fault_fails_the_runs_that_call_the_provider_during_it() {
         assert!(succeeded(&with) < succeeded(&without));
     }
 }
+
+#[test]
+fn a_provider_partition_fails_the_calls_made_while_it_lasts() {
+    let rates = once(FaultKind::ProviderPartition);
+    let (seed, _) = seed_where(&rates, |f| f.duration_ms() >= 3 * MINUTE_MS);
+    let without = run_steps(seed, Vec::new(), 0, llm_steps());
+    let with = run_steps(seed, rates, 0, llm_steps());
+    assert!(failures(&without).is_empty(), "{:?}", failures(&without));
+    let failed = failures(&with);
+    assert!(
+        !failed.is_empty()
+            && failed.iter().all(|d| d.contains("did not answer within")
+                || d.contains("could not reach the provider")),
+        "{failed:?}"
+    );
+}
+
+/// One agent pulsing every 2 s (offline after 3 misses) from the first minute on.
+fn pulse_steps() -> Vec<Step> {
+    let mut steps = vec![Step {
+        at_ms: 1_000,
+        action: Action::CreateAgent {
+            spec: serde_json::json!({
+                "name": "pulser",
+                "liveness": { "pulse_interval_ms": 2_000, "offline_after_misses": 3 },
+            }),
+        },
+    }];
+    let mut at_ms = MINUTE_MS;
+    while at_ms < SAFETY_MS {
+        steps.push(Step {
+            at_ms,
+            action: Action::Pulse {
+                agent: "pulser".into(),
+            },
+        });
+        at_ms += 2_000;
+    }
+    steps
+}
+
+#[test]
+fn pulse_loss_drops_pulses_at_their_source_and_the_agent_goes_offline() {
+    use vigil::engine::event::EventKind;
+    let rates = once(FaultKind::PulseLoss);
+    let (seed, _) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::PulseLoss { loss_permille, duration_ms } if *loss_permille >= 700 && *duration_ms >= MINUTE_MS),
+    );
+    let without = run_steps(seed, Vec::new(), 0, pulse_steps());
+    let with = run_steps(seed, rates, 0, pulse_steps());
+    let answered = |result: &RunResult| {
+        result
+            .records
+            .iter()
+            .filter(|r| matches!(r.event, TraceEvent::AckedPulse { .. }))
+            .count()
+    };
+    // Offline marks while the agent still pulses (after the safety phase it stops for good).
+    let offline = |result: &RunResult| {
+        result
+            .records
+            .iter()
+            .filter(|r| {
+                r.t_ms < SAFETY_MS
+                    && matches!(&r.event, TraceEvent::Committed { event } if matches!(event.kind, EventKind::AgentOffline { .. }))
+            })
+            .count()
+    };
+    assert!(
+        answered(&with) < answered(&without),
+        "{} vs {}",
+        answered(&with),
+        answered(&without)
+    );
+    assert_eq!(offline(&without), 0);
+    assert!(
+        offline(&with) > 0,
+        "the silence the loss made was never judged"
+    );
+}

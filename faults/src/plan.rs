@@ -45,6 +45,15 @@ pub enum Fault {
         loss_permille: u16,
         duration_ms: u64,
     },
+    /// Nothing passes between the runtime node and the LLM provider, either way, for
+    /// `duration_ms` (scenarios with `llm` agents only).
+    ProviderPartition { duration_ms: u64 },
+    /// For `duration_ms`, each pulse the workload would send is dropped at its source with
+    /// probability `loss_permille / 1000` (an agent's host hiccups).
+    PulseLoss {
+        loss_permille: u16,
+        duration_ms: u64,
+    },
     /// For `duration_ms`, the simulated LLM provider misbehaves as `llm` says.
     Llm { llm: LlmFault, duration_ms: u64 },
     /// A wakeup storm: `wakes` on-demand wakeups sent at once to the node's agents (picked by
@@ -82,6 +91,8 @@ impl Fault {
             Fault::NetDelay { .. } => "net_delay",
             Fault::PacketLoss { .. } => "packet_loss",
             Fault::Llm { llm, .. } => llm.name(),
+            Fault::ProviderPartition { .. } => "provider_partition",
+            Fault::PulseLoss { .. } => "pulse_loss",
             Fault::WakeupBurst { .. } => "wakeup_burst",
             Fault::AlignedTimers { .. } => "aligned_timers",
             Fault::CatchUp { .. } => "catch_up",
@@ -101,7 +112,9 @@ impl Fault {
             | Fault::Partition { duration_ms }
             | Fault::NetDelay { duration_ms, .. }
             | Fault::PacketLoss { duration_ms, .. }
-            | Fault::Llm { duration_ms, .. } => duration_ms,
+            | Fault::Llm { duration_ms, .. }
+            | Fault::ProviderPartition { duration_ms }
+            | Fault::PulseLoss { duration_ms, .. } => duration_ms,
         }
     }
 }
@@ -216,6 +229,10 @@ pub enum FaultKind {
     PacketLoss,
     /// The simulated LLM provider misbehaves for a while (scenarios with `llm` agents only).
     Llm(LlmFault),
+    /// The link between the runtime and the LLM provider is cut both ways.
+    ProviderPartition,
+    /// Pulses are dropped at their source.
+    PulseLoss,
     /// A burst of on-demand wakeups at once.
     WakeupBurst,
     /// A fleet registered at once on one interval.
@@ -237,6 +254,8 @@ impl FaultKind {
             FaultKind::NetDelay => "net_delay",
             FaultKind::PacketLoss => "packet_loss",
             FaultKind::Llm(fault) => fault.name(),
+            FaultKind::ProviderPartition => "provider_partition",
+            FaultKind::PulseLoss => "pulse_loss",
             FaultKind::WakeupBurst => "wakeup_burst",
             FaultKind::AlignedTimers => "aligned_timers",
             FaultKind::CatchUp => "catch_up",
@@ -282,6 +301,8 @@ pub const PACKET_LOSS_PERMILLE_MAX: u16 = 600;
 /// A provider fault's window: from a minute to two hours of a sick provider.
 pub const LLM_FAULT_MS_MIN: u64 = 60_000;
 pub const LLM_FAULT_MS_MAX: u64 = 2 * 60 * 60 * 1_000;
+/// Share of pulses dropped under `PulseLoss`, at least (up to all of them), in thousandths.
+pub const PULSE_LOSS_PERMILLE_MIN: u16 = 100;
 /// Wakeups in one burst, and the task keys they spread over.
 pub const BURST_WAKES_MIN: u64 = 20;
 pub const BURST_WAKES_MAX: u64 = 300;
@@ -370,6 +391,13 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
         FaultKind::Llm(llm) => Fault::Llm {
             llm,
             duration_ms: log_uniform(rng, LLM_FAULT_MS_MIN, LLM_FAULT_MS_MAX),
+        },
+        FaultKind::ProviderPartition => Fault::ProviderPartition {
+            duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
+        },
+        FaultKind::PulseLoss => Fault::PulseLoss {
+            loss_permille: rng.gen_range(PULSE_LOSS_PERMILLE_MIN..=PERMILLE),
+            duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
         },
         FaultKind::WakeupBurst => Fault::WakeupBurst {
             wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
@@ -475,6 +503,8 @@ mod tests {
             rate(FaultKind::Llm(LlmFault::ServerError), 0.5),
             rate(FaultKind::Llm(LlmFault::Timeout), 0.5),
             rate(FaultKind::Llm(LlmFault::Malformed), 0.5),
+            rate(FaultKind::ProviderPartition, 0.5),
+            rate(FaultKind::PulseLoss, 0.5),
             rate(FaultKind::WakeupBurst, 0.5),
             rate(FaultKind::AlignedTimers, 0.5),
             rate(FaultKind::CatchUp, 0.5),

@@ -20,9 +20,10 @@ pub const SWARM_PER_HOUR_MAX: f64 = 4.0;
 pub const SWARM_TRIGGERS_MAX: u32 = 8;
 
 /// The kinds swarm mode chooses from: every fault the shared scenario runner can inflict,
-/// wakeup storms included, and the LLM provider's faults when the world has a provider
-/// (`with_llm`; they come last, so the other kinds draw the same either way).
-pub fn catalogue(rng: &mut impl Rng, with_llm: bool) -> Vec<FaultKind> {
+/// wakeup storms included; the LLM provider's faults when the world has a provider, and pulse
+/// loss when its agents pulse (`world`; these come last, so the other kinds draw the same
+/// either way).
+pub fn catalogue(rng: &mut impl Rng, world: World) -> Vec<FaultKind> {
     let filter = |rng: &mut dyn rand::RngCore| StorageFilter {
         ops: [StorageOps::Write, StorageOps::Sync, StorageOps::Any][rng.gen_range(0..3)],
         probability_permille: [PERMILLE / 10, PERMILLE / 2, PERMILLE][rng.gen_range(0..3)],
@@ -40,7 +41,7 @@ pub fn catalogue(rng: &mut impl Rng, with_llm: bool) -> Vec<FaultKind> {
         FaultKind::AlignedTimers,
         FaultKind::CatchUp,
     ];
-    if with_llm {
+    if world.llm {
         kinds.extend(
             [
                 LlmFault::RateLimit,
@@ -50,16 +51,29 @@ pub fn catalogue(rng: &mut impl Rng, with_llm: bool) -> Vec<FaultKind> {
             ]
             .map(FaultKind::Llm),
         );
+        kinds.push(FaultKind::ProviderPartition);
+    }
+    if world.pulses {
+        kinds.push(FaultKind::PulseLoss);
     }
     kinds
 }
 
-/// The swarm of `seed`: a random non-empty subset of the catalogue (with the LLM provider's
-/// faults when `with_llm`), each kind with a random rate and trigger bound. Deterministic in
-/// the seed.
-pub fn choose(seed: u64, with_llm: bool) -> Vec<FaultRate> {
+/// What a scenario's world has that some faults need.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct World {
+    /// A simulated LLM provider that agents call.
+    pub llm: bool,
+    /// Agents that pulse.
+    pub pulses: bool,
+}
+
+/// The swarm of `seed`: a random non-empty subset of the catalogue (with the faults `world`
+/// makes meaningful), each kind with a random rate and trigger bound. Deterministic in the
+/// seed.
+pub fn choose(seed: u64, world: World) -> Vec<FaultRate> {
     let mut rng = stream(seed, "swarm");
-    let kinds = catalogue(&mut rng, with_llm);
+    let kinds = catalogue(&mut rng, world);
     let mut rates: Vec<FaultRate> = Vec::new();
     for kind in &kinds {
         let picked = rng.gen_range(0..PERMILLE as u32) < SWARM_PICK_PERMILLE;
@@ -123,8 +137,8 @@ mod tests {
     #[test]
     fn a_swarm_is_a_deterministic_non_empty_subset_with_bounded_rates() {
         for seed in 0..200 {
-            let rates = choose(seed, false);
-            assert_eq!(rates, choose(seed, false), "seed {seed}");
+            let rates = choose(seed, World::default());
+            assert_eq!(rates, choose(seed, World::default()), "seed {seed}");
             assert!(!rates.is_empty());
             for r in &rates {
                 assert!((SWARM_PER_HOUR_MIN..=SWARM_PER_HOUR_MAX + 1e-9).contains(&r.per_hour));
@@ -139,7 +153,7 @@ mod tests {
     #[test]
     fn swarms_differ_between_seeds_and_cover_every_kind() {
         let swarms: Vec<String> = (0..200)
-            .map(|seed| describe(&choose(seed, false)))
+            .map(|seed| describe(&choose(seed, World::default())))
             .collect();
         let distinct: std::collections::BTreeSet<_> = swarms.iter().collect();
         assert!(
@@ -165,24 +179,27 @@ mod tests {
         }
     }
 
+    const LLM: World = World {
+        llm: true,
+        pulses: false,
+    };
+
     #[test]
     fn llm_faults_join_only_worlds_with_a_provider_and_shift_nothing_else() {
         for seed in 0..100 {
-            let without = choose(seed, false);
-            let with = choose(seed, true);
-            assert!(without.iter().all(|r| !matches!(r.kind, FaultKind::Llm(_))));
-            let common: Vec<_> = with
-                .iter()
-                .filter(|r| !matches!(r.kind, FaultKind::Llm(_)))
-                .copied()
-                .collect();
+            let without = choose(seed, World::default());
+            let with = choose(seed, LLM);
+            let extra =
+                |k: FaultKind| matches!(k, FaultKind::Llm(_) | FaultKind::ProviderPartition);
+            assert!(without.iter().all(|r| !extra(r.kind)));
+            let common: Vec<_> = with.iter().filter(|r| !extra(r.kind)).copied().collect();
             if common.len() == without.len() {
                 assert_eq!(common, without, "seed {seed}");
             }
         }
         let with_llm = (0..100)
             .filter(|seed| {
-                choose(*seed, true)
+                choose(*seed, LLM)
                     .iter()
                     .any(|r| matches!(r.kind, FaultKind::Llm(_)))
             })

@@ -1,7 +1,7 @@
 //! Scenario `liveness` (invariant 10): a fleet whose agents pulse over a lossy, slow network
 //! while the node crashes, loses power mid-commit and has its wall clock jump. Agents pulse on
-//! their own interval with jitter, drop some pulses at the source (pulse loss), fall silent for a
-//! while and come back, and in the quiet phase some stop for good. Fixed-threshold and
+//! their own interval with jitter, lose pulses at the source in `pulse_loss` windows, fall silent
+//! for a while and come back, and in the quiet phase some stop for good. Fixed-threshold and
 //! phi-accrual agents side by side. No agent whose answered pulses came within its bound is
 //! marked offline; in the quiet phase a silent one is marked offline within its threshold plus
 //! the sweep interval; every answered pulse finds its agent online.
@@ -19,8 +19,6 @@ pub const SAFETY_MS: u64 = 45 * MINUTE_MS;
 pub const QUIET_MS: u64 = 15 * MINUTE_MS;
 const MINUTE_MS: u64 = 60_000;
 const AGENTS: usize = 8;
-/// Share of pulses an agent's host drops before sending (pulse loss), in thousandths.
-const PULSE_LOSS_PERMILLE: u32 = 50;
 /// Longest stretch an agent falls silent in the safety phase.
 const SILENCE_MS_MAX: u64 = 3 * MINUTE_MS;
 
@@ -39,10 +37,9 @@ fn policy(i: usize) -> serde_json::Value {
 /// Runs the scenario for `seed`, recording into `recorder`.
 pub async fn run(seed: u64, recorder: Recorder) {
     let mut rng = stream(seed, "liveness");
-    let mut loss = stream(seed, "pulse_loss");
     let end_ms = SAFETY_MS + QUIET_MS;
     let mut steps = Vec::new();
-    let (mut pulses, mut dropped, mut stopped) = (0, 0, 0);
+    let (mut pulses, mut stopped) = (0, 0);
     for i in 0..AGENTS {
         let name = format!("agent-{i}");
         let policy = policy(i);
@@ -73,17 +70,13 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 .iter()
                 .any(|(from, to)| (*from..*to).contains(&at_ms));
             if !silent {
-                if loss.gen_range(0..1_000) < PULSE_LOSS_PERMILLE {
-                    dropped += 1;
-                } else {
-                    pulses += 1;
-                    steps.push(Step {
-                        at_ms,
-                        action: Action::Pulse {
-                            agent: name.clone(),
-                        },
-                    });
-                }
+                pulses += 1;
+                steps.push(Step {
+                    at_ms,
+                    action: Action::Pulse {
+                        agent: name.clone(),
+                    },
+                });
             }
             // Jitter of up to a fifth of the interval either way.
             at_ms += interval_ms - interval_ms / 5 + rng.gen_range(0..=2 * interval_ms / 5);
@@ -102,6 +95,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
             rate(FaultKind::ClockJump, 3.0, 6),
             rate(FaultKind::NetDelay, 2.0, 4),
             rate(FaultKind::PacketLoss, 2.0, 4),
+            rate(FaultKind::PulseLoss, 4.0, 8),
         ],
         downtime_ms_max: 2 * MINUTE_MS,
         skew_ms_max: 5_000,
@@ -109,7 +103,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
-        describe: format!("pulses={pulses} dropped_pulses={dropped} stop_in_quiet={stopped}"),
+        describe: format!("pulses={pulses} stop_in_quiet={stopped}"),
     };
     phases::run(setup, recorder).await;
 }

@@ -74,10 +74,18 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let uses_llm = setup.steps.iter().any(|s| {
         matches!(&s.action, vigil_world::workload::Action::CreateAgent { spec } if spec["adapter"]["type"] == "llm")
     });
+    let pulses = setup
+        .steps
+        .iter()
+        .any(|s| matches!(s.action, vigil_world::workload::Action::Pulse { .. }));
+    let world = vigil_faults::swarm::World {
+        llm: uses_llm,
+        pulses,
+    };
     // Swarm mode: the seed's own choice of faults instead of the scenario's designed mix.
     let swarm = recorder
         .swarm()
-        .then(|| vigil_faults::swarm::choose(seed, uses_llm));
+        .then(|| vigil_faults::swarm::choose(seed, world));
     let rates = swarm.clone().unwrap_or_else(|| setup.rates.clone());
     let mut planned = plan(seed, setup.safety_ms, &rates);
     planned.extend(setup.pinned.iter().copied());
@@ -125,6 +133,8 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         entropy_seed,
     );
     let end_ms = setup.safety_ms + setup.quiet_ms;
+    // Pulse loss (a window fault) drops pulses at the workload, its source.
+    let pulse_loss = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(0));
     let workload = Workload {
         target: node.name,
         addr: node.addr,
@@ -132,18 +142,22 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         probe_every_ms: setup.probe_every_ms,
         tail_every_ms: setup.tail_every_ms,
         until_ms: end_ms,
+        pulse_loss: pulse_loss.clone(),
+        pulse_drop_seed: stream(seed, "pulse_drops").gen(),
     };
     let provider = uses_llm.then(|| {
         let state = vigil_world::provider::SharedProvider::default();
         let serving = state.clone();
-        madsim::runtime::Handle::current()
+        let node = madsim::runtime::Handle::current()
             .create_node()
             .name("llm-provider")
             .ip(vigil_world::provider::PROVIDER_IP)
             .init(move || vigil_world::provider::serve(serving.clone()))
             .build();
-        state
+        (state, node.id())
     });
+    let provider_node = provider.as_ref().map(|(_, id)| *id);
+    let provider = provider.map(|(state, _)| state);
     let workload_recorder = recorder.clone();
     let workload_node = madsim::runtime::Handle::current()
         .create_node()
@@ -155,7 +169,12 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     // Window faults run on their own timeline, so that a long wait for a power cut never
     // delays a partition or its healing.
     let window_faults = (!windows.is_empty()).then(|| {
-        let faults = Rc::new(RefCell::new(Windows::new(workload_node.id(), node.id())));
+        let faults = Rc::new(RefCell::new(Windows::new(
+            workload_node.id(),
+            node.id(),
+            provider_node,
+            pulse_loss.clone(),
+        )));
         let task = madsim::task::spawn_local(run_windows(
             windows,
             faults.clone(),
@@ -314,7 +333,9 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             | Fault::Partition { .. }
             | Fault::NetDelay { .. }
             | Fault::PacketLoss { .. }
-            | Fault::Llm { .. } => unreachable!("window faults run on their own task"),
+            | Fault::Llm { .. }
+            | Fault::ProviderPartition { .. }
+            | Fault::PulseLoss { .. } => unreachable!("window faults run on their own task"),
         }
     }
     // The quiet phase: heal every window, and restart a node that stopped itself just now.
@@ -454,6 +475,10 @@ fn describe_window(fault: Fault) -> String {
 struct Windows {
     workload: NodeId,
     runtime: NodeId,
+    /// The LLM provider's node, when the world has one (`provider_partition`).
+    provider: Option<NodeId>,
+    /// The workload's pulse-drop rate in thousandths (`pulse_loss`).
+    pulse_loss: std::sync::Arc<std::sync::atomic::AtomicU16>,
     normal_latency: std::ops::Range<Duration>,
     normal_loss_rate: f64,
     /// (closes at, fault) of each open window.
@@ -461,13 +486,20 @@ struct Windows {
 }
 
 impl Windows {
-    fn new(workload: NodeId, runtime: NodeId) -> Self {
+    fn new(
+        workload: NodeId,
+        runtime: NodeId,
+        provider: Option<NodeId>,
+        pulse_loss: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    ) -> Self {
         let mut normal = None;
         NetSim::current().update_config(|config| normal = Some(config.clone()));
         let normal = normal.expect("update_config calls back");
         Windows {
             workload,
             runtime,
+            provider,
+            pulse_loss,
             normal_latency: normal.send_latency,
             normal_loss_rate: normal.packet_loss_rate,
             open: Vec::new(),
@@ -506,6 +538,30 @@ impl Windows {
                 net.unclog_link(src, dst);
             }
         }
+        if let Some(provider) = self.provider {
+            let cut = self
+                .open
+                .iter()
+                .any(|(_, f)| matches!(f, Fault::ProviderPartition { .. }));
+            for (src, dst) in [(self.runtime, provider), (provider, self.runtime)] {
+                if cut {
+                    net.clog_link(src, dst);
+                } else {
+                    net.unclog_link(src, dst);
+                }
+            }
+        }
+        let pulse_loss = self
+            .open
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::PulseLoss { loss_permille, .. } => Some(*loss_permille),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        self.pulse_loss
+            .store(pulse_loss, std::sync::atomic::Ordering::SeqCst);
         let delay_ms = self
             .open
             .iter()

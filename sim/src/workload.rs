@@ -61,6 +61,11 @@ pub struct Workload {
     pub tail_every_ms: u64,
     /// The workload stops at this virtual instant.
     pub until_ms: u64,
+    /// While non-zero, each pulse is dropped at its source with this chance in thousandths
+    /// (the `pulse_loss` fault sets it).
+    pub pulse_loss: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    /// Seeds the pulse drops' own random stream.
+    pub pulse_drop_seed: u64,
 }
 
 /// Agent ids by name, as learnt from the API.
@@ -75,6 +80,10 @@ impl Workload {
         let mut next_probe_ms = self.probe_every_ms;
         let mut next_tail_ms = self.tail_every_ms;
         let mut tailed_seq = 0;
+        let mut pulse_drops = {
+            use rand::SeedableRng;
+            rand_chacha::ChaCha8Rng::seed_from_u64(self.pulse_drop_seed)
+        };
         loop {
             let next_step_ms = steps.peek().map_or(u64::MAX, |s| s.at_ms);
             let next_ms = next_step_ms.min(next_probe_ms).min(next_tail_ms);
@@ -101,6 +110,15 @@ impl Workload {
                         madsim::task::spawn_local(pause);
                     }
                     Action::Pulse { agent } => {
+                        // Draws only while pulse loss is in force, so a world without it keeps
+                        // its trace.
+                        let loss = self.pulse_loss.load(std::sync::atomic::Ordering::SeqCst);
+                        if loss > 0 && {
+                            use rand::Rng;
+                            pulse_drops.gen_range(0..1_000) < loss
+                        } {
+                            continue;
+                        }
                         let id = directory.borrow().get(agent).copied();
                         // Before its creation is answered an agent has nothing to pulse to.
                         if let Some(id) = id {
@@ -366,6 +384,8 @@ pub async fn aligned_timers(
         probe_every_ms: u64::MAX,
         tail_every_ms: u64::MAX,
         until_ms,
+        pulse_loss: Default::default(),
+        pulse_drop_seed: 0,
     };
     let client = ApiClient::with_token(addr, SIM_OPERATOR_TOKEN);
     let directory: Directory = Rc::default();
