@@ -775,3 +775,41 @@ fn pulse_loss_drops_pulses_at_their_source_and_the_agent_goes_offline() {
         "the silence the loss made was never judged"
     );
 }
+
+#[test]
+fn a_clock_skew_window_sets_the_wall_clock_off_and_then_right() {
+    let rates = once(FaultKind::ClockSkew);
+    let (seed, injection) = seed_where(
+        &rates,
+        |f| matches!(f, Fault::ClockSkew { skew_ms, duration_ms } if skew_ms.abs() >= 1_000 && *duration_ms >= 11 * MINUTE_MS && *duration_ms < 14 * MINUTE_MS),
+    );
+    let Fault::ClockSkew {
+        skew_ms,
+        duration_ms,
+    } = injection.fault
+    else {
+        unreachable!()
+    };
+    let (without, with) = without_and_with(seed, rates);
+    let offsets = wall_offsets(&without, &with);
+    let ends_ms = injection.at_ms + duration_ms;
+    for (t, offset) in &offsets {
+        let expected = if (injection.at_ms..ends_ms).contains(t) {
+            skew_ms
+        } else {
+            0
+        };
+        assert!(
+            (offset - expected).abs() <= 50,
+            "seed {seed} at {t} ms: wall clock {offset} ms off, expected {expected} (window {}..{ends_ms})",
+            injection.at_ms
+        );
+    }
+    assert!(
+        offsets
+            .iter()
+            .any(|(t, _)| (injection.at_ms..ends_ms).contains(t))
+            && offsets.iter().any(|(t, _)| *t >= ends_ms),
+        "probes inside and after the window: {offsets:?}"
+    );
+}

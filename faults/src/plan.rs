@@ -45,6 +45,9 @@ pub enum Fault {
         loss_permille: u16,
         duration_ms: u64,
     },
+    /// For `duration_ms`, the node's wall clock stands `skew_ms` off (either way) from where it
+    /// was; then it is set right again (an NTP step). Monotonic time is untouched.
+    ClockSkew { skew_ms: i64, duration_ms: u64 },
     /// Nothing passes between the runtime node and the LLM provider, either way, for
     /// `duration_ms` (scenarios with `llm` agents only).
     ProviderPartition { duration_ms: u64 },
@@ -93,6 +96,7 @@ impl Fault {
             Fault::Llm { llm, .. } => llm.name(),
             Fault::ProviderPartition { .. } => "provider_partition",
             Fault::PulseLoss { .. } => "pulse_loss",
+            Fault::ClockSkew { .. } => "clock_skew",
             Fault::WakeupBurst { .. } => "wakeup_burst",
             Fault::AlignedTimers { .. } => "aligned_timers",
             Fault::CatchUp { .. } => "catch_up",
@@ -114,7 +118,8 @@ impl Fault {
             | Fault::PacketLoss { duration_ms, .. }
             | Fault::Llm { duration_ms, .. }
             | Fault::ProviderPartition { duration_ms }
-            | Fault::PulseLoss { duration_ms, .. } => duration_ms,
+            | Fault::PulseLoss { duration_ms, .. }
+            | Fault::ClockSkew { duration_ms, .. } => duration_ms,
         }
     }
 }
@@ -233,6 +238,8 @@ pub enum FaultKind {
     ProviderPartition,
     /// Pulses are dropped at their source.
     PulseLoss,
+    /// The node's wall clock stands off for a while.
+    ClockSkew,
     /// A burst of on-demand wakeups at once.
     WakeupBurst,
     /// A fleet registered at once on one interval.
@@ -256,6 +263,7 @@ impl FaultKind {
             FaultKind::Llm(fault) => fault.name(),
             FaultKind::ProviderPartition => "provider_partition",
             FaultKind::PulseLoss => "pulse_loss",
+            FaultKind::ClockSkew => "clock_skew",
             FaultKind::WakeupBurst => "wakeup_burst",
             FaultKind::AlignedTimers => "aligned_timers",
             FaultKind::CatchUp => "catch_up",
@@ -301,6 +309,11 @@ pub const PACKET_LOSS_PERMILLE_MAX: u16 = 600;
 /// A provider fault's window: from a minute to two hours of a sick provider.
 pub const LLM_FAULT_MS_MIN: u64 = 60_000;
 pub const LLM_FAULT_MS_MAX: u64 = 2 * 60 * 60 * 1_000;
+/// How far a `ClockSkew` sets the wall clock off (either way), and for how long.
+pub const CLOCK_SKEW_MS_MIN: u64 = 100;
+pub const CLOCK_SKEW_MS_MAX: u64 = 60_000;
+pub const CLOCK_SKEW_WINDOW_MS_MIN: u64 = 60_000;
+pub const CLOCK_SKEW_WINDOW_MS_MAX: u64 = 2 * 60 * 60 * 1_000;
 /// Share of pulses dropped under `PulseLoss`, at least (up to all of them), in thousandths.
 pub const PULSE_LOSS_PERMILLE_MIN: u16 = 100;
 /// Wakeups in one burst, and the task keys they spread over.
@@ -399,6 +412,13 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
             loss_permille: rng.gen_range(PULSE_LOSS_PERMILLE_MIN..=PERMILLE),
             duration_ms: log_uniform(rng, NET_FAULT_MS_MIN, NET_FAULT_MS_MAX),
         },
+        FaultKind::ClockSkew => {
+            let size = log_uniform(rng, CLOCK_SKEW_MS_MIN, CLOCK_SKEW_MS_MAX) as i64;
+            Fault::ClockSkew {
+                skew_ms: if rng.gen_bool(0.5) { size } else { -size },
+                duration_ms: log_uniform(rng, CLOCK_SKEW_WINDOW_MS_MIN, CLOCK_SKEW_WINDOW_MS_MAX),
+            }
+        }
         FaultKind::WakeupBurst => Fault::WakeupBurst {
             wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
             task_keys: rng.gen_range(1..=BURST_TASK_KEYS_MAX),
@@ -505,6 +525,7 @@ mod tests {
             rate(FaultKind::Llm(LlmFault::Malformed), 0.5),
             rate(FaultKind::ProviderPartition, 0.5),
             rate(FaultKind::PulseLoss, 0.5),
+            rate(FaultKind::ClockSkew, 0.5),
             rate(FaultKind::WakeupBurst, 0.5),
             rate(FaultKind::AlignedTimers, 0.5),
             rate(FaultKind::CatchUp, 0.5),

@@ -40,6 +40,7 @@ pub fn catalogue(rng: &mut impl Rng, world: World) -> Vec<FaultKind> {
         FaultKind::WakeupBurst,
         FaultKind::AlignedTimers,
         FaultKind::CatchUp,
+        FaultKind::ClockSkew,
     ];
     if world.llm {
         kinds.extend(
@@ -173,6 +174,7 @@ mod tests {
             "wakeup_burst",
             "aligned_timers",
             "catch_up",
+            "clock_skew",
         ] {
             let with = swarms.iter().filter(|s| s.contains(kind)).count();
             assert!((50..150).contains(&with), "{kind} in {with} of 200 swarms");

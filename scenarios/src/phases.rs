@@ -180,6 +180,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             faults.clone(),
             node.disk.clone(),
             provider.clone(),
+            node.clock.clone(),
             node.name,
             recorder.clone(),
             seed,
@@ -335,7 +336,8 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             | Fault::PacketLoss { .. }
             | Fault::Llm { .. }
             | Fault::ProviderPartition { .. }
-            | Fault::PulseLoss { .. } => unreachable!("window faults run on their own task"),
+            | Fault::PulseLoss { .. }
+            | Fault::ClockSkew { .. } => unreachable!("window faults run on their own task"),
         }
     }
     // The quiet phase: heal every window, and restart a node that stopped itself just now.
@@ -345,7 +347,10 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         if let Some(provider) = &provider {
             provider.lock().expect("provider lock").heal();
         }
-        if faults.borrow_mut().heal_all() {
+        let healed = faults.borrow_mut().heal_all();
+        let skew_back_ms = faults.borrow_mut().skew_delta();
+        jump_clock(&node.clock, node.name, &recorder, skew_back_ms);
+        if healed {
             recorder.record(
                 "sim",
                 TraceEvent::Fault {
@@ -373,6 +378,7 @@ async fn run_windows(
     faults: Rc<RefCell<Windows>>,
     disk: std::sync::Arc<vigil_world::disk::SimDisk>,
     provider: Option<vigil_world::provider::SharedProvider>,
+    clock: std::sync::Arc<vigil_world::clock::SimClock>,
     node_name: &'static str,
     recorder: Recorder,
     seed: u64,
@@ -450,7 +456,30 @@ async fn run_windows(
             format!("{what} healed")
         };
         recorder.record(node, TraceEvent::Fault { description });
+        if matches!(fault, Fault::ClockSkew { .. }) {
+            let delta_ms = faults.borrow_mut().skew_delta();
+            jump_clock(&clock, node_name, &recorder, delta_ms);
+        }
     }
+}
+
+/// Moves the node's wall clock by `delta_ms` for a skew window, recorded as the jump it is.
+fn jump_clock(
+    clock: &vigil_world::clock::SimClock,
+    node_name: &'static str,
+    recorder: &Recorder,
+    delta_ms: i64,
+) {
+    if delta_ms == 0 {
+        return;
+    }
+    let offset_ms = clock.jump(delta_ms);
+    recorder.record(
+        node_name,
+        TraceEvent::Fault {
+            description: format!("clock_jump delta_ms={delta_ms} offset_ms={offset_ms}"),
+        },
+    );
 }
 
 fn describe_window(fault: Fault) -> String {
@@ -464,6 +493,10 @@ fn describe_window(fault: Fault) -> String {
             loss_permille,
             duration_ms,
         } => format!("loss_permille={loss_permille} duration_ms={duration_ms}"),
+        Fault::ClockSkew {
+            skew_ms,
+            duration_ms,
+        } => format!("skew_ms={skew_ms} duration_ms={duration_ms}"),
         other => format!("{other:?}"),
     }
 }
@@ -479,6 +512,8 @@ struct Windows {
     provider: Option<NodeId>,
     /// The workload's pulse-drop rate in thousandths (`pulse_loss`).
     pulse_loss: std::sync::Arc<std::sync::atomic::AtomicU16>,
+    /// How far open `clock_skew` windows have set the node's wall clock off, as applied.
+    skew_applied_ms: i64,
     normal_latency: std::ops::Range<Duration>,
     normal_loss_rate: f64,
     /// (closes at, fault) of each open window.
@@ -500,6 +535,7 @@ impl Windows {
             runtime,
             provider,
             pulse_loss,
+            skew_applied_ms: 0,
             normal_latency: normal.send_latency,
             normal_loss_rate: normal.packet_loss_rate,
             open: Vec::new(),
@@ -515,6 +551,22 @@ impl Windows {
     fn close(&mut self, now_ms: u64) {
         self.open.retain(|(closes_ms, _)| *closes_ms > now_ms);
         self.apply();
+    }
+
+    /// How much the node's wall clock must move for the open `clock_skew` windows (their sum)
+    /// to be in force; counts it as applied.
+    fn skew_delta(&mut self) -> i64 {
+        let wanted: i64 = self
+            .open
+            .iter()
+            .filter_map(|(_, f)| match f {
+                Fault::ClockSkew { skew_ms, .. } => Some(*skew_ms),
+                _ => None,
+            })
+            .sum();
+        let delta = wanted - self.skew_applied_ms;
+        self.skew_applied_ms = wanted;
+        delta
     }
 
     /// Heals everything; returns whether anything was open.
