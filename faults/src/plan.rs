@@ -322,8 +322,8 @@ pub const BURST_WAKES_MAX: u64 = 300;
 pub const BURST_TASK_KEYS_MAX: u32 = 8;
 /// Agents registered at once by an aligned-timers storm, and their shared interval.
 pub const ALIGNED_AGENTS_MIN: u32 = 5;
-pub const ALIGNED_AGENTS_MAX: u32 = 40;
-pub const ALIGNED_INTERVAL_MS_MIN: u64 = 60_000;
+pub const ALIGNED_AGENTS_MAX: u32 = 20;
+pub const ALIGNED_INTERVAL_MS_MIN: u64 = 2 * 60_000;
 pub const ALIGNED_INTERVAL_MS_MAX: u64 = 30 * 60_000;
 /// A catch-up leap of the wall clock: from one hour to a day.
 pub const CATCH_UP_MS_MIN: u64 = 60 * 60 * 1_000;

@@ -16,6 +16,11 @@ struct Inner {
     swarm: bool,
 }
 
+/// Most records one run may write. A run past it is stopped with a violation (a runaway loop
+/// somewhere), rather than growing until the machine runs out of memory. The longest designed
+/// run (a 2-day swarm seed with storms) writes under a million.
+pub const TRACE_RECORDS_MAX: usize = 3_000_000;
+
 /// Shared by every node and the harness of one run. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Recorder {
@@ -68,7 +73,17 @@ impl Recorder {
             return;
         }
         let record = TraceRecord { t_ms, node, event };
-        let verdict = inner.checker.observe(&record);
+        let verdict = if inner.records.len() >= TRACE_RECORDS_MAX {
+            Err(Violation {
+                invariant: "trace_bounded",
+                detail: format!(
+                    "the run wrote {TRACE_RECORDS_MAX} trace records by {t_ms} ms: a runaway loop (last: {})",
+                    record.line()
+                ),
+            })
+        } else {
+            inner.checker.observe(&record)
+        };
         inner.records.push(record);
         if let Err(violation) = verdict {
             inner.records.push(TraceRecord {
@@ -121,5 +136,25 @@ impl Recorder {
     /// The whole trace so far.
     pub fn records(&self) -> Vec<TraceRecord> {
         self.inner().records.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_runaway_trace_stops_at_its_bound_with_a_violation() {
+        let recorder = Recorder::new(|| Duration::ZERO);
+        for _ in 0..TRACE_RECORDS_MAX {
+            recorder.record("sim", TraceEvent::QuietPhase);
+        }
+        assert!(!recorder.failed(), "the bound itself is allowed");
+        recorder.record("sim", TraceEvent::QuietPhase);
+        let (_, violation) = recorder.violation().expect("stopped");
+        assert_eq!(violation.invariant, "trace_bounded");
+        assert_eq!(recorder.records_len(), TRACE_RECORDS_MAX + 2);
+        recorder.record("sim", TraceEvent::QuietPhase);
+        assert_eq!(recorder.records_len(), TRACE_RECORDS_MAX + 2, "nothing after");
     }
 }
