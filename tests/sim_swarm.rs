@@ -11,10 +11,10 @@ use vigil_faults::swarm;
 use vigil_scenarios::run::{find, run_seed, run_seed_in, sweep_in, Mode, SweepOptions, SCENARIOS};
 use vigil_world::trace::TraceEvent;
 
-/// Swarm seeds per scenario in CI (the long `smoke` gets fewer), from a start no designed sweep
-/// uses.
-const SEEDS: u64 = 100;
-const SMOKE_SEEDS: u64 = 16;
+/// Swarm seeds per scenario in CI (the day-long `smoke` and the 2-day `wakeup_storm` get fewer),
+/// from a start no designed sweep uses. Bounded so the whole swarm test takes a few minutes.
+const SEEDS: u64 = 40;
+const LONG_SEEDS: u64 = 10;
 const START: u64 = 1_000_000;
 /// Swarm seeds per scenario whose whole traces are compared across two runs.
 const DETERMINISM_SEEDS: u64 = 4;
@@ -45,7 +45,13 @@ fn swarm_sweep(seeds_of: impl Fn(&str) -> u64, start: u64, check_determinism: bo
 #[test]
 fn every_scenario_passes_a_swarm_sweep() {
     swarm_sweep(
-        |name| if name == "smoke" { SMOKE_SEEDS } else { SEEDS },
+        |name| {
+            if matches!(name, "smoke" | "wakeup_storm") {
+                LONG_SEEDS
+            } else {
+                SEEDS
+            }
+        },
         START,
         false,
     );

@@ -155,6 +155,10 @@ mod tests {
         assert_eq!(violation.invariant, "trace_bounded");
         assert_eq!(recorder.records_len(), TRACE_RECORDS_MAX + 2);
         recorder.record("sim", TraceEvent::QuietPhase);
-        assert_eq!(recorder.records_len(), TRACE_RECORDS_MAX + 2, "nothing after");
+        assert_eq!(
+            recorder.records_len(),
+            TRACE_RECORDS_MAX + 2,
+            "nothing after"
+        );
     }
 }
