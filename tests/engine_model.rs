@@ -1,18 +1,27 @@
-//! The engine against a small reference model of the wakeup coordinator (STYLE.md rule 7).
+//! The engine against a small reference model of the wakeup coordinator and the Heart's
+//! mechanisms (STYLE.md rule 7).
 //!
-//! Random sequences of wakeups, run ends, cancels, pauses, resumes, terminations, clock moves
-//! (past the 24 h idempotency TTL, and backwards) and crashes run through the engine and through
-//! `Model`, written from the rules alone (coordinator.rs header, docs/invariants.md 1, 5, 6, 11):
-//! after every step the two must agree on the answer, the running run, the queue in start order
-//! and every run's state; and the event log must keep invariants 1, 5 and 11 on its own.
-//! A crash rebuilds the engine from the whole log, which must give the same engine, then
+//! Random sequences of wakeups, run ends (success, LLM and tool failures, timeouts), cancels,
+//! pauses (until resumed, timed by the operator, the agent's own `pause_heartbeats`), resumes,
+//! terminations, breaker resets, clock moves (past the 24 h idempotency TTL, across local
+//! midnights, and backwards) and crashes run through the engine and through `Model`, written
+//! from the rules alone (coordinator.rs header, docs/api.md "Semantics", docs/invariants.md 1,
+//! 2, 3, 5, 6, 8, 11). After every step the two must agree on the answer; on the runs started
+//! (with the local day each counts against) and ended and the pause and breaker events, in log
+//! order; on the running run, the queue in start order and every run's state; and on each
+//! agent's pause, daily count and breaker. The event log must keep invariants 1, 5 and 11 on its
+//! own. A crash rebuilds the engine from the whole log, which must give the same engine, then
 //! recovers.
-
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
-use vigil::engine::agent::{AgentId, AgentSpec, AgentStatus};
+use proptest::strategy::ValueTree;
+use proptest::test_runner::TestRunner;
+use vigil::engine::agent::{AgentId, AgentSpec, AgentStatus, FieldError};
+use vigil::engine::breaker::{BreakerState, FailureCause};
+use vigil::engine::daily_cap::{DayCount, LocalDay};
 use vigil::engine::event::{Event, EventKind};
+use vigil::engine::pause::{PausedBy, WhilePaused};
 use vigil::engine::run::{RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
 use vigil::engine::tenant::TokenHash;
 use vigil::engine::wakeup::{
@@ -22,23 +31,126 @@ use vigil::engine::wakeup::{
 use vigil::engine::{Command, Decision, Engine, Refusal};
 
 /// Operations in one generated sequence, at most.
-const OPS_MAX: usize = 60;
+const OPS_MAX: usize = 100;
 /// Agents in one generated sequence, at most.
 const AGENTS_MAX: usize = 3;
-/// Where the wall clock starts: far enough from 0 that going back never clamps.
-const START_MS: u64 = 10 * IDEMPOTENCY_TTL_MS;
+/// Where the wall clock starts (2026-03-01T12:00:00Z): far enough from 0 that going back never
+/// clamps.
+const START_MS: u64 = 1_772_366_400_000;
+const MINUTE_MS: u64 = 60_000;
+const HOUR_MS: u64 = 60 * MINUTE_MS;
+const DAY_MS: u64 = 24 * HOUR_MS;
 /// Small alphabets, so that coalescing and idempotency hits are common.
 const TASK_KEYS: [&str; 3] = ["a", "b", "c"];
 const IDEMPOTENCY_KEYS: [&str; 3] = ["k1", "k2", "k3"];
 const TENANT: &str = "t";
 
+/// Zones whose UTC offset has not changed since long before `START_MS` (no DST), so that the
+/// model finds the local day by plain arithmetic, independently of the engine's tz database.
+/// Three of four are not UTC, so a local midnight is rarely a UTC one.
+const ZONES: [Zone; 4] = [
+    Zone {
+        name: "UTC",
+        utc_offset_ms: 0,
+    },
+    Zone {
+        name: "Asia/Tokyo",
+        utc_offset_ms: 9 * HOUR_MS as i64,
+    },
+    Zone {
+        name: "Asia/Kolkata",
+        utc_offset_ms: (5 * HOUR_MS + 30 * MINUTE_MS) as i64,
+    },
+    Zone {
+        name: "America/Phoenix",
+        utc_offset_ms: -7 * (HOUR_MS as i64),
+    },
+];
+
+// ---- the rules' numbers, restated from docs/api.md rather than imported from the engine ----
+
+/// An operator's timed pause lasts 1 to this many minutes (a week); other values are refused.
+const OPERATOR_PAUSE_MINUTES_MAX: u64 = 10_080;
+/// `pause_heartbeats` lasts 2 minutes unless told, clamped to 1..=60.
+const HEARTBEAT_PAUSE_MINUTES_DEFAULT: u64 = 2;
+const HEARTBEAT_PAUSE_MINUTES_MIN: u64 = 1;
+const HEARTBEAT_PAUSE_MINUTES_MAX: u64 = 60;
+
 // ---- the generated input ----
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Zone {
+    name: &'static str,
+    utc_offset_ms: i64,
+}
+
+impl Zone {
+    /// The local calendar day of `wall_ms`, in days since 1970-01-01.
+    fn day(self, wall_ms: u64) -> i64 {
+        (wall_ms as i64 + self.utc_offset_ms).div_euclid(DAY_MS as i64)
+    }
+
+    /// The wall instant local day `day` begins.
+    fn midnight_ms(self, day: i64) -> u64 {
+        (day * DAY_MS as i64 - self.utc_offset_ms) as u64
+    }
+}
 
 #[derive(Debug, Clone)]
 struct AgentSetup {
     queued_runs_max: usize,
     /// A source the agent does not accept, if any.
     disabled_source: Option<WakeupSource>,
+    while_paused: WhilePaused,
+    zone: Zone,
+    /// Small, so that it is reached within a sequence.
+    daily_cap: Option<u32>,
+    failures_to_open: u32,
+    cooldown_ms: u64,
+    cooldown_ms_max: u64,
+}
+
+impl AgentSetup {
+    /// An agent with every Heart setting at its default: no cap, UTC, 3 failures, 15 min to 2 h.
+    fn plain(queued_runs_max: usize) -> AgentSetup {
+        AgentSetup {
+            queued_runs_max,
+            disabled_source: None,
+            while_paused: WhilePaused::AllowOnDemand,
+            zone: ZONES[0],
+            daily_cap: None,
+            failures_to_open: 3,
+            cooldown_ms: 15 * MINUTE_MS,
+            cooldown_ms_max: 2 * HOUR_MS,
+        }
+    }
+}
+
+/// How the executor reports a run's end: a failure carries the cause the breaker counts, and a
+/// timeout is an LLM failure (docs/api.md, "Run lifecycle").
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    Succeeded,
+    LlmFailed,
+    ToolFailed,
+    TimedOut,
+}
+
+impl Ending {
+    fn run_end(self, detail: String) -> RunEnd {
+        match self {
+            Ending::Succeeded => RunEnd::new(RunStatus::Succeeded, detail),
+            Ending::LlmFailed => {
+                RunEnd::new(RunStatus::Failed, detail).caused_by(FailureCause::Llm)
+            }
+            Ending::ToolFailed => {
+                RunEnd::new(RunStatus::Failed, detail).caused_by(FailureCause::Tool)
+            }
+            Ending::TimedOut => {
+                RunEnd::new(RunStatus::TimedOut, detail).caused_by(FailureCause::Llm)
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -52,14 +164,21 @@ enum Op {
     /// End the agent's running run (or, when none runs, try its latest run and expect a refusal).
     Finish {
         agent: usize,
-        status: RunStatus,
+        ending: Ending,
     },
     /// Cancel the `pick`-th run ever created (modulo their number).
     Cancel {
         pick: usize,
     },
+    /// An operator pause: until resumed (`None`), or for `minutes` (0 and 10,081 are refused).
     Pause {
         agent: usize,
+        minutes: Option<u64>,
+    },
+    /// The agent's own `pause_heartbeats`.
+    PauseHeartbeats {
+        agent: usize,
+        minutes: Option<u64>,
     },
     Resume {
         agent: usize,
@@ -67,9 +186,19 @@ enum Op {
     Terminate {
         agent: usize,
     },
+    ResetBreaker {
+        agent: usize,
+    },
     /// Move the wall clock by this much (negative: back).
     Advance {
         delta_ms: i64,
+    },
+    /// Move the wall clock to the start of the agent's next local day (`forward`) or of its
+    /// current one, then by `offset_ms`: `-1` on the way back crosses midnight backwards.
+    Midnight {
+        agent: usize,
+        forward: bool,
+        offset_ms: i64,
     },
     Crash,
 }
@@ -78,18 +207,42 @@ fn agent_setup() -> impl Strategy<Value = AgentSetup> {
     (
         1..=4usize,
         prop::option::weighted(0.3, prop::sample::select(WakeupSource::all())),
+        prop::sample::select(vec![WhilePaused::AllowOnDemand, WhilePaused::RefuseAll]),
+        prop::sample::select(ZONES.to_vec()),
+        prop::option::weighted(0.5, 1..=3u32),
+        1..=3u32,
+        prop::sample::select(vec![1_000, MINUTE_MS, 15 * MINUTE_MS]),
+        prop::sample::select(vec![1, 2, 4u64]),
     )
-        .prop_map(|(queued_runs_max, disabled_source)| AgentSetup {
-            queued_runs_max,
-            disabled_source,
-        })
+        .prop_map(
+            |(
+                queued_runs_max,
+                disabled_source,
+                while_paused,
+                zone,
+                daily_cap,
+                failures_to_open,
+                cooldown_ms,
+                cooldown_factor,
+            )| AgentSetup {
+                queued_runs_max,
+                disabled_source,
+                while_paused,
+                zone,
+                daily_cap,
+                failures_to_open,
+                cooldown_ms,
+                cooldown_ms_max: cooldown_ms * cooldown_factor,
+            },
+        )
 }
 
 fn op() -> impl Strategy<Value = Op> {
     let agent = 0..AGENTS_MAX;
     let ttl_ms = IDEMPOTENCY_TTL_MS as i64;
+    let (minute, hour) = (MINUTE_MS as i64, HOUR_MS as i64);
     prop_oneof![
-        20 => (
+        40 => (
             agent.clone(),
             prop::sample::select(WakeupSource::all()),
             prop::option::weighted(0.7, prop::sample::select(TASK_KEYS.to_vec())),
@@ -101,30 +254,65 @@ fn op() -> impl Strategy<Value = Op> {
                 task_key,
                 idempotency_key,
             }),
-        8 => (
+        20 => (
             agent.clone(),
-            prop::sample::select(vec![RunStatus::Succeeded, RunStatus::Failed, RunStatus::TimedOut]),
+            prop_oneof![
+                5 => Just(Ending::Succeeded),
+                3 => Just(Ending::LlmFailed),
+                2 => Just(Ending::ToolFailed),
+                1 => Just(Ending::TimedOut),
+            ],
         )
-            .prop_map(|(agent, status)| Op::Finish { agent, status }),
-        2 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
-        2 => agent.clone().prop_map(|agent| Op::Pause { agent }),
-        3 => agent.clone().prop_map(|agent| Op::Resume { agent }),
-        1 => agent.prop_map(|agent| Op::Terminate { agent }),
-        4 => prop::sample::select(vec![
+            .prop_map(|(agent, ending)| Op::Finish { agent, ending }),
+        3 => any::<usize>().prop_map(|pick| Op::Cancel { pick }),
+        2 => agent.clone().prop_map(|agent| Op::Pause { agent, minutes: None }),
+        3 => (
+            agent.clone(),
+            prop::sample::select(vec![0, 1, 2, 5, 60, OPERATOR_PAUSE_MINUTES_MAX, OPERATOR_PAUSE_MINUTES_MAX + 1]),
+        )
+            .prop_map(|(agent, minutes)| Op::Pause { agent, minutes: Some(minutes) }),
+        4 => (
+            agent.clone(),
+            prop::option::weighted(0.7, prop::sample::select(vec![0, 1, 2, 3, 30, 60, 61, u64::MAX])),
+        )
+            .prop_map(|(agent, minutes)| Op::PauseHeartbeats { agent, minutes }),
+        5 => agent.clone().prop_map(|agent| Op::Resume { agent }),
+        1 => agent.clone().prop_map(|agent| Op::Terminate { agent }),
+        2 => agent.clone().prop_map(|agent| Op::ResetBreaker { agent }),
+        20 => prop::sample::select(vec![
             1,
             1_000,
-            60_000,
-            3_600_000,
+            minute,
+            2 * minute,
+            15 * minute,
+            hour,
+            6 * hour,
             ttl_ms - 1,
             ttl_ms,
             ttl_ms + 1,
             -1_000,
-            -3_600_000,
+            -minute,
+            -hour,
+            -6 * hour,
             -ttl_ms,
         ])
         .prop_map(|delta_ms| Op::Advance { delta_ms }),
-        3 => Just(Op::Crash),
+        4 => (agent.clone(), any::<bool>(), -1..=1i64).prop_map(|(agent, forward, offset_ms)| {
+            Op::Midnight {
+                agent,
+                forward,
+                offset_ms,
+            }
+        }),
+        5 => Just(Op::Crash),
     ]
+}
+
+fn sequence() -> impl Strategy<Value = (Vec<AgentSetup>, Vec<Op>)> {
+    (
+        prop::collection::vec(agent_setup(), 1..=AGENTS_MAX),
+        prop::collection::vec(op(), 1..=OPS_MAX),
+    )
 }
 
 // ---- the reference model ----
@@ -182,22 +370,61 @@ struct ModelAgent {
     /// The latest wall time at which a keyed wakeup was recorded: once it passes a key's first
     /// use + 24 h, the key has expired for good, even if the clock goes back.
     keys_clock_ms: u64,
+    setup: AgentSetup,
+    /// The end of the latest timed pause, a wall instant; only a resume clears it.
+    paused_until_ms: Option<u64>,
+    paused_by: Option<PausedBy>,
+    /// The latest local day a start was counted against, and the starts counted on it.
+    counted_day: Option<i64>,
+    counted_starts: u32,
+    breaker: BreakerState,
 }
 
-/// The coordinator as the rules describe it. Never calls engine code.
+impl ModelAgent {
+    /// Whether a timed pause refuses `source` at `now_ms`: it is in force strictly before its
+    /// instant, whichever way the clock moved to get there; timer and idle are always refused,
+    /// the others under `refuse_all` only.
+    fn pause_refuses(&self, source: WakeupSource, now_ms: u64) -> bool {
+        let in_force = self.paused_until_ms.is_some_and(|until| now_ms < until);
+        let routine = matches!(source, WakeupSource::Timer | WakeupSource::Idle);
+        in_force && (routine || self.setup.while_paused == WhilePaused::RefuseAll)
+    }
+
+    /// The local day a start at `now_ms` counts against: today, or, after the clock went back,
+    /// the latest day already counted (a counted day is never re-opened).
+    fn cap_day(&self, now_ms: u64) -> i64 {
+        let today = self.setup.zone.day(now_ms);
+        self.counted_day.map_or(today, |counted| counted.max(today))
+    }
+
+    /// Whether the starts counted on the cap's day plus `queued` runs reach the daily cap.
+    fn cap_reached(&self, now_ms: u64, queued: usize) -> bool {
+        let day = self.cap_day(now_ms);
+        let started = if self.counted_day == Some(day) {
+            self.counted_starts
+        } else {
+            0
+        };
+        self.setup
+            .daily_cap
+            .is_some_and(|cap| started as usize + queued >= cap as usize)
+    }
+}
+
+/// The coordinator and the Heart as the rules describe them. Never calls engine code.
 #[derive(Debug, Clone, Default)]
 struct Model {
     agents: Vec<ModelAgent>,
     runs: BTreeMap<RunId, ModelRun>,
     next_run: u64,
     next_wakeup: u64,
-    /// Runs started and ended by the current step, in order.
-    started: Vec<RunId>,
-    ended: Vec<(RunId, RunStatus)>,
+    now_ms: u64,
+    /// What the current step did, in order.
+    effects: Vec<Effect>,
 }
 
 impl Model {
-    fn new(setups: &[AgentSetup]) -> Model {
+    fn new(setups: &[AgentSetup], now_ms: u64) -> Model {
         let agents = setups
             .iter()
             .enumerate()
@@ -210,12 +437,22 @@ impl Model {
                 running: None,
                 keys: BTreeMap::new(),
                 keys_clock_ms: 0,
+                setup: setup.clone(),
+                paused_until_ms: None,
+                paused_by: None,
+                counted_day: None,
+                counted_starts: 0,
+                breaker: BreakerState::Closed {
+                    llm_failures: 0,
+                    tool_failures: 0,
+                },
             })
             .collect();
         Model {
             agents,
             next_run: 1,
             next_wakeup: 1,
+            now_ms,
             ..Model::default()
         }
     }
@@ -242,21 +479,90 @@ impl Model {
         id
     }
 
-    fn start_next(&mut self, agent: usize) {
-        let a = &self.agents[agent];
-        if a.status != AgentStatus::Active || a.running.is_some() {
-            return;
+    /// A half-open breaker without a probe takes the first run admitted (queued or joined) as
+    /// its one probe.
+    fn take_as_probe(&mut self, agent: usize, run: RunId) {
+        if let BreakerState::HalfOpen {
+            probe: probe @ None,
+            ..
+        } = &mut self.agents[agent].breaker
+        {
+            *probe = Some(run);
         }
-        let Some(&next) = self.start_order(agent).first() else {
-            return;
-        };
-        let a = &mut self.agents[agent];
-        a.queue.retain(|id| *id != next);
-        a.running = Some(next);
-        self.runs.get_mut(&next).unwrap().status = RunStatus::Running;
-        self.started.push(next);
     }
 
+    /// The breaker's refusal of a wakeup, if any. An open breaker whose cooldown is over turns
+    /// half-open and lets the wakeup through.
+    fn breaker_refusal(&mut self, agent: usize) -> Option<RefusalReason> {
+        let now_ms = self.now_ms;
+        let a = &mut self.agents[agent];
+        match a.breaker {
+            BreakerState::Closed { .. } | BreakerState::HalfOpen { probe: None, .. } => None,
+            BreakerState::HalfOpen { probe: Some(_), .. } => Some(RefusalReason::BreakerOpen),
+            BreakerState::Open { until_ms, .. } if now_ms < until_ms => {
+                Some(RefusalReason::BreakerOpen)
+            }
+            BreakerState::Open { cooldown_ms, .. } => {
+                a.breaker = BreakerState::HalfOpen {
+                    cooldown_ms,
+                    probe: None,
+                };
+                self.effects
+                    .push(Effect::heart(EventKind::BreakerHalfOpened { agent: a.id }));
+                None
+            }
+        }
+    }
+
+    /// Starts the first queued run that may start, cancelling those that may not any more: the
+    /// breaker is open or has another probe, a timed pause refuses the source, the day's cap is
+    /// used up.
+    fn start_next(&mut self, agent: usize) {
+        let now_ms = self.now_ms;
+        loop {
+            let a = &self.agents[agent];
+            if a.status != AgentStatus::Active || a.running.is_some() {
+                return;
+            }
+            let Some(&next) = self.start_order(agent).first() else {
+                return;
+            };
+            let breaker_blocks = match a.breaker {
+                BreakerState::Closed { .. } => false,
+                BreakerState::Open { .. } => true,
+                BreakerState::HalfOpen { probe, .. } => probe.is_some_and(|p| p != next),
+            };
+            let refusal = if breaker_blocks {
+                Some("breaker_open")
+            } else if a.pause_refuses(self.runs[&next].source, now_ms) {
+                Some("agent paused")
+            } else if a.cap_reached(now_ms, 0) {
+                Some("daily_cap")
+            } else {
+                None
+            };
+            if let Some(detail) = refusal {
+                self.end(next, RunStatus::Cancelled, Some(detail));
+                continue;
+            }
+            let day = a.cap_day(now_ms);
+            let a = &mut self.agents[agent];
+            a.queue.retain(|id| *id != next);
+            a.running = Some(next);
+            if a.counted_day == Some(day) {
+                a.counted_starts += 1;
+            } else {
+                a.counted_day = Some(day);
+                a.counted_starts = 1;
+            }
+            self.runs.get_mut(&next).unwrap().status = RunStatus::Running;
+            self.effects.push(Effect::Started(next, day));
+            return;
+        }
+    }
+
+    /// Ends a run. A probe that ends here proves nothing unless `finish` says otherwise: the
+    /// breaker stays half-open and awaits the next.
     fn end(&mut self, run: RunId, status: RunStatus, detail: Option<&str>) {
         let r = self.runs.get_mut(&run).unwrap();
         r.status = status;
@@ -267,11 +573,17 @@ impl Model {
         } else {
             a.queue.retain(|id| *id != run);
         }
-        self.ended.push((run, status));
+        if let BreakerState::HalfOpen { probe, .. } = &mut a.breaker {
+            if *probe == Some(run) {
+                *probe = None;
+            }
+        }
+        self.effects.push(Effect::Ended(run, status));
     }
 
     /// The expected answer to a wakeup, and whether it is a replay.
-    fn wake(&mut self, agent: usize, request: &WakeupRequest, now_ms: u64) -> (WakeupRecord, bool) {
+    fn wake(&mut self, agent: usize, request: &WakeupRequest) -> (WakeupRecord, bool) {
+        let now_ms = self.now_ms;
         if let Some(key) = &request.idempotency_key {
             if let Some(original) = self.agents[agent].keys.get(key) {
                 if now_ms.max(self.agents[agent].keys_clock_ms)
@@ -287,23 +599,32 @@ impl Model {
         let refusal = match a.status {
             AgentStatus::Terminated => Some(RefusalReason::Terminated),
             AgentStatus::Paused => Some(RefusalReason::Paused),
+            AgentStatus::Active if a.pause_refuses(request.source, now_ms) => {
+                Some(RefusalReason::Paused)
+            }
             AgentStatus::Active if !a.sources.contains(&request.source) => {
                 Some(RefusalReason::DisabledSource)
             }
-            AgentStatus::Active => None,
+            AgentStatus::Active => self.breaker_refusal(agent),
         };
         let coalesce_onto = self.queued_with_key(agent, &request.task_key);
+        let a = &self.agents[agent];
         let outcome = match (refusal, coalesce_onto) {
             (Some(refusal), _) => WakeupOutcome::Refused { refusal },
             (None, Some(run)) => {
                 let r = self.runs.get_mut(&run).unwrap();
                 r.coalesced_count += 1;
                 r.class = r.class.min(Class::of(request.source));
+                let coalesced_count = r.coalesced_count;
+                self.take_as_probe(agent, run);
                 WakeupOutcome::Coalesced {
                     run,
-                    coalesced_count: r.coalesced_count,
+                    coalesced_count,
                 }
             }
+            (None, None) if a.cap_reached(now_ms, a.queue.len()) => WakeupOutcome::Refused {
+                refusal: RefusalReason::DailyCap,
+            },
             (None, None) if a.queue.len() >= a.queued_runs_max => WakeupOutcome::Refused {
                 refusal: RefusalReason::QueueFull,
             },
@@ -321,6 +642,7 @@ impl Model {
                         detail: None,
                     },
                 );
+                self.take_as_probe(agent, run);
                 WakeupOutcome::Queued { run }
             }
         };
@@ -343,12 +665,80 @@ impl Model {
         (record, false)
     }
 
+    /// The executor reports the end of the running run; the breaker counts it (a success
+    /// resets both counters, LLM failures and timeouts count apart from tool failures; a probe
+    /// that succeeds closes the breaker, one that fails opens it for twice the cooldown, capped).
     fn finish(&mut self, run: RunId, end: &RunEnd) -> Result<(), Refusal> {
         let agent = self.runs[&run].agent;
         if self.agents[agent].running != Some(run) {
             return Err(Refusal::RunNotRunning(run));
         }
+        let breaker = self.agents[agent].breaker;
+        let was_probe =
+            matches!(breaker, BreakerState::HalfOpen { probe: Some(p), .. } if p == run);
         self.end(run, end.status, Some(&end.detail));
+        let failure = match (end.status, end.cause) {
+            (RunStatus::TimedOut, _) => Some(FailureCause::Llm),
+            (RunStatus::Failed, cause) => cause,
+            _ => None,
+        };
+        let succeeded = end.status == RunStatus::Succeeded;
+        let a = &mut self.agents[agent];
+        let (id, setup) = (a.id, &a.setup);
+        let closed = |llm_failures, tool_failures| BreakerState::Closed {
+            llm_failures,
+            tool_failures,
+        };
+        let mut open_for = None;
+        match (breaker, failure) {
+            (BreakerState::Closed { .. }, _) if succeeded => a.breaker = closed(0, 0),
+            (
+                BreakerState::Closed {
+                    llm_failures,
+                    tool_failures,
+                },
+                Some(cause),
+            ) => {
+                let (llm, tool) = match cause {
+                    FailureCause::Llm => (llm_failures + 1, tool_failures),
+                    FailureCause::Tool => (llm_failures, tool_failures + 1),
+                };
+                a.breaker = closed(llm, tool);
+                let in_a_row = match cause {
+                    FailureCause::Llm => llm,
+                    FailureCause::Tool => tool,
+                };
+                if in_a_row >= setup.failures_to_open {
+                    open_for = Some((cause, setup.cooldown_ms));
+                }
+            }
+            (BreakerState::HalfOpen { .. }, _) if was_probe && succeeded => {
+                a.breaker = closed(0, 0);
+                self.effects
+                    .push(Effect::heart(EventKind::BreakerClosed { agent: id }));
+            }
+            (BreakerState::HalfOpen { cooldown_ms, .. }, Some(cause)) if was_probe => {
+                let doubled = cooldown_ms.saturating_mul(2).min(setup.cooldown_ms_max);
+                open_for = Some((cause, doubled));
+            }
+            _ => {}
+        }
+        if let Some((trigger, cooldown_ms)) = open_for {
+            let until_ms = self.now_ms + cooldown_ms;
+            self.agents[agent].breaker = BreakerState::Open {
+                until_ms,
+                cooldown_ms,
+            };
+            self.effects.push(Effect::heart(EventKind::BreakerOpened {
+                agent: id,
+                trigger,
+                until_ms,
+                cooldown_ms,
+            }));
+            for queued in self.start_order(agent) {
+                self.end(queued, RunStatus::Cancelled, Some("breaker_open"));
+            }
+        }
         self.start_next(agent);
         Ok(())
     }
@@ -361,18 +751,19 @@ impl Model {
             return Err(Refusal::RunAlreadyFinished(run, r.status));
         }
         let agent = r.agent;
-        self.end(run, RunStatus::Cancelled, None);
+        self.end(run, RunStatus::Cancelled, Some("cancelled by an operator"));
         self.start_next(agent);
         Ok(())
     }
 
-    /// Pause (`to == Paused`) or terminate: the running run, then the queued ones in start
-    /// order, are cancelled.
+    /// Pause until resumed (`to == Paused`) or terminate: the running run, then the queued ones
+    /// in start order, are cancelled. A timed pause's instant is left as it was.
     fn stop(&mut self, agent: usize, to: AgentStatus) -> Result<(), Refusal> {
         let a = &self.agents[agent];
+        let id = a.id;
         match (a.status, to) {
             (AgentStatus::Terminated, AgentStatus::Terminated) => return Ok(()),
-            (AgentStatus::Terminated, _) => return Err(Refusal::AgentTerminated(a.id)),
+            (AgentStatus::Terminated, _) => return Err(Refusal::AgentTerminated(id)),
             (AgentStatus::Paused, AgentStatus::Paused) => return Ok(()),
             _ => {}
         }
@@ -381,54 +772,127 @@ impl Model {
             .into_iter()
             .chain(self.start_order(agent))
             .collect();
+        let detail = if to == AgentStatus::Paused {
+            self.agents[agent].paused_by = Some(PausedBy::Operator);
+            self.effects.push(Effect::heart(EventKind::AgentPaused {
+                agent: id,
+                until_ms: None,
+                by: PausedBy::Operator,
+            }));
+            "agent paused"
+        } else {
+            "agent terminated"
+        };
         self.agents[agent].status = to;
         for run in doomed {
-            self.end(run, RunStatus::Cancelled, None);
+            self.end(run, RunStatus::Cancelled, Some(detail));
         }
         Ok(())
     }
 
-    fn resume(&mut self, agent: usize) -> Result<(), Refusal> {
+    /// A timed pause until `until_ms`, by the operator or the agent. It changes nothing on an
+    /// agent paused until resumed, nor while a pause in force ends no earlier; otherwise it
+    /// replaces any earlier one and cancels the running run and the queued runs it refuses.
+    fn pause_until(&mut self, agent: usize, until_ms: u64, by: PausedBy) -> Result<(), Refusal> {
+        let now_ms = self.now_ms;
         let a = &mut self.agents[agent];
         match a.status {
+            AgentStatus::Terminated => return Err(Refusal::AgentTerminated(a.id)),
+            AgentStatus::Paused => return Ok(()),
+            AgentStatus::Active => {}
+        }
+        if a.paused_until_ms
+            .is_some_and(|current| now_ms < current && until_ms <= current)
+        {
+            return Ok(());
+        }
+        a.paused_until_ms = Some(until_ms);
+        a.paused_by = Some(by);
+        self.effects.push(Effect::heart(EventKind::AgentPaused {
+            agent: a.id,
+            until_ms: Some(until_ms),
+            by,
+        }));
+        let a = &self.agents[agent];
+        let doomed: Vec<RunId> = a
+            .running
+            .into_iter()
+            .chain(
+                self.start_order(agent)
+                    .into_iter()
+                    .filter(|id| a.pause_refuses(self.runs[id].source, now_ms)),
+            )
+            .collect();
+        for run in doomed {
+            self.end(run, RunStatus::Cancelled, Some("agent paused"));
+        }
+        self.start_next(agent);
+        Ok(())
+    }
+
+    /// Ends a pause until resumed, or a timed pause in force; otherwise changes nothing.
+    fn resume(&mut self, agent: usize) -> Result<(), Refusal> {
+        let now_ms = self.now_ms;
+        let a = &mut self.agents[agent];
+        let timed = a.paused_until_ms.is_some_and(|until| now_ms < until);
+        match a.status {
             AgentStatus::Terminated => Err(Refusal::AgentTerminated(a.id)),
-            AgentStatus::Active => Ok(()),
-            AgentStatus::Paused => {
+            AgentStatus::Active if !timed => Ok(()),
+            AgentStatus::Active | AgentStatus::Paused => {
                 a.status = AgentStatus::Active;
+                a.paused_until_ms = None;
+                a.paused_by = None;
+                self.effects
+                    .push(Effect::heart(EventKind::AgentResumed { agent: a.id }));
                 self.start_next(agent);
                 Ok(())
             }
         }
     }
 
-    /// After a crash: each running run fails with `control_plane_restart` and, unless it is
-    /// itself a retry, is queued once more (joining a queued run of its task key if there is
-    /// one); then each agent starts its next run.
+    /// An operator closes an open or half-open breaker; a closed one is left as it is.
+    fn reset_breaker(&mut self, agent: usize) {
+        let a = &mut self.agents[agent];
+        if !matches!(a.breaker, BreakerState::Closed { .. }) {
+            a.breaker = BreakerState::Closed {
+                llm_failures: 0,
+                tool_failures: 0,
+            };
+            self.effects
+                .push(Effect::heart(EventKind::BreakerReset { agent: a.id }));
+            self.start_next(agent);
+        }
+    }
+
+    /// After a crash: each running run fails with `control_plane_restart` (no breaker cause:
+    /// a probe cut off proves nothing) and, unless it is itself a retry, is queued once more
+    /// (joining a queued run of its task key if there is one); then each agent starts its next
+    /// run.
     fn recover(&mut self) {
         for agent in 0..self.agents.len() {
             if let Some(run) = self.agents[agent].running {
                 self.end(run, RunStatus::Failed, Some(CONTROL_PLANE_RESTART));
                 let old = self.runs[&run].clone();
                 if old.retry_of.is_none() {
-                    match self.queued_with_key(agent, &old.task_key) {
+                    let requeued = match self.queued_with_key(agent, &old.task_key) {
                         Some(onto) => {
                             let r = self.runs.get_mut(&onto).unwrap();
                             r.coalesced_count += 1;
                             r.class = r.class.min(old.class);
+                            onto
                         }
-                        None => {
-                            self.new_run(
-                                agent,
-                                ModelRun {
-                                    coalesced_count: 0,
-                                    retry_of: Some(run),
-                                    status: RunStatus::Queued,
-                                    detail: None,
-                                    ..old
-                                },
-                            );
-                        }
-                    }
+                        None => self.new_run(
+                            agent,
+                            ModelRun {
+                                coalesced_count: 0,
+                                retry_of: Some(run),
+                                status: RunStatus::Queued,
+                                detail: None,
+                                ..old
+                            },
+                        ),
+                    };
+                    self.take_as_probe(agent, requeued);
                 }
             }
             self.start_next(agent);
@@ -548,7 +1012,13 @@ fn setup(setups: &[AgentSetup]) -> Node {
         let name = format!("agent-{i}");
         let mut spec = AgentSpec::with_interval(&name, None);
         spec.limits.queued_runs_max = agent.queued_runs_max;
+        spec.limits.daily_cap = agent.daily_cap;
         spec.heartbeat.sources = sources(agent);
+        spec.heartbeat.while_paused = agent.while_paused;
+        spec.time_zone = agent.zone.name.into();
+        spec.breaker.failures_to_open = agent.failures_to_open;
+        spec.breaker.cooldown_ms = agent.cooldown_ms;
+        spec.breaker.cooldown_ms_max = agent.cooldown_ms_max;
         let create = Command::CreateAgent {
             tenant: TENANT.into(),
             spec,
@@ -563,18 +1033,38 @@ fn setup(setups: &[AgentSetup]) -> Node {
     node
 }
 
-/// Runs started and ended by a decision, in log order.
-fn started_and_ended(decision: &Decision) -> (Vec<RunId>, Vec<(RunId, RunStatus)>) {
-    let mut started = Vec::new();
-    let mut ended = Vec::new();
-    for event in &decision.events {
-        match event.kind {
-            EventKind::RunStarted { run, .. } => started.push(run),
-            EventKind::RunFinished { run, status, .. } => ended.push((run, status)),
-            _ => {}
-        }
+/// What a step did, as its events tell it; compared in log order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Effect {
+    /// A run started, counted against this local day.
+    Started(RunId, i64),
+    Ended(RunId, RunStatus),
+    /// A pause or breaker event.
+    Heart(Box<EventKind>),
+}
+
+impl Effect {
+    fn heart(kind: EventKind) -> Effect {
+        Effect::Heart(Box::new(kind))
     }
-    (started, ended)
+}
+
+fn effects(decision: &Decision) -> Vec<Effect> {
+    decision
+        .events
+        .iter()
+        .filter_map(|event| match &event.kind {
+            EventKind::RunStarted { run, day, .. } => Some(Effect::Started(*run, i64::from(day.0))),
+            EventKind::RunFinished { run, status, .. } => Some(Effect::Ended(*run, *status)),
+            EventKind::AgentPaused { .. }
+            | EventKind::AgentResumed { .. }
+            | EventKind::BreakerOpened { .. }
+            | EventKind::BreakerHalfOpened { .. }
+            | EventKind::BreakerClosed { .. }
+            | EventKind::BreakerReset { .. } => Some(Effect::heart(event.kind.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 /// What the wakeup events of a decision say became of the wakeup.
@@ -602,7 +1092,20 @@ fn wakeup_outcomes(decision: &Decision) -> Vec<WakeupOutcome> {
 fn assert_same_state(engine: &Engine, model: &Model) {
     for (i, a) in model.agents.iter().enumerate() {
         let state = engine.agent_state(a.id).expect("agent exists");
-        assert_eq!(state.agent().status, a.status, "status of agent {}", a.id);
+        let agent = state.agent();
+        assert_eq!(agent.status, a.status, "status of agent {}", a.id);
+        assert_eq!(
+            agent.paused_until_ms, a.paused_until_ms,
+            "paused_until_ms of agent {}",
+            a.id
+        );
+        assert_eq!(agent.paused_by, a.paused_by, "paused_by of agent {}", a.id);
+        let day_count = DayCount {
+            day: a.counted_day.map(|d| LocalDay(d as i32)),
+            started: a.counted_starts,
+        };
+        assert_eq!(agent.day_count, day_count, "day count of agent {}", a.id);
+        assert_eq!(agent.breaker, a.breaker, "breaker of agent {}", a.id);
         assert_eq!(
             state.active_run(),
             a.running,
@@ -641,15 +1144,15 @@ fn assert_same_state(engine: &Engine, model: &Model) {
     }
 }
 
-/// Runs `ops` through the engine and the model, comparing after each.
-fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
+/// Runs `ops` through the engine and the model, comparing after each; returns the event log.
+fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
     let mut node = setup(setups);
-    let mut model = Model::new(setups);
-    let mut now_ms = START_MS;
+    let mut model = Model::new(setups, START_MS);
     let agents = setups.len();
     for (step, op) in ops.iter().enumerate() {
-        model.started.clear();
-        model.ended.clear();
+        model.effects.clear();
+        let now_ms = model.now_ms;
+        let id = |agent: &usize| model.agents[agent % agents].id;
         let decision = match op {
             Op::Wake {
                 agent,
@@ -661,7 +1164,7 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
                 let mut request = WakeupRequest::new(*source, format!("step {step}"));
                 request.task_key = task_key.map(str::to_string);
                 request.idempotency_key = idempotency_key.map(str::to_string);
-                let (record, replayed) = model.wake(agent, &request, now_ms);
+                let (record, replayed) = model.wake(agent, &request);
                 let command = Command::Wake {
                     agent: model.agents[agent].id,
                     request,
@@ -689,12 +1192,12 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
                 }
                 Some(decision)
             }
-            Op::Finish { agent, status } => {
+            Op::Finish { agent, ending } => {
                 let agent = agent % agents;
                 let latest = model.runs.iter().rev().find(|(_, r)| r.agent == agent);
                 let target = model.agents[agent].running.or(latest.map(|(id, _)| *id));
                 target.map(|run| {
-                    let end = RunEnd::new(*status, format!("ended at step {step}"));
+                    let end = ending.run_end(format!("ended at step {step}"));
                     let expected = model.finish(run, &end);
                     let got = node.execute(&Command::FinishRun { run, end }, now_ms);
                     compare(step, got, expected)
@@ -709,42 +1212,68 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
                 let got = node.execute(&Command::CancelRun { run }, now_ms);
                 Some(compare(step, got, expected))
             }
-            Op::Pause { agent } => {
+            Op::Pause { agent, minutes } => {
+                let command = Command::PauseAgent {
+                    agent: id(agent),
+                    minutes: *minutes,
+                };
                 let agent = agent % agents;
-                let expected = model.stop(agent, AgentStatus::Paused);
-                let got = node.execute(
-                    &Command::PauseAgent {
-                        agent: model.agents[agent].id,
-                        minutes: None,
-                    },
-                    now_ms,
+                let expected = match *minutes {
+                    None => model.stop(agent, AgentStatus::Paused),
+                    Some(m) if (1..=OPERATOR_PAUSE_MINUTES_MAX).contains(&m) => {
+                        model.pause_until(agent, now_ms + m * MINUTE_MS, PausedBy::Operator)
+                    }
+                    Some(m) => Err(Refusal::InvalidField(FieldError::new(
+                        "minutes",
+                        format!(
+                            "minutes must be between 1 and {OPERATOR_PAUSE_MINUTES_MAX} (got {m}); leave it out to pause until resumed"
+                        ),
+                    ))),
+                };
+                Some(compare(step, node.execute(&command, now_ms), expected))
+            }
+            Op::PauseHeartbeats { agent, minutes } => {
+                let command = Command::PauseHeartbeats {
+                    agent: id(agent),
+                    minutes: *minutes,
+                };
+                let minutes = minutes
+                    .unwrap_or(HEARTBEAT_PAUSE_MINUTES_DEFAULT)
+                    .clamp(HEARTBEAT_PAUSE_MINUTES_MIN, HEARTBEAT_PAUSE_MINUTES_MAX);
+                let expected = model.pause_until(
+                    agent % agents,
+                    now_ms + minutes * MINUTE_MS,
+                    PausedBy::Agent,
                 );
-                Some(compare(step, got, expected))
+                Some(compare(step, node.execute(&command, now_ms), expected))
             }
             Op::Resume { agent } => {
-                let agent = agent % agents;
-                let expected = model.resume(agent);
-                let got = node.execute(
-                    &Command::ResumeAgent {
-                        agent: model.agents[agent].id,
-                    },
-                    now_ms,
-                );
-                Some(compare(step, got, expected))
+                let command = Command::ResumeAgent { agent: id(agent) };
+                let expected = model.resume(agent % agents);
+                Some(compare(step, node.execute(&command, now_ms), expected))
             }
             Op::Terminate { agent } => {
-                let agent = agent % agents;
-                let expected = model.stop(agent, AgentStatus::Terminated);
-                let got = node.execute(
-                    &Command::TerminateAgent {
-                        agent: model.agents[agent].id,
-                    },
-                    now_ms,
-                );
-                Some(compare(step, got, expected))
+                let command = Command::TerminateAgent { agent: id(agent) };
+                let expected = model.stop(agent % agents, AgentStatus::Terminated);
+                Some(compare(step, node.execute(&command, now_ms), expected))
+            }
+            Op::ResetBreaker { agent } => {
+                let command = Command::ResetBreaker { agent: id(agent) };
+                model.reset_breaker(agent % agents);
+                Some(compare(step, node.execute(&command, now_ms), Ok(())))
             }
             Op::Advance { delta_ms } => {
-                now_ms = now_ms.saturating_add_signed(*delta_ms);
+                model.now_ms = now_ms.saturating_add_signed(*delta_ms);
+                None
+            }
+            Op::Midnight {
+                agent,
+                forward,
+                offset_ms,
+            } => {
+                let zone = model.agents[agent % agents].setup.zone;
+                let day = zone.day(now_ms) + i64::from(*forward);
+                model.now_ms = zone.midnight_ms(day).saturating_add_signed(*offset_ms);
                 None
             }
             Op::Crash => {
@@ -755,12 +1284,15 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) {
             }
         };
         if let Some(decision) = decision {
-            let (started, ended) = started_and_ended(&decision);
-            assert_eq!(started, model.started, "step {step}: runs started");
-            assert_eq!(ended, model.ended, "step {step}: runs ended");
+            assert_eq!(
+                effects(&decision),
+                model.effects,
+                "step {step}: runs started and ended, pause and breaker events"
+            );
         }
         assert_same_state(&node.engine, &model);
     }
+    node.log
 }
 
 /// The engine's answer must be the model's; an accepted command yields its decision.
@@ -795,18 +1327,139 @@ proptest! {
     #![proptest_config(config())]
 
     #[test]
-    fn engine_agrees_with_the_model(
-        setups in prop::collection::vec(agent_setup(), 1..=AGENTS_MAX),
-        ops in prop::collection::vec(op(), 1..=OPS_MAX),
-    ) {
+    fn engine_agrees_with_the_model((setups, ops) in sequence()) {
         check_sequence(&setups, &ops);
     }
 }
 
-/// The smallest sequence that found a disagreement once: within 24 h of its first use a key is
-/// honoured even after the clock went back, but once the agent's wall clock has passed the key's
-/// first use + 24 h (here: a keyed wakeup at T + 24 h), the key has expired for good, and a
-/// backward jump does not revive it (docs/invariants.md, `idempotency_honoured`).
+// ---- the generator reaches what it is meant to test ----
+
+/// How often generated sequences reach each Heart mechanism, counted from their event logs.
+#[derive(Debug, Default)]
+struct Reach {
+    refused_while_timed_pause: usize,
+    refused_daily_cap: usize,
+    refused_breaker_open: usize,
+    cancelled_at_start_daily_cap: usize,
+    cancelled_by_timed_pause: usize,
+    /// Starts counted against a later day than the wall clock's, after it went back.
+    started_on_a_later_day: usize,
+    /// Starts whose local day is not the UTC day.
+    started_off_the_utc_day: usize,
+    breaker_opened: BTreeMap<&'static str, usize>,
+    /// A probe failed: the breaker opened again from half-open.
+    breaker_reopened: usize,
+    breaker_half_opened: usize,
+    breaker_closed: usize,
+    breaker_reset: usize,
+}
+
+impl Reach {
+    fn count(&mut self, setups: &[AgentSetup], log: &[Event]) {
+        let mut paused_until_ms: BTreeMap<AgentId, u64> = BTreeMap::new();
+        let mut half_open: BTreeSet<AgentId> = BTreeSet::new();
+        let zone = |agent: &AgentId| setups[agent.0 as usize - 1].zone;
+        for event in log {
+            let timed_pause = |agent| {
+                paused_until_ms
+                    .get(agent)
+                    .is_some_and(|until| event.at_ms < *until)
+            };
+            match &event.kind {
+                EventKind::AgentPaused {
+                    agent,
+                    until_ms: Some(until),
+                    ..
+                } => {
+                    paused_until_ms.insert(*agent, *until);
+                }
+                EventKind::AgentResumed { agent } => {
+                    paused_until_ms.remove(agent);
+                }
+                EventKind::WakeupRefused { agent, refusal, .. } => match refusal {
+                    RefusalReason::Paused if timed_pause(agent) => {
+                        self.refused_while_timed_pause += 1
+                    }
+                    RefusalReason::DailyCap => self.refused_daily_cap += 1,
+                    RefusalReason::BreakerOpen => self.refused_breaker_open += 1,
+                    _ => {}
+                },
+                EventKind::RunFinished { agent, detail, .. } => match detail.as_str() {
+                    "daily_cap" => self.cancelled_at_start_daily_cap += 1,
+                    "agent paused" if timed_pause(agent) => self.cancelled_by_timed_pause += 1,
+                    _ => {}
+                },
+                EventKind::RunStarted { agent, day, .. } => {
+                    let today = zone(agent).day(event.at_ms);
+                    self.started_on_a_later_day += usize::from(i64::from(day.0) > today);
+                    self.started_off_the_utc_day += usize::from(today != ZONES[0].day(event.at_ms));
+                }
+                EventKind::BreakerOpened { agent, trigger, .. } => {
+                    let trigger = match trigger {
+                        FailureCause::Llm => "llm",
+                        FailureCause::Tool => "tool",
+                    };
+                    *self.breaker_opened.entry(trigger).or_default() += 1;
+                    self.breaker_reopened += usize::from(half_open.remove(agent));
+                }
+                EventKind::BreakerHalfOpened { agent } => {
+                    half_open.insert(*agent);
+                    self.breaker_half_opened += 1;
+                }
+                EventKind::BreakerClosed { agent } => {
+                    half_open.remove(agent);
+                    self.breaker_closed += 1;
+                }
+                EventKind::BreakerReset { agent } => {
+                    half_open.remove(agent);
+                    self.breaker_reset += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// The property is only as good as the sequences it sees: over a fixed sample, each mechanism
+/// of the pause, the daily cap and the breaker must be reached several times.
+#[test]
+fn generated_sequences_reach_every_heart_mechanism() {
+    const SAMPLE: usize = 200;
+    const REACHED_MIN: usize = 5;
+    let mut runner = TestRunner::deterministic();
+    let mut reach = Reach::default();
+    for _ in 0..SAMPLE {
+        let (setups, ops) = sequence().new_tree(&mut runner).unwrap().current();
+        let log = check_sequence(&setups, &ops);
+        reach.count(&setups, &log);
+    }
+    let counts = [
+        reach.refused_while_timed_pause,
+        reach.refused_daily_cap,
+        reach.refused_breaker_open,
+        reach.cancelled_at_start_daily_cap,
+        reach.cancelled_by_timed_pause,
+        reach.started_on_a_later_day,
+        reach.started_off_the_utc_day,
+        reach.breaker_opened.get("llm").copied().unwrap_or(0),
+        reach.breaker_opened.get("tool").copied().unwrap_or(0),
+        reach.breaker_reopened,
+        reach.breaker_half_opened,
+        reach.breaker_closed,
+        reach.breaker_reset,
+    ];
+    assert!(
+        counts.iter().all(|n| *n >= REACHED_MIN),
+        "a mechanism is reached fewer than {REACHED_MIN} times in {SAMPLE} sequences: {reach:#?}"
+    );
+}
+
+// ---- sequences that once found a disagreement ----
+
+/// Within 24 h of its first use a key is honoured even after the clock went back, but once the
+/// agent's wall clock has passed the key's first use + 24 h (here: a keyed wakeup at T + 24 h),
+/// the key has expired for good, and a backward jump does not revive it (docs/invariants.md,
+/// `idempotency_honoured`).
 #[test]
 fn a_key_expired_by_the_clock_stays_expired_after_it_goes_back() {
     let wake = |idempotency_key| Op::Wake {
@@ -815,12 +1468,8 @@ fn a_key_expired_by_the_clock_stays_expired_after_it_goes_back() {
         task_key: None,
         idempotency_key: Some(idempotency_key),
     };
-    let setups = [AgentSetup {
-        queued_runs_max: 1,
-        disabled_source: None,
-    }];
     check_sequence(
-        &setups,
+        &[AgentSetup::plain(1)],
         &[
             wake("k1"),
             Op::Advance {
