@@ -87,7 +87,10 @@ fn the_swarm_choice_is_recorded_and_changes_the_faults_that_strike() {
         let choice = swarmed
             .swarm_choice()
             .expect("a swarm run records its choice");
-        assert_eq!(choice, swarm::describe(&swarm::choose(seed, false)));
+        assert_eq!(
+            choice,
+            swarm::describe(&swarm::choose(seed, swarm::World::default()))
+        );
         choices.insert(choice.to_string());
         designed_kinds.extend(fault_kinds(&designed.records));
         swarm_kinds.extend(fault_kinds(&swarmed.records));
@@ -158,7 +161,10 @@ fn swarm_failures_report_their_choice_and_replay_and_regress_as_swarm_runs() {
     let seed = written.split_whitespace().nth(1).unwrap();
     let replay = vigil_sim(&["replay", seed, "crash_mid_run", "--swarm"], &lying);
     let replayed = String::from_utf8_lossy(&replay.stdout);
-    let expected = swarm::describe(&swarm::choose(seed.parse().unwrap(), false));
+    let expected = swarm::describe(&swarm::choose(
+        seed.parse().unwrap(),
+        swarm::World::default(),
+    ));
     assert!(
         replayed.contains(&format!("\nswarm: {expected}\n")),
         "{}",
