@@ -202,7 +202,7 @@ pub async fn run(case: Case, seed: u64, recorder: Recorder) {
         skew_ms_max: 0,
         power_cut_wait_ms: MINUTE_MS,
         steps,
-        probe_every_ms: 5 * MINUTE_MS,
+        probe_every_ms: MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
         describe,
     };

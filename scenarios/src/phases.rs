@@ -30,6 +30,11 @@ pub const SUPERVISOR_RESTART_MS: u64 = 1_000;
 /// After its disk failed an operation, a node has this long to stop itself before the harness
 /// decides the failure did not reach it.
 const NODE_STOP_WAIT_MS: u64 = 2_000;
+/// The quiet phase spans at least this many probe periods. A probe right after the healing
+/// finds a node that was just restarted or whose clock was just set right, which is not yet
+/// steady; liveness needs later probes, even when faults made earlier ones late (a probe
+/// delayed by a lossy network pushes the next one back).
+pub const QUIET_PROBE_PERIODS_MIN: u64 = 3;
 /// The fault kinds that open a window, in the order the run's first record counts them.
 const WINDOW_KINDS: [&str; 5] = [
     "storage_io_error",
@@ -69,6 +74,13 @@ pub struct Setup {
 /// Runs `setup` to its end, recording into `recorder`.
 pub async fn run(setup: Setup, recorder: Recorder) {
     let Setup { seed, .. } = setup;
+    assert!(
+        setup.quiet_ms >= QUIET_PROBE_PERIODS_MIN * setup.probe_every_ms,
+        "{}: a quiet phase of {} ms holds fewer than {QUIET_PROBE_PERIODS_MIN} probes every {} ms",
+        setup.scenario,
+        setup.quiet_ms,
+        setup.probe_every_ms
+    );
     let mut rng = stream(seed, "skew");
     // A simulated LLM provider, for scenarios whose agents call one (or whose faults hit it).
     let uses_llm = setup.steps.iter().any(|s| {

@@ -117,7 +117,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         skew_ms_max: 5_000,
         power_cut_wait_ms: HOUR_MS,
         steps,
-        probe_every_ms: 30 * MINUTE_MS,
+        probe_every_ms: 20 * MINUTE_MS,
         tail_every_ms: 30 * MINUTE_MS,
         describe: format!("bursts={bursts} inputs={inputs}"),
     };
