@@ -115,7 +115,7 @@ fn run_steps(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64, steps: Vec<Step
         skew_ms_max,
         power_cut_wait_ms: MINUTE_MS,
         steps,
-        probe_every_ms: 5 * MINUTE_MS,
+        probe_every_ms: 2 * MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
         describe: String::new(),
     };
