@@ -67,6 +67,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         ],
         on_commit: None,
         on_replayed: None,
+        adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
     }
 }
 

@@ -813,3 +813,112 @@ fn a_clock_skew_window_sets_the_wall_clock_off_and_then_right() {
         "probes inside and after the window: {offsets:?}"
     );
 }
+
+/// The keyed wakeups of [`steps`] and one timer agent (a run a minute); both agents with a
+/// 2-minute run timeout and a breaker that opens only after 100 failures in a row.
+fn run_fault_steps() -> Vec<Step> {
+    let mut steps = steps();
+    let Action::CreateAgent { spec } = &mut steps[0].action else {
+        unreachable!("the first step creates agent-0")
+    };
+    spec["limits"] = serde_json::json!({ "run_timeout_ms": 2 * MINUTE_MS });
+    spec["breaker"] = serde_json::json!({ "failures_to_open": 100 });
+    steps.insert(
+        1,
+        Step {
+            at_ms: 1_000,
+            action: Action::CreateAgent {
+                spec: serde_json::json!({
+                    "name": "ticker",
+                    "heartbeat": { "interval_ms": MINUTE_MS },
+                    "limits": { "run_timeout_ms": 2 * MINUTE_MS },
+                    "breaker": { "failures_to_open": 100 },
+                    "adapter": { "type": "scripted", "steps": [
+                        { "duration_ms": 500, "outcome": "succeeded" },
+                    ]},
+                }),
+            },
+        },
+    );
+    steps
+}
+
+/// (virtual ms, status, detail) of every run that ended.
+fn run_ends(result: &RunResult) -> Vec<(u64, vigil::engine::run::RunStatus, String)> {
+    result
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::Committed { event } => match &event.kind {
+                vigil::engine::event::EventKind::RunFinished { status, detail, .. } => {
+                    Some((r.t_ms, *status, detail.clone()))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_run_failure_fails_the_runs_that_start_during_it() {
+    use vigil::engine::run::RunStatus;
+    use vigil_world::run_faults::FAILURE_DETAIL;
+    let rates = once(FaultKind::RunFailure);
+    // Long enough for many runs to start in it, short enough that they stay under 100 failures.
+    let (seed, injection) = seed_where(&rates, |f| {
+        (3 * MINUTE_MS..6 * MINUTE_MS).contains(&f.duration_ms())
+    });
+    let (from_ms, until_ms) = (injection.at_ms, injection.at_ms + injection.fault.duration_ms());
+    let without = run_steps(seed, Vec::new(), 0, run_fault_steps());
+    let with = run_steps(seed, rates, 0, run_fault_steps());
+    assert!(failures(&without).is_empty(), "{:?}", failures(&without));
+    let failed: Vec<_> = run_ends(&with)
+        .into_iter()
+        .filter(|(_, status, _)| *status == RunStatus::Failed)
+        .collect();
+    // Runs start every few seconds: many fail, each inside the window, as a failed tool call.
+    assert!(failed.len() > 10, "{failed:?}");
+    for (t_ms, _, detail) in &failed {
+        assert_eq!(detail, FAILURE_DETAIL);
+        assert!((from_ms..until_ms).contains(t_ms), "{t_ms} outside {from_ms}..{until_ms}");
+    }
+    // Outside the window runs succeed again.
+    assert!(run_ends(&with)
+        .iter()
+        .any(|(t, status, _)| *t > until_ms && *status == RunStatus::Succeeded));
+}
+
+#[test]
+fn a_run_hang_holds_runs_until_the_run_timeout_or_until_it_heals() {
+    use vigil::engine::run::RunStatus;
+    use vigil_world::run_faults::HANG_HEALED_DETAIL;
+    let rates = once(FaultKind::RunHang);
+    // Long enough for hung runs to reach the 2-minute run timeout, and to end one more by
+    // healing.
+    let (seed, injection) = seed_where(&rates, |f| f.duration_ms() >= 5 * MINUTE_MS);
+    let until_ms = injection.at_ms + injection.fault.duration_ms();
+    let without = run_steps(seed, Vec::new(), 0, run_fault_steps());
+    let with = run_steps(seed, rates, 0, run_fault_steps());
+    let not_succeeded = |result: &RunResult| {
+        run_ends(result)
+            .into_iter()
+            .filter(|(_, status, _)| *status != RunStatus::Succeeded)
+            .collect::<Vec<_>>()
+    };
+    assert!(not_succeeded(&without).is_empty());
+    let ends = not_succeeded(&with);
+    let timed_out = ends
+        .iter()
+        .filter(|(t, status, _)| *status == RunStatus::TimedOut && *t <= until_ms)
+        .count();
+    assert!(timed_out >= 2, "the executor's timeout ends hung runs: {ends:?}");
+    let healed: Vec<_> = ends
+        .iter()
+        .filter(|(_, status, detail)| *status == RunStatus::Failed && detail == HANG_HEALED_DETAIL)
+        .collect();
+    assert!(!healed.is_empty(), "{ends:?}");
+    assert!(healed.iter().all(|(t, _, _)| *t == until_ms), "{healed:?}");
+    assert!(ends.iter().all(|(t, status, detail)| *status == RunStatus::TimedOut
+        || detail == HANG_HEALED_DETAIL && *t == until_ms));
+}

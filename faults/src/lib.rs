@@ -5,12 +5,12 @@
 //! stream derived from the run's seed, so adding one fault to a plan never shifts the draws of
 //! another (see `stream`).
 //!
-//! Built so far (docs/faults.md has the whole catalogue): crash at a random instant, power cut
-//! mid-commit (CrashAfterWrite), clock jumps in both directions and clock skew (a per-node
-//! initial offset the scenario draws), storage I/O errors and disk full (with an operation
-//! filter), and network partition, delay and loss between the workload and the runtime node.
-//! The rest of DESIGN.md §3 (LLM faults, tool and process faults, pulse loss, wakeup storms)
-//! extends `Fault` with the issues that build the subsystems they hit.
+//! Built (docs/faults.md describes each): crash at a random instant, power cut mid-commit
+//! (CrashAfterWrite), clock jumps both ways and clock skew windows, storage I/O errors and disk
+//! full (with an operation filter), network partition, delay and loss, the LLM provider's rate
+//! limits, 5xx, timeouts and malformed replies and its partition, pulse loss, run hangs and
+//! failures, and wakeup storms (burst, aligned timers, catch-up). Faults of subsystems still to
+//! come (process adapters, tools, predicates) extend `Fault` with the issues that build them.
 
 pub mod plan;
 pub mod stream;

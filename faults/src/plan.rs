@@ -57,6 +57,13 @@ pub enum Fault {
         loss_permille: u16,
         duration_ms: u64,
     },
+    /// For `duration_ms`, every run that starts on the node hangs: its call never answers, so
+    /// the executor's run timeout ends it (or, if the window heals first, the stuck call errors
+    /// out then).
+    RunHang { duration_ms: u64 },
+    /// For `duration_ms`, every run that starts on the node fails at once: a tool call failed
+    /// (the breaker's tool trigger counts it).
+    RunFailure { duration_ms: u64 },
     /// For `duration_ms`, the simulated LLM provider misbehaves as `llm` says.
     Llm { llm: LlmFault, duration_ms: u64 },
     /// A wakeup storm: `wakes` on-demand wakeups sent at once to the node's agents (picked by
@@ -97,6 +104,8 @@ impl Fault {
             Fault::ProviderPartition { .. } => "provider_partition",
             Fault::PulseLoss { .. } => "pulse_loss",
             Fault::ClockSkew { .. } => "clock_skew",
+            Fault::RunHang { .. } => "run_hang",
+            Fault::RunFailure { .. } => "run_failure",
             Fault::WakeupBurst { .. } => "wakeup_burst",
             Fault::AlignedTimers { .. } => "aligned_timers",
             Fault::CatchUp { .. } => "catch_up",
@@ -119,7 +128,9 @@ impl Fault {
             | Fault::Llm { duration_ms, .. }
             | Fault::ProviderPartition { duration_ms }
             | Fault::PulseLoss { duration_ms, .. }
-            | Fault::ClockSkew { duration_ms, .. } => duration_ms,
+            | Fault::ClockSkew { duration_ms, .. }
+            | Fault::RunHang { duration_ms }
+            | Fault::RunFailure { duration_ms } => duration_ms,
         }
     }
 }
@@ -240,6 +251,10 @@ pub enum FaultKind {
     PulseLoss,
     /// The node's wall clock stands off for a while.
     ClockSkew,
+    /// Runs that start on the node hang.
+    RunHang,
+    /// Runs that start on the node fail (a tool call failed).
+    RunFailure,
     /// A burst of on-demand wakeups at once.
     WakeupBurst,
     /// A fleet registered at once on one interval.
@@ -264,6 +279,8 @@ impl FaultKind {
             FaultKind::ProviderPartition => "provider_partition",
             FaultKind::PulseLoss => "pulse_loss",
             FaultKind::ClockSkew => "clock_skew",
+            FaultKind::RunHang => "run_hang",
+            FaultKind::RunFailure => "run_failure",
             FaultKind::WakeupBurst => "wakeup_burst",
             FaultKind::AlignedTimers => "aligned_timers",
             FaultKind::CatchUp => "catch_up",
@@ -316,6 +333,10 @@ pub const CLOCK_SKEW_WINDOW_MS_MIN: u64 = 60_000;
 pub const CLOCK_SKEW_WINDOW_MS_MAX: u64 = 2 * 60 * 60 * 1_000;
 /// Share of pulses dropped under `PulseLoss`, at least (up to all of them), in thousandths.
 pub const PULSE_LOSS_PERMILLE_MIN: u16 = 100;
+/// A run fault's window: from a minute to half an hour (the default run timeout is ten
+/// minutes, so some hangs outlast it and some heal first).
+pub const RUN_FAULT_MS_MIN: u64 = 60_000;
+pub const RUN_FAULT_MS_MAX: u64 = 30 * 60_000;
 /// Wakeups in one burst, and the task keys they spread over.
 pub const BURST_WAKES_MIN: u64 = 20;
 pub const BURST_WAKES_MAX: u64 = 300;
@@ -419,6 +440,12 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
                 duration_ms: log_uniform(rng, CLOCK_SKEW_WINDOW_MS_MIN, CLOCK_SKEW_WINDOW_MS_MAX),
             }
         }
+        FaultKind::RunHang => Fault::RunHang {
+            duration_ms: log_uniform(rng, RUN_FAULT_MS_MIN, RUN_FAULT_MS_MAX),
+        },
+        FaultKind::RunFailure => Fault::RunFailure {
+            duration_ms: log_uniform(rng, RUN_FAULT_MS_MIN, RUN_FAULT_MS_MAX),
+        },
         FaultKind::WakeupBurst => Fault::WakeupBurst {
             wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
             task_keys: rng.gen_range(1..=BURST_TASK_KEYS_MAX),
@@ -526,6 +553,8 @@ mod tests {
             rate(FaultKind::ProviderPartition, 0.5),
             rate(FaultKind::PulseLoss, 0.5),
             rate(FaultKind::ClockSkew, 0.5),
+            rate(FaultKind::RunHang, 0.5),
+            rate(FaultKind::RunFailure, 0.5),
             rate(FaultKind::WakeupBurst, 0.5),
             rate(FaultKind::AlignedTimers, 0.5),
             rate(FaultKind::CatchUp, 0.5),
@@ -607,6 +636,13 @@ mod tests {
             ) {
                 let d = injection.fault.duration_ms();
                 assert!((NET_FAULT_MS_MIN..=NET_FAULT_MS_MAX).contains(&d));
+            }
+            if matches!(
+                injection.fault,
+                Fault::RunHang { .. } | Fault::RunFailure { .. }
+            ) {
+                let d = injection.fault.duration_ms();
+                assert!((RUN_FAULT_MS_MIN..=RUN_FAULT_MS_MAX).contains(&d));
             }
         }
         assert_eq!(kinds.len(), every_kind().len(), "{kinds:?}");

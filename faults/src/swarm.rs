@@ -41,6 +41,8 @@ pub fn catalogue(rng: &mut impl Rng, world: World) -> Vec<FaultKind> {
         FaultKind::AlignedTimers,
         FaultKind::CatchUp,
         FaultKind::ClockSkew,
+        FaultKind::RunHang,
+        FaultKind::RunFailure,
     ];
     if world.llm {
         kinds.extend(
@@ -175,6 +177,8 @@ mod tests {
             "aligned_timers",
             "catch_up",
             "clock_skew",
+            "run_hang",
+            "run_failure",
         ] {
             let with = swarms.iter().filter(|s| s.contains(kind)).count();
             assert!((50..150).contains(&with), "{kind} in {with} of 200 swarms");

@@ -561,6 +561,7 @@ time_zone = "Europe/Paris"
             }],
             on_commit: None,
             on_replayed: None,
+            adapters: crate::exec::adapter::BuiltinAdapters::shared(),
         })
         .await
         .unwrap();

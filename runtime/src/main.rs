@@ -429,6 +429,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tenants: tenants.clone(),
         on_commit: None,
         on_replayed: None,
+        adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

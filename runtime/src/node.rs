@@ -20,6 +20,9 @@ use crate::api::{self, Gate};
 use crate::engine::event::{Event, EventKind};
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
+use crate::exec::adapter::SharedAdapterSource;
+#[cfg(doc)]
+use crate::exec::adapter::BuiltinAdapters;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
@@ -52,6 +55,8 @@ pub struct NodeConfig {
     pub tenants: Vec<TenantToken>,
     /// Optional observer of committed events (the simulator's trace).
     pub on_commit: Option<CommitObserver>,
+    /// Where runs get their adapters: [`BuiltinAdapters::shared`] but in the simulator.
+    pub adapters: SharedAdapterSource,
     /// Optional observer of the whole replayed log, called once recovery has read it and
     /// before start-up commits anything (the simulator checks the recovered log here). Only
     /// when it is set is the log kept in memory for it.
@@ -217,6 +222,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         config.clock,
         config.entropy,
         config.on_commit,
+        config.adapters,
     );
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();

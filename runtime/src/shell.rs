@@ -17,6 +17,7 @@ use crate::engine::liveness::{LivenessStatus, PulseBook};
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
+use crate::exec::adapter::SharedAdapterSource;
 use crate::exec::Executor;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
@@ -88,6 +89,7 @@ impl Shell {
         clock: SharedClock,
         entropy: SharedEntropy,
         on_commit: Option<CommitObserver>,
+        adapters: SharedAdapterSource,
     ) -> Arc<Self> {
         let head = tokio::sync::watch::Sender::new(engine.last_seq());
         // The previous process's pulses are gone: every agent the log says is online gets a
@@ -105,7 +107,7 @@ impl Shell {
             clock,
             entropy,
             on_commit,
-            executor: Executor::new(),
+            executor: Executor::new(adapters),
             schedule_changed: tokio::sync::Notify::new(),
             head,
             failure: tokio::sync::watch::Sender::new(None),

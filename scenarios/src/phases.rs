@@ -18,6 +18,7 @@ use vigil_faults::{plan, stream, Fault, FaultRate, Injection};
 use vigil_world::disk::lying_fsync_from_env;
 use vigil_world::harness::{elapsed_ms, sleep_until_ms, RuntimeNode};
 use vigil_world::recorder::Recorder;
+use vigil_world::run_faults::{RunFault, RunFaults};
 use vigil_world::trace::TraceEvent;
 use vigil_world::workload::{Step, Workload};
 
@@ -192,6 +193,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             faults.clone(),
             node.disk.clone(),
             provider.clone(),
+            node.run_faults.clone(),
             node.clock.clone(),
             node.name,
             recorder.clone(),
@@ -349,13 +351,17 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             | Fault::Llm { .. }
             | Fault::ProviderPartition { .. }
             | Fault::PulseLoss { .. }
-            | Fault::ClockSkew { .. } => unreachable!("window faults run on their own task"),
+            | Fault::ClockSkew { .. }
+            | Fault::RunHang { .. }
+            | Fault::RunFailure { .. } => unreachable!("window faults run on their own task"),
         }
     }
     // The quiet phase: heal every window, and restart a node that stopped itself just now.
     if let Some((faults, task)) = window_faults {
         task.abort();
         node.disk.disarm_errors();
+        // Hung runs error out now; runs that start from here on are left alone.
+        node.run_faults.heal();
         if let Some(provider) = &provider {
             provider.lock().expect("provider lock").heal();
         }
@@ -385,11 +391,13 @@ pub async fn run(setup: Setup, recorder: Recorder) {
 }
 
 /// Opens each window fault at its instant and heals it when its duration is over.
+#[allow(clippy::too_many_arguments)]
 async fn run_windows(
     windows: Vec<Injection>,
     faults: Rc<RefCell<Windows>>,
     disk: std::sync::Arc<vigil_world::disk::SimDisk>,
     provider: Option<vigil_world::provider::SharedProvider>,
+    run_faults: RunFaults,
     clock: std::sync::Arc<vigil_world::clock::SimClock>,
     node_name: &'static str,
     recorder: Recorder,
@@ -413,7 +421,9 @@ async fn run_windows(
             return;
         }
         let (node, what) = match fault {
-            Fault::StorageError { .. } => (node_name, fault.kind()),
+            Fault::StorageError { .. } | Fault::RunHang { .. } | Fault::RunFailure { .. } => {
+                (node_name, fault.kind())
+            }
             Fault::Llm { .. } => ("llm-provider", fault.kind()),
             _ => ("sim", fault.kind()),
         };
@@ -450,6 +460,10 @@ async fn run_windows(
                     provider.lock().expect("provider lock").open(llm);
                     format!("{what} duration_ms={duration_ms}")
                 }
+                Fault::RunHang { duration_ms } | Fault::RunFailure { duration_ms } => {
+                    run_faults.open(run_fault(fault));
+                    format!("{what} duration_ms={duration_ms}")
+                }
                 _ => {
                     faults.borrow_mut().open(at_ms, fault);
                     format!("{what} {}", describe_window(fault))
@@ -463,6 +477,9 @@ async fn run_windows(
                     Some(provider) => provider.lock().expect("provider lock").close(llm),
                     None => continue,
                 },
+                Fault::RunHang { .. } | Fault::RunFailure { .. } => {
+                    run_faults.close(run_fault(fault))
+                }
                 _ => faults.borrow_mut().close(at_ms),
             }
             format!("{what} healed")
@@ -472,6 +489,15 @@ async fn run_windows(
             let delta_ms = faults.borrow_mut().skew_delta();
             jump_clock(&clock, node_name, &recorder, delta_ms);
         }
+    }
+}
+
+/// What a run fault does to the runs it strikes.
+fn run_fault(fault: Fault) -> RunFault {
+    match fault {
+        Fault::RunHang { .. } => RunFault::Hang,
+        Fault::RunFailure { .. } => RunFault::Failure,
+        other => unreachable!("{other:?} is not a run fault"),
     }
 }
 

@@ -23,6 +23,7 @@ use crate::check::Violation;
 use crate::clock::SimClock;
 use crate::disk::SimDisk;
 use crate::recorder::Recorder;
+use crate::run_faults::RunFaults;
 use crate::trace::{event_digest, TraceEvent, TraceRecord};
 
 /// Port every simulated runtime node serves its API on.
@@ -92,6 +93,8 @@ pub struct RuntimeNode {
     pub addr: SocketAddr,
     pub clock: Arc<SimClock>,
     pub disk: Arc<SimDisk>,
+    /// The run-fault windows every start of the node's runtime meets (`run_hang`, `run_failure`).
+    pub run_faults: RunFaults,
     handle: NodeHandle,
     up: bool,
     process: Arc<Mutex<Process>>,
@@ -111,9 +114,10 @@ impl RuntimeNode {
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
         let process = Arc::new(Mutex::new(Process::Starting));
+        let run_faults = RunFaults::default();
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
-            let process = process.clone();
+            let (process, run_faults) = (process.clone(), run_faults.clone());
             move || {
                 run_node(
                     name,
@@ -123,6 +127,7 @@ impl RuntimeNode {
                     recorder.clone(),
                     entropy_seed,
                     process.clone(),
+                    run_faults.clone(),
                 )
             }
         };
@@ -137,6 +142,7 @@ impl RuntimeNode {
             addr,
             clock,
             disk,
+            run_faults,
             handle,
             up: true,
             process,
@@ -294,6 +300,7 @@ impl RuntimeNode {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// The body of a runtime node: start the production node, report what it recovered, run until
 /// killed.
 async fn run_node(
@@ -304,6 +311,7 @@ async fn run_node(
     recorder: Recorder,
     entropy_seed: u64,
     process: Arc<Mutex<Process>>,
+    run_faults: RunFaults,
 ) {
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -330,6 +338,7 @@ async fn run_node(
             token: SIM_OPERATOR_TOKEN.into(),
         }],
         on_commit: Some(observer),
+        adapters: run_faults.adapters(),
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))

@@ -7,6 +7,7 @@ pub mod check;
 pub mod clock;
 pub mod disk;
 pub mod recorder;
+pub mod run_faults;
 pub mod trace;
 
 #[cfg(madsim)]

@@ -3,6 +3,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use crate::engine::agent::{AdapterSpec, AgentId};
 use crate::engine::breaker::FailureCause;
@@ -38,7 +39,33 @@ pub trait Adapter: Send + Sync {
     fn execute(&self, run: RunContext) -> AdapterFuture;
 }
 
-/// The adapter an agent's policy names.
+/// Where a node's executor gets the adapter for an agent's policy. Production uses
+/// [`BuiltinAdapters`]; the simulator wraps them so that its `run_hang` and `run_failure` faults
+/// strike runs while the executor, its timeouts and the breaker stay the production code.
+pub trait AdapterSource: Send + Sync {
+    fn adapter_for(&self, spec: &AdapterSpec) -> Box<dyn Adapter>;
+}
+
+/// An adapter source shared by a node's executor.
+pub type SharedAdapterSource = Arc<dyn AdapterSource>;
+
+/// The adapters this binary ships, as agent policies name them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuiltinAdapters;
+
+impl BuiltinAdapters {
+    pub fn shared() -> SharedAdapterSource {
+        Arc::new(BuiltinAdapters)
+    }
+}
+
+impl AdapterSource for BuiltinAdapters {
+    fn adapter_for(&self, spec: &AdapterSpec) -> Box<dyn Adapter> {
+        adapter_for(spec)
+    }
+}
+
+/// The built-in adapter an agent's policy names.
 pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),

@@ -17,17 +17,20 @@ use crate::engine::event::{Event, EventKind};
 use crate::engine::run::{RunEnd, RunId, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
-use adapter::{adapter_for, RunContext};
+use adapter::{RunContext, SharedAdapterSource};
 
 /// The tasks of the runs in progress on this node.
-#[derive(Debug, Default)]
 pub struct Executor {
     tasks: Mutex<BTreeMap<RunId, JoinHandle<()>>>,
+    adapters: SharedAdapterSource,
 }
 
 impl Executor {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(adapters: SharedAdapterSource) -> Self {
+        Executor {
+            tasks: Mutex::default(),
+            adapters,
+        }
     }
 
     /// Reacts to a committed batch, in log order: `run_started` spawns the run, `run_finished`
@@ -53,7 +56,7 @@ impl Executor {
                         payload: started.payload.clone(),
                     };
                     let timeout_ms = state.agent().spec.limits.run_timeout_ms;
-                    let adapter = adapter_for(&state.agent().spec.adapter);
+                    let adapter = self.adapters.adapter_for(&state.agent().spec.adapter);
                     let task = tokio::spawn(execute(shell.clone(), adapter, context, timeout_ms));
                     tasks.insert(*run, task);
                 }
