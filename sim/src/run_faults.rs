@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
 use vigil::engine::agent::AdapterSpec;
 use vigil::engine::breaker::FailureCause;
 use vigil::engine::run::RunStatus;
@@ -34,58 +34,80 @@ pub const FAILURE_DETAIL: &str = "run_failure fault: a tool call failed";
 pub const HANG_HEALED_DETAIL: &str = "run_hang fault: the hung call failed when the fault healed";
 
 /// The open run-fault windows of one node, counted per kind (windows of a kind may overlap).
-#[derive(Debug, Clone)]
+///
+/// Hung runs wait on a `Notify`, never on a `tokio::sync::watch`: a watch channel spreads its
+/// waiters over several queues picked by tokio's own thread-local random numbers, so the order
+/// in which hung runs woke (and so the order of their `run_finished` events) would differ from
+/// one run of a seed to the next. `Notify::notify_waiters` wakes in the order they waited.
+#[derive(Debug, Clone, Default)]
 pub struct RunFaults {
-    failures_open: Arc<Mutex<u32>>,
-    /// Open `run_hang` windows; hung runs wait for it to reach zero.
-    hangs_open: Arc<watch::Sender<u32>>,
+    open: Arc<Mutex<Open>>,
+    /// Notified when the last open `run_hang` window closes.
+    hangs_healed: Arc<Notify>,
 }
 
-impl Default for RunFaults {
-    fn default() -> Self {
-        RunFaults {
-            failures_open: Arc::default(),
-            hangs_open: Arc::new(watch::Sender::new(0)),
-        }
-    }
+#[derive(Debug, Default)]
+struct Open {
+    hangs: u32,
+    failures: u32,
 }
 
 impl RunFaults {
+    fn open_windows(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().expect("run faults lock")
+    }
+
     /// Opens one window of `fault`.
     pub fn open(&self, fault: RunFault) {
+        let mut open = self.open_windows();
         match fault {
-            RunFault::Failure => *self.failures_open.lock().expect("run faults lock") += 1,
-            RunFault::Hang => self.hangs_open.send_modify(|n| *n += 1),
+            RunFault::Failure => open.failures += 1,
+            RunFault::Hang => open.hangs += 1,
         }
     }
 
     /// Closes one window of `fault` (opened before).
     pub fn close(&self, fault: RunFault) {
-        match fault {
-            RunFault::Failure => {
-                let mut open = self.failures_open.lock().expect("run faults lock");
-                *open = open.checked_sub(1).expect("a closed window was opened");
-            }
-            RunFault::Hang => self.hangs_open.send_modify(|n| {
-                *n = n.checked_sub(1).expect("a closed window was opened");
-            }),
+        let mut open = self.open_windows();
+        let count = match fault {
+            RunFault::Failure => &mut open.failures,
+            RunFault::Hang => &mut open.hangs,
+        };
+        *count = count.checked_sub(1).expect("a closed window was opened");
+        if fault == RunFault::Hang && open.hangs == 0 {
+            self.hangs_healed.notify_waiters();
         }
     }
 
     /// Closes every window (the quiet phase); hung runs error out now.
     pub fn heal(&self) {
-        *self.failures_open.lock().expect("run faults lock") = 0;
-        self.hangs_open.send_replace(0);
+        *self.open_windows() = Open::default();
+        self.hangs_healed.notify_waiters();
     }
 
     /// The fault a run starting now meets; a hang wins over a failure.
     pub fn striking(&self) -> Option<RunFault> {
-        if *self.hangs_open.borrow() > 0 {
+        let open = self.open_windows();
+        if open.hangs > 0 {
             Some(RunFault::Hang)
-        } else if *self.failures_open.lock().expect("run faults lock") > 0 {
+        } else if open.failures > 0 {
             Some(RunFault::Failure)
         } else {
             None
+        }
+    }
+
+    /// Waits until no `run_hang` window is open.
+    async fn hangs_closed(&self) {
+        loop {
+            let healed = self.hangs_healed.notified();
+            tokio::pin!(healed);
+            // Registered before looking, so a heal between the look and the wait is not missed.
+            healed.as_mut().enable();
+            if self.open_windows().hangs == 0 {
+                return;
+            }
+            healed.await;
         }
     }
 
@@ -128,11 +150,9 @@ impl Adapter for FaultyAdapter {
                 }
             }),
             Some(RunFault::Hang) => {
-                let mut hangs_open = self.faults.hangs_open.subscribe();
+                let faults = self.faults.clone();
                 Box::pin(async move {
-                    // The sender lives as long as the world; an error cannot happen but would
-                    // only end the hang.
-                    let _ = hangs_open.wait_for(|open| *open == 0).await;
+                    faults.hangs_closed().await;
                     AdapterOutcome {
                         status: RunStatus::Failed,
                         detail: HANG_HEALED_DETAIL.into(),
