@@ -21,8 +21,6 @@ use crate::engine::event::{Event, EventKind};
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::exec::adapter::SharedAdapterSource;
-#[cfg(doc)]
-use crate::exec::adapter::BuiltinAdapters;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
@@ -55,7 +53,8 @@ pub struct NodeConfig {
     pub tenants: Vec<TenantToken>,
     /// Optional observer of committed events (the simulator's trace).
     pub on_commit: Option<CommitObserver>,
-    /// Where runs get their adapters: [`BuiltinAdapters::shared`] but in the simulator.
+    /// Where runs get their adapters: [`crate::exec::adapter::BuiltinAdapters::shared`] but in
+    /// the simulator.
     pub adapters: SharedAdapterSource,
     /// Optional observer of the whole replayed log, called once recovery has read it and
     /// before start-up commits anything (the simulator checks the recovered log here). Only
