@@ -34,11 +34,12 @@ fn a_silent_connection_is_closed_after_the_header_read_timeout() {
     let result = simulate(7, Duration::from_secs(3_600), |recorder| async move {
         let node = RuntimeNode::start(&recorder, "vigil-1", RUNTIME_IP, 0, false, 7);
         let addr = node.addr;
-        let client = madsim::runtime::Handle::current()
+        let client = vigil_world::harness::build_node(
+            madsim::runtime::Handle::current()
             .create_node()
             .name("client")
-            .ip(CLIENT_IP)
-            .build();
+            .ip(CLIENT_IP),
+        );
         let (in_time, too_late) = client
             .spawn(async move {
                 // Let the node finish starting.

@@ -230,7 +230,7 @@ impl Fleet {
                 let place = format!("agent {:?} of tenant {:?}", agent.name, tenant.name);
                 agent
                     .validate()
-                    .map_err(|e| invalid(place.clone(), e.field, e.message))?;
+                    .map_err(|e| invalid(place.clone(), &e.field, e.message))?;
                 if tenant.agents[..index].iter().any(|a| a.name == agent.name) {
                     return Err(invalid(
                         place,
@@ -562,6 +562,7 @@ time_zone = "Europe/Paris"
             on_commit: None,
             on_replayed: None,
             adapters: crate::exec::adapter::BuiltinAdapters::shared(),
+            run_services: crate::exec::host::RunServices::standard(),
         })
         .await
         .unwrap();

@@ -430,6 +430,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        run_services: vigil::exec::host::RunServices::standard(),
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

@@ -21,6 +21,7 @@ use crate::engine::event::{Event, EventKind};
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::exec::adapter::SharedAdapterSource;
+use crate::exec::host::RunServices;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
@@ -56,6 +57,8 @@ pub struct NodeConfig {
     /// Where runs get their adapters: [`crate::exec::adapter::BuiltinAdapters::shared`] but in
     /// the simulator.
     pub adapters: SharedAdapterSource,
+    /// What runs get from the node: the outbound network, the price table, secrets.
+    pub run_services: RunServices,
     /// Optional observer of the whole replayed log, called once recovery has read it and
     /// before start-up commits anything (the simulator checks the recovered log here). Only
     /// when it is set is the log kept in memory for it.
@@ -222,6 +225,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         config.entropy,
         config.on_commit,
         config.adapters,
+        config.run_services,
     );
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();

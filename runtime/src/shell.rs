@@ -18,6 +18,7 @@ use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
 use crate::exec::adapter::SharedAdapterSource;
+use crate::exec::host::RunServices;
 use crate::exec::Executor;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
@@ -90,6 +91,7 @@ impl Shell {
         entropy: SharedEntropy,
         on_commit: Option<CommitObserver>,
         adapters: SharedAdapterSource,
+        services: RunServices,
     ) -> Arc<Self> {
         let head = tokio::sync::watch::Sender::new(engine.last_seq());
         // The previous process's pulses are gone: every agent the log says is online gets a
@@ -107,7 +109,7 @@ impl Shell {
             clock,
             entropy,
             on_commit,
-            executor: Executor::new(adapters),
+            executor: Executor::new(adapters, services),
             schedule_changed: tokio::sync::Notify::new(),
             head,
             failure: tokio::sync::watch::Sender::new(None),

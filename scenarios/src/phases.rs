@@ -161,23 +161,25 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let provider = uses_llm.then(|| {
         let state = vigil_world::provider::SharedProvider::default();
         let serving = state.clone();
-        let node = madsim::runtime::Handle::current()
-            .create_node()
-            .name("llm-provider")
-            .ip(vigil_world::provider::PROVIDER_IP)
-            .init(move || vigil_world::provider::serve(serving.clone()))
-            .build();
+        let node = vigil_world::harness::build_node(
+            madsim::runtime::Handle::current()
+                .create_node()
+                .name("llm-provider")
+                .ip(vigil_world::provider::PROVIDER_IP)
+                .init(move || vigil_world::provider::serve(serving.clone())),
+        );
         (state, node.id())
     });
     let provider_node = provider.as_ref().map(|(_, id)| *id);
     let provider = provider.map(|(state, _)| state);
     let workload_recorder = recorder.clone();
-    let workload_node = madsim::runtime::Handle::current()
-        .create_node()
-        .name("workload")
-        .ip(WORKLOAD_IP)
-        .init(move || workload.clone().run(workload_recorder.clone()))
-        .build();
+    let workload_node = vigil_world::harness::build_node(
+        madsim::runtime::Handle::current()
+            .create_node()
+            .name("workload")
+            .ip(WORKLOAD_IP)
+            .init(move || workload.clone().run(workload_recorder.clone())),
+    );
 
     // Window faults run on their own timeline, so that a long wait for a power cut never
     // delays a partition or its healing.

@@ -16,6 +16,8 @@ use vigil_faults::LlmFault;
 /// Where the provider listens.
 pub const PROVIDER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
 pub const PROVIDER_PORT: u16 = 8080;
+/// The model name the scenarios give their `llm` agents.
+pub const SIM_MODEL: &str = "sim-model-1";
 /// Under `llm_timeout` a call is answered only after this long: far past any request timeout
 /// a scenario gives its agents.
 pub const SLOW_REPLY_MS: u64 = 60 * 60 * 1_000;
@@ -123,4 +125,19 @@ fn completion(content: &str) -> String {
         "choices": [{ "index": 0, "message": { "role": "assistant", "content": content }, "finish_reason": "stop" }],
     })
     .to_string()
+}
+
+/// The simulated provider's price list, as a node's price table: what the scenarios' models
+/// cost, so budgets have something to count.
+pub fn prices() -> vigil::exec::pricing::PriceTable {
+    let mut table = vigil::exec::pricing::PriceTable::default();
+    table.models.insert(
+        SIM_MODEL.to_string(),
+        vigil::exec::pricing::ModelPrice {
+            input_usd_per_mtok: 3.0,
+            cached_input_usd_per_mtok: Some(0.3),
+            output_usd_per_mtok: 15.0,
+        },
+    );
+    table
 }

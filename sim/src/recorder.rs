@@ -14,6 +14,9 @@ struct Inner {
     violation: Option<(u64, Violation)>,
     /// The run replaces its scenario's designed faults by a swarm choice (faults/src/swarm.rs).
     swarm: bool,
+    /// Set by [`Recorder::finish`]: the trace is complete, and whatever the world does while it
+    /// is torn down is not part of it.
+    sealed: bool,
 }
 
 /// Most records one run may write. A run past it is stopped with a violation (a runaway loop
@@ -37,6 +40,7 @@ impl Recorder {
                 checker: Checker::new(),
                 violation: None,
                 swarm: false,
+                sealed: false,
             })),
             elapsed,
         }
@@ -69,7 +73,7 @@ impl Recorder {
     pub fn record(&self, node: &'static str, event: TraceEvent) {
         let t_ms = (self.elapsed)().as_millis() as u64;
         let mut inner = self.inner();
-        if inner.violation.is_some() {
+        if inner.violation.is_some() || inner.sealed {
             return;
         }
         let record = TraceRecord { t_ms, node, event };
@@ -102,9 +106,10 @@ impl Recorder {
     pub fn finish(&self) {
         let t_ms = (self.elapsed)().as_millis() as u64;
         let mut inner = self.inner();
-        if inner.violation.is_some() {
+        if inner.violation.is_some() || inner.sealed {
             return;
         }
+        inner.sealed = true;
         if let Err(violation) = inner.checker.finish() {
             inner.records.push(TraceRecord {
                 t_ms,
@@ -136,6 +141,11 @@ impl Recorder {
     /// The whole trace so far.
     pub fn records(&self) -> Vec<TraceRecord> {
         self.inner().records.clone()
+    }
+
+    /// The whole trace, moved out (the run is over; no second copy of a long trace).
+    pub fn take_records(&self) -> Vec<TraceRecord> {
+        std::mem::take(&mut self.inner().records)
     }
 }
 

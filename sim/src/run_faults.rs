@@ -143,21 +143,17 @@ impl Adapter for FaultyAdapter {
         match self.faults.striking() {
             None => self.inner.execute(run),
             Some(RunFault::Failure) => Box::pin(async {
-                AdapterOutcome {
-                    status: RunStatus::Failed,
-                    detail: FAILURE_DETAIL.into(),
-                    cause: Some(FailureCause::Tool),
-                }
+                AdapterOutcome::new(RunStatus::Failed, FAILURE_DETAIL, Some(FailureCause::Tool))
             }),
             Some(RunFault::Hang) => {
                 let faults = self.faults.clone();
                 Box::pin(async move {
                     faults.hangs_closed().await;
-                    AdapterOutcome {
-                        status: RunStatus::Failed,
-                        detail: HANG_HEALED_DETAIL.into(),
-                        cause: Some(FailureCause::Tool),
-                    }
+                    AdapterOutcome::new(
+                        RunStatus::Failed,
+                        HANG_HEALED_DETAIL,
+                        Some(FailureCause::Tool),
+                    )
                 })
             }
         }

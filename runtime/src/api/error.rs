@@ -110,7 +110,7 @@ impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         let message = refusal.to_string();
         let (status, code, field) = match &refusal {
-            Refusal::InvalidField(e) => return ApiError::invalid_field(e.field, e.message.clone()),
+            Refusal::InvalidField(e) => return ApiError::invalid_field(e.field.clone(), e.message.clone()),
             Refusal::NameTaken(_) => (StatusCode::CONFLICT, "name_taken", Some("name")),
             Refusal::TooManyAgents | Refusal::TooManyTenants => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "limit_reached", None)

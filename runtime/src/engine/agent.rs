@@ -4,6 +4,8 @@ use serde::{Deserialize, Serialize};
 
 use super::breaker::{BreakerPolicy, BreakerState};
 use super::daily_cap::{DayCount, DAILY_CAP_MAX};
+pub use super::llm_spec::LlmSpec;
+use super::usage::{DaySpend, MicroUsd, Usage, DAILY_BUDGET_USD_MAX, MICRO_USD_PER_USD};
 use super::liveness::{Liveness, LivenessPolicy};
 use super::pause::{PausedBy, WhilePaused};
 use super::tenant::{validate_name, TenantName, TokenHash};
@@ -83,85 +85,6 @@ pub enum AdapterSpec {
     Scripted(ScriptedSpec),
     /// An OpenAI-compatible chat-completions API: one model call per run.
     Llm(LlmSpec),
-}
-
-/// Longest `system_prompt` accepted.
-pub const SYSTEM_PROMPT_CHARS_MAX: usize = 8_192;
-/// Longest `model` name accepted.
-pub const MODEL_CHARS_MAX: usize = 200;
-/// Bounds and default of an LLM call's timeout.
-pub const LLM_REQUEST_TIMEOUT_MS_MIN: u64 = 1_000;
-pub const LLM_REQUEST_TIMEOUT_MS_MAX: u64 = 10 * 60 * 1_000;
-pub const LLM_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 60_000;
-
-/// Where and how an `llm` run calls its model.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LlmSpec {
-    /// `http://IP:PORT` of the provider; the run POSTs to `/v1/chat/completions` there.
-    /// (Host names and TLS are not supported yet: put a local proxy in front of a public API.)
-    pub base_url: String,
-    pub model: String,
-    /// One call longer than this fails the run (an LLM failure for the breaker).
-    #[serde(default = "llm_request_timeout_default")]
-    pub request_timeout_ms: u64,
-    #[serde(default)]
-    pub system_prompt: Option<String>,
-}
-
-fn llm_request_timeout_default() -> u64 {
-    LLM_REQUEST_TIMEOUT_MS_DEFAULT
-}
-
-impl LlmSpec {
-    /// The provider's address, from `base_url`.
-    pub fn provider_addr(&self) -> Result<std::net::SocketAddr, FieldError> {
-        self.base_url
-            .strip_prefix("http://")
-            .map(|rest| rest.trim_end_matches('/'))
-            .and_then(|rest| rest.parse().ok())
-            .ok_or_else(|| {
-                FieldError::new(
-                    "adapter.base_url",
-                    format!(
-                        "adapter.base_url must be http://IP:PORT, e.g. \"http://127.0.0.1:8080\" (got {:?}); host names and https are not supported yet",
-                        self.base_url
-                    ),
-                )
-            })
-    }
-
-    fn validate(&self) -> Result<(), FieldError> {
-        self.provider_addr()?;
-        if self.model.is_empty() || self.model.chars().count() > MODEL_CHARS_MAX {
-            return Err(FieldError::new(
-                "adapter.model",
-                format!("adapter.model must be 1 to {MODEL_CHARS_MAX} characters"),
-            ));
-        }
-        if !(LLM_REQUEST_TIMEOUT_MS_MIN..=LLM_REQUEST_TIMEOUT_MS_MAX)
-            .contains(&self.request_timeout_ms)
-        {
-            return Err(FieldError::new(
-                "adapter.request_timeout_ms",
-                format!(
-                    "adapter.request_timeout_ms must be between {LLM_REQUEST_TIMEOUT_MS_MIN} and {LLM_REQUEST_TIMEOUT_MS_MAX} (got {})",
-                    self.request_timeout_ms
-                ),
-            ));
-        }
-        if self
-            .system_prompt
-            .as_ref()
-            .is_some_and(|p| p.chars().count() > SYSTEM_PROMPT_CHARS_MAX)
-        {
-            return Err(FieldError::new(
-                "adapter.system_prompt",
-                format!("adapter.system_prompt is at most {SYSTEM_PROMPT_CHARS_MAX} characters"),
-            ));
-        }
-        Ok(())
-    }
 }
 
 impl Default for AdapterSpec {
@@ -246,6 +169,11 @@ pub struct AgentLimits {
     /// Most runs started per local day (in `time_zone`); none means no cap.
     #[serde(default)]
     pub daily_cap: Option<u32>,
+    /// Most dollars the agent's model calls may cost per local day (by the node's price
+    /// table); none means no budget. A wakeup once it is spent is refused `budget`; a running
+    /// loop stops before its next model call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_budget_usd: Option<MicroUsd>,
 }
 
 fn run_timeout_default() -> u64 {
@@ -262,6 +190,7 @@ impl Default for AgentLimits {
             run_timeout_ms: RUN_TIMEOUT_MS_DEFAULT,
             queued_runs_max: QUEUED_RUNS_MAX_DEFAULT,
             daily_cap: None,
+            daily_budget_usd: None,
         }
     }
 }
@@ -269,16 +198,16 @@ impl Default for AgentLimits {
 /// A caller's mistake, naming the offending field (dotted path, as in the JSON body).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldError {
-    /// The JSON field at fault.
-    pub field: &'static str,
+    /// The JSON field at fault (built at run time for list items: `adapter.tools[2].url`).
+    pub field: std::borrow::Cow<'static, str>,
     /// What is wrong and what would be accepted.
     pub message: String,
 }
 
 impl FieldError {
-    pub fn new(field: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(field: impl Into<std::borrow::Cow<'static, str>>, message: impl Into<String>) -> Self {
         FieldError {
-            field,
+            field: field.into(),
             message: message.into(),
         }
     }
@@ -397,6 +326,15 @@ impl AgentSpec {
                 ));
             }
         }
+        if limits
+            .daily_budget_usd
+            .is_some_and(|b| b.0 > DAILY_BUDGET_USD_MAX * MICRO_USD_PER_USD)
+        {
+            return Err(FieldError::new(
+                "limits.daily_budget_usd",
+                format!("limits.daily_budget_usd must be between 0 and {DAILY_BUDGET_USD_MAX} dollars"),
+            ));
+        }
         Ok(())
     }
 }
@@ -452,6 +390,12 @@ pub struct Agent {
     pub paused_by: Option<PausedBy>,
     /// Runs started on the latest counted local day (the daily cap's reservations).
     pub day_count: DayCount,
+    /// Model usage on the latest local day that saw any (the daily budget's figure).
+    #[serde(default)]
+    pub day_spend: DaySpend,
+    /// Model usage since the agent was created.
+    #[serde(default)]
+    pub usage_total: Usage,
     /// The circuit breaker.
     pub breaker: BreakerState,
     /// Online, offline or never pulsed.
@@ -496,64 +440,6 @@ mod tests {
                 "heartbeat.interval_ms"
             );
         }
-    }
-
-    #[test]
-    fn llm_adapter_limits_name_their_field() {
-        let mut s = spec("a", 60_000);
-        let llm = |base_url: &str| {
-            AdapterSpec::Llm(LlmSpec {
-                base_url: base_url.into(),
-                model: "m".into(),
-                request_timeout_ms: LLM_REQUEST_TIMEOUT_MS_DEFAULT,
-                system_prompt: None,
-            })
-        };
-        s.adapter = llm("http://10.0.0.2:8080");
-        assert!(s.validate().is_ok());
-        s.adapter = llm("http://10.0.0.2:8080/");
-        assert!(s.validate().is_ok());
-        for bad in [
-            "https://10.0.0.2:8080",
-            "http://api.openai.com",
-            "10.0.0.2:8080",
-            "",
-        ] {
-            s.adapter = llm(bad);
-            assert_eq!(s.validate().unwrap_err().field, "adapter.base_url", "{bad}");
-        }
-        let mut l = LlmSpec {
-            base_url: "http://10.0.0.2:8080".into(),
-            model: String::new(),
-            request_timeout_ms: LLM_REQUEST_TIMEOUT_MS_DEFAULT,
-            system_prompt: None,
-        };
-        s.adapter = AdapterSpec::Llm(l.clone());
-        assert_eq!(s.validate().unwrap_err().field, "adapter.model");
-        l.model = "m".into();
-        for (ms, ok) in [
-            (LLM_REQUEST_TIMEOUT_MS_MIN - 1, false),
-            (LLM_REQUEST_TIMEOUT_MS_MIN, true),
-            (LLM_REQUEST_TIMEOUT_MS_MAX, true),
-            (LLM_REQUEST_TIMEOUT_MS_MAX + 1, false),
-        ] {
-            l.request_timeout_ms = ms;
-            s.adapter = AdapterSpec::Llm(l.clone());
-            assert_eq!(s.validate().is_ok(), ok, "{ms}");
-        }
-        l.request_timeout_ms = LLM_REQUEST_TIMEOUT_MS_DEFAULT;
-        l.system_prompt = Some("x".repeat(SYSTEM_PROMPT_CHARS_MAX + 1));
-        s.adapter = AdapterSpec::Llm(l);
-        assert_eq!(s.validate().unwrap_err().field, "adapter.system_prompt");
-        let parsed: AgentSpec = serde_json::from_str(
-            r#"{"name":"a","adapter":{"type":"llm","base_url":"http://10.0.0.2:8080","model":"m"}}"#,
-        )
-        .unwrap();
-        assert!(parsed.validate().is_ok());
-        assert!(serde_json::from_str::<AgentSpec>(
-            r#"{"name":"a","adapter":{"type":"llm","base_url":"http://10.0.0.2:8080","model":"m","key":"x"}}"#
-        )
-        .is_err());
     }
 
     #[test]

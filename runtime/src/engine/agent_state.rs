@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use super::agent::Agent;
 use super::coordinator::Coordinator;
+use super::history::History;
 use super::event::{Event, EventKind};
 use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
 use super::wakeup::{WakeupOutcome, WakeupRecord, IDEMPOTENCY_TTL_MS};
@@ -24,6 +25,8 @@ pub struct AgentState {
     /// The latest wall time of a keyed wakeup of this agent: a key expires once this passes
     /// its first use + TTL, and a later backward clock jump does not revive it.
     keys_clock_ms: u64,
+    /// The conversation the model sees again at the next wakeup (`run_finished` appends).
+    history: History,
 }
 
 impl AgentState {
@@ -36,6 +39,7 @@ impl AgentState {
             keys: BTreeMap::new(),
             key_ages: BTreeSet::new(),
             keys_clock_ms: 0,
+            history: History::default(),
         }
     }
 
@@ -60,6 +64,16 @@ impl AgentState {
             .collect();
         runs.sort_by_key(|r| r.id);
         runs.into_iter()
+    }
+
+    /// The agent's conversation history.
+    pub fn history(&self) -> &History {
+        &self.history
+    }
+
+    /// Micro-dollars the agent may still spend today (`None`: no budget).
+    pub fn budget_left(&self, now_ms: u64) -> Option<u64> {
+        self.coordinator.budget_left(now_ms)
     }
 
     /// The running run, if any.
@@ -96,6 +110,13 @@ impl AgentState {
     /// Folds one persisted event about this agent into its state. Returns the finished run that
     /// fell out of the in-memory history, if one did.
     pub fn apply(&mut self, event: &Event) -> Option<RunId> {
+        if let EventKind::RunFinished {
+            report: Some(report),
+            ..
+        } = &event.kind
+        {
+            self.history.append(&report.history_append);
+        }
         let ended = self.coordinator.apply(event);
         self.remember_key(event);
         let ended = ended?;

@@ -20,7 +20,9 @@ use super::draft::Draft;
 use super::event::{Event, EventKind};
 use super::liveness::{Liveness, LivenessStatus};
 use super::pause::{self, PausedBy};
-use super::run::{Run, RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
+use super::daily_cap::LocalDay;
+use super::run::{Run, RunEnd, RunId, RunReport, RunStatus, StopReason, CONTROL_PLANE_RESTART};
+use super::usage::{self, Usage};
 use super::schedule;
 use super::wakeup::{
     Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource,
@@ -109,6 +111,9 @@ impl Coordinator {
             }
             if self.daily_cap_reached(now_ms, self.queue.len() as u32) {
                 return Some(RefusalReason::DailyCap);
+            }
+            if self.budget_spent(now_ms) {
+                return Some(RefusalReason::Budget);
             }
             let full = self.queue.len() >= self.agent.spec.limits.queued_runs_max;
             full.then_some(RefusalReason::QueueFull)
@@ -330,6 +335,14 @@ impl Coordinator {
                 },
             );
         }
+        // The agent's own rest, asked from inside the run: committed in this same decision as
+        // the run's end, after it, so it never cancels the run that asked for it.
+        let rest = end.report.as_ref().and_then(|r| r.pause_minutes);
+        if let (Some(minutes), RunStatus::Succeeded) = (rest, end.status) {
+            let until_ms = pause::pause_until_ms(now_ms, minutes);
+            // Refused only for a terminated agent, which cannot have a running run.
+            self.pause(draft, Some(until_ms), PausedBy::Agent)?;
+        }
         self.start_next(draft);
         Ok(())
     }
@@ -497,7 +510,8 @@ impl Coordinator {
             self.end_run(
                 draft,
                 run,
-                RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART),
+                RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART)
+                    .stopped(StopReason::ControlPlaneRestart),
             );
             if retry_of.is_none() {
                 let coalesce_onto = self.queued_by_key.get(&task_key).copied();
@@ -527,6 +541,7 @@ impl Coordinator {
     }
 
     fn end_run(&mut self, draft: &mut Draft, run: RunId, end: RunEnd) {
+        let stop_reason = Some(end.stop_reason());
         draft.emit(
             self,
             EventKind::RunFinished {
@@ -535,8 +550,56 @@ impl Coordinator {
                 status: end.status,
                 detail: end.detail,
                 cause: end.cause,
+                stop_reason,
+                report: end.report,
             },
         );
+    }
+
+    /// Records one model call of the running run `run` and what it cost.
+    pub fn record_usage(
+        &mut self,
+        draft: &mut Draft,
+        run: RunId,
+        usage: &Usage,
+    ) -> Result<(), Refusal> {
+        if self.active != Some(run) {
+            return Err(Refusal::RunNotRunning(run));
+        }
+        let today = LocalDay::of(draft.now_ms(), &self.agent.spec.time_zone);
+        let call = self.live[&run].usage.llm_calls + 1;
+        draft.emit(
+            self,
+            EventKind::UsageRecorded {
+                run,
+                agent: self.agent.id,
+                call,
+                usage: *usage,
+                day: self.agent.day_spend.day_for(today),
+            },
+        );
+        Ok(())
+    }
+
+    /// Dollars the agent may still spend today, in micro-dollars (`None`: no budget).
+    pub fn budget_left(&self, now_ms: u64) -> Option<u64> {
+        let budget = self.agent.spec.limits.daily_budget_usd?;
+        Some(budget.0.saturating_sub(self.spent_today(now_ms)))
+    }
+
+    /// Micro-dollars spent on the local day `now_ms` counts against.
+    fn spent_today(&self, now_ms: u64) -> u64 {
+        let today = LocalDay::of(now_ms, &self.agent.spec.time_zone);
+        let day = self.agent.day_spend.day_for(today);
+        self.agent.day_spend.on(day).cost_micro_usd
+    }
+
+    /// Whether the agent's daily budget is spent.
+    fn budget_spent(&self, now_ms: u64) -> bool {
+        usage::budget_spent(
+            self.agent.spec.limits.daily_budget_usd,
+            self.spent_today(now_ms),
+        )
     }
 
     /// Starts the first queued run if the agent is active and nothing runs (invariant 1). A
@@ -577,6 +640,10 @@ impl Coordinator {
             }
             if self.daily_cap_reached(now_ms, 0) {
                 self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "daily_cap"));
+                continue;
+            }
+            if self.budget_spent(now_ms) {
+                self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "budget"));
                 continue;
             }
             let day = self
@@ -673,6 +740,9 @@ impl Coordinator {
                     finished_at_ms: None,
                     run_number: None,
                     detail: String::new(),
+                    stop_reason: None,
+                    usage: Usage::default(),
+                    report: None,
                 });
             }
             EventKind::WakeupCoalesced {
@@ -783,6 +853,9 @@ impl Coordinator {
                         run_number: None,
                         detail: String::new(),
                         coalesced_count: 0,
+                        stop_reason: None,
+                        usage: Usage::default(),
+                        report: None,
                         ..old
                     });
                 }
@@ -818,11 +891,24 @@ impl Coordinator {
                 self.active = Some(*run);
                 self.agent.runs_started += 1;
             }
+            EventKind::UsageRecorded {
+                run, usage, day, ..
+            } => {
+                let running = self
+                    .live
+                    .get_mut(run)
+                    .unwrap_or_else(|| panic!("usage recorded for run {run}, which is not live"));
+                running.usage.add(usage);
+                self.agent.day_spend.count(*day, usage);
+                self.agent.usage_total.add(usage);
+            }
             EventKind::RunFinished {
                 run,
                 status,
                 detail,
                 cause,
+                stop_reason,
+                report,
                 ..
             } => {
                 assert!(status.is_terminal(), "run {run} finished as {status:?}");
@@ -864,6 +950,13 @@ impl Coordinator {
                 ended.status = *status;
                 ended.finished_at_ms = Some(at_ms);
                 ended.detail = detail.clone();
+                ended.stop_reason = *stop_reason;
+                ended.report = report.as_ref().map(|r| {
+                    Box::new(RunReport {
+                        history_append: Vec::new(),
+                        ..(**r).clone()
+                    })
+                });
                 // A re-queue right after copies the run whole, payload included; the history
                 // kept for the API drops payloads (they live on in the wakeup events).
                 self.last_finished = Some(ended.clone());

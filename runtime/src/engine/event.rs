@@ -7,7 +7,8 @@ use super::agent::{AgentId, AgentSpec};
 use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
-use super::run::{RunId, RunStatus};
+use super::run::{RunId, RunReport, RunStatus, StopReason};
+use super::usage::Usage;
 use super::tenant::{TenantName, TokenHash};
 use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
 
@@ -132,6 +133,24 @@ pub enum EventKind {
         /// For a failure the breaker counts: which kind.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cause: Option<FailureCause>,
+        /// Why it stopped (absent only in logs written before stop reasons existed).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        stop_reason: Option<StopReason>,
+        /// What an agent loop adds: a pause it asked for, history turns, the answer's excerpt.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        report: Option<Box<RunReport>>,
+    },
+    /// A running run's model call was made and cost this much. Recorded per call, while the
+    /// run goes on, so the daily budget sees spend before the run ends and a crash mid-run
+    /// loses no spend already made.
+    UsageRecorded {
+        run: RunId,
+        agent: AgentId,
+        /// The model call's number within the run, from 1.
+        call: u64,
+        usage: Usage,
+        /// The local day (agent's time zone) the spend counts against.
+        day: LocalDay,
     },
     /// The breaker opened (after `failures_to_open` failures of kind `trigger` in a row, or a
     /// failed probe): wakeups are refused until `until_ms`.
@@ -196,6 +215,7 @@ impl EventKind {
             EventKind::RunRequeued { .. } => "run_requeued",
             EventKind::RunStarted { .. } => "run_started",
             EventKind::RunFinished { .. } => "run_finished",
+            EventKind::UsageRecorded { .. } => "usage_recorded",
             EventKind::BreakerOpened { .. } => "breaker_opened",
             EventKind::BreakerHalfOpened { .. } => "breaker_half_opened",
             EventKind::BreakerClosed { .. } => "breaker_closed",
@@ -222,6 +242,7 @@ impl EventKind {
             | EventKind::RunRequeued { agent, .. }
             | EventKind::RunStarted { agent, .. }
             | EventKind::RunFinished { agent, .. }
+            | EventKind::UsageRecorded { agent, .. }
             | EventKind::BreakerOpened { agent, .. }
             | EventKind::BreakerHalfOpened { agent }
             | EventKind::BreakerClosed { agent }

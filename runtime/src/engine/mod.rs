@@ -15,11 +15,14 @@ pub mod coordinator;
 pub mod daily_cap;
 pub mod draft;
 pub mod event;
+pub mod history;
 pub mod liveness;
+pub mod llm_spec;
 pub mod pause;
 pub mod run;
 pub mod schedule;
 pub mod tenant;
+pub mod usage;
 pub mod wakeup;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -94,6 +97,11 @@ pub enum Command {
     FinishRun {
         run: RunId,
         end: RunEnd,
+    },
+    /// The executor reports one model call of a running run and its usage.
+    RecordUsage {
+        run: RunId,
+        usage: usage::Usage,
     },
     /// An operator cancels a queued or running run.
     CancelRun {
@@ -338,6 +346,11 @@ impl Engine {
                 .coordinator
                 .clone()
                 .finish(&mut draft, *run, end)?,
+            Command::RecordUsage { run, usage } => self
+                .owner(*run)?
+                .coordinator
+                .clone()
+                .record_usage(&mut draft, *run, usage)?,
             Command::CancelRun { run } => {
                 let owner = self.owner(*run)?;
                 let status = owner.run(*run).expect("owned runs are held").status;
@@ -396,6 +409,11 @@ impl Engine {
     /// A scratch copy of an agent's coordinator, for a decision to work on.
     fn coordinator(&self, agent: AgentId) -> Result<coordinator::Coordinator, Refusal> {
         Ok(self.state(agent)?.coordinator.clone())
+    }
+
+    /// The agent that owns run `run`, if the engine knows the run.
+    pub fn owner_of(&self, run: RunId) -> Option<&AgentState> {
+        self.owner(run).ok()
     }
 
     fn owner(&self, run: RunId) -> Result<&AgentState, Refusal> {
@@ -547,6 +565,8 @@ impl Engine {
                     paused_until_ms: None,
                     paused_by: None,
                     day_count: daily_cap::DayCount::default(),
+                    day_spend: usage::DaySpend::default(),
+                    usage_total: usage::Usage::default(),
                     breaker: breaker::BreakerState::default(),
                     liveness: liveness::Liveness::default(),
                     last_input_at_ms: None,

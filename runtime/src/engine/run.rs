@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use super::agent::AgentId;
 use super::breaker::FailureCause;
+use super::history::HistoryMessage;
+use super::usage::Usage;
 use super::wakeup::{Priority, WakeupId, WakeupSource};
 
 /// Finished runs each agent keeps in memory for the API; older ones live on in the event log.
@@ -58,8 +60,92 @@ impl RunStatus {
     }
 }
 
-/// How a run ended: a terminal status, a short explanation, and for a failure the kind the
-/// circuit breaker counts.
+/// Why a run stopped, typed: control flow and the oracle read this, never the detail text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model ended its turn (or a non-LLM adapter finished its work).
+    EndTurn,
+    /// The agent called `pause_heartbeats`: the run succeeded and the pause is in force.
+    PauseHeartbeats,
+    /// The loop made `max_iterations` model calls without the model ending its turn.
+    MaxIterations,
+    /// The model asked for more than `tool_calls_max` tool calls in one wakeup.
+    ToolCap,
+    /// The agent's (or its tenant's) daily budget was spent before the next model call.
+    Budget,
+    /// The model call failed: rate limit, 5xx, refusal, timeout, unreachable, malformed.
+    LlmError,
+    /// A tool failed and the adapter could not go on (non-LLM adapters' failures).
+    ToolError,
+    /// A timer or idle wakeup answered `[IDLE]`: nothing to do, history left untouched.
+    Ghost,
+    /// Cancelled: by an operator, a pause, termination, the breaker or the daily cap.
+    Cancelled,
+    /// Still running after `limits.run_timeout_ms`.
+    TimedOut,
+    /// The node stopped while the run was running.
+    ControlPlaneRestart,
+}
+
+impl StopReason {
+    /// The reason's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::EndTurn => "end_turn",
+            StopReason::PauseHeartbeats => "pause_heartbeats",
+            StopReason::MaxIterations => "max_iterations",
+            StopReason::ToolCap => "tool_cap",
+            StopReason::Budget => "budget",
+            StopReason::LlmError => "llm_error",
+            StopReason::ToolError => "tool_error",
+            StopReason::Ghost => "ghost",
+            StopReason::Cancelled => "cancelled",
+            StopReason::TimedOut => "timed_out",
+            StopReason::ControlPlaneRestart => "control_plane_restart",
+        }
+    }
+
+    /// The reason an adapter-less end implies (cancellations, timeouts, recovery), or a
+    /// non-LLM adapter's: success ends its turn, a failure is the model's or a tool's.
+    pub fn implied(status: RunStatus, cause: Option<FailureCause>) -> StopReason {
+        match (status, cause) {
+            (RunStatus::Cancelled, _) => StopReason::Cancelled,
+            (RunStatus::TimedOut, _) => StopReason::TimedOut,
+            (_, Some(FailureCause::Tool)) => StopReason::ToolError,
+            (RunStatus::Failed, _) => StopReason::LlmError,
+            _ => StopReason::EndTurn,
+        }
+    }
+}
+
+/// What an agent loop adds to a run's end beyond its status: kept with the run and applied in
+/// the same event that ends it, so none of it can be durable without the end or vice versa.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunReport {
+    /// The agent asked to rest this many minutes (already clamped); the pause is committed
+    /// with the run's end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause_minutes: Option<u64>,
+    /// Messages the run adds to the agent's history (none for a ghost run).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub history_append: Vec<HistoryMessage>,
+    /// The start of the model's final answer (at most 32 KiB; `excerpt_truncated` says if cut).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer_excerpt: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub excerpt_truncated: bool,
+    /// Tool calls the run made.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_calls: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// How a run ended: a terminal status, a short explanation, for a failure the kind the
+/// circuit breaker counts, why it stopped, and what an agent loop adds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunEnd {
     pub status: RunStatus,
@@ -67,6 +153,11 @@ pub struct RunEnd {
     pub detail: String,
     #[serde(default)]
     pub cause: Option<FailureCause>,
+    /// Set by adapters that know better than [`StopReason::implied`].
+    #[serde(default)]
+    pub stop_reason: Option<StopReason>,
+    #[serde(default)]
+    pub report: Option<Box<RunReport>>,
 }
 
 impl RunEnd {
@@ -78,7 +169,31 @@ impl RunEnd {
             status,
             detail: detail.chars().take(DETAIL_CHARS_MAX).collect(),
             cause: None,
+            stop_reason: None,
+            report: None,
         }
+    }
+
+    /// The same end, stopped for `reason`.
+    pub fn stopped(self, reason: StopReason) -> Self {
+        RunEnd {
+            stop_reason: Some(reason),
+            ..self
+        }
+    }
+
+    /// The same end, with what the agent loop reports.
+    pub fn with_report(self, report: RunReport) -> Self {
+        RunEnd {
+            report: Some(Box::new(report)),
+            ..self
+        }
+    }
+
+    /// Why the run stopped: the adapter's word, or what the status implies.
+    pub fn stop_reason(&self) -> StopReason {
+        self.stop_reason
+            .unwrap_or_else(|| StopReason::implied(self.status, self.cause))
     }
 
     /// The same end, counted by the breaker as a failure of kind `cause`.
@@ -117,4 +232,13 @@ pub struct Run {
     /// The agent's run number (its n-th start), once started.
     pub run_number: Option<u64>,
     pub detail: String,
+    /// Why it stopped, once finished.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// Tokens and money its model calls used so far.
+    #[serde(default)]
+    pub usage: Usage,
+    /// The agent loop's report, once finished (history messages dropped: the history has them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report: Option<Box<RunReport>>,
 }

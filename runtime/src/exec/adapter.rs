@@ -7,18 +7,65 @@ use std::sync::Arc;
 
 use crate::engine::agent::{AdapterSpec, AgentId};
 use crate::engine::breaker::FailureCause;
-use crate::engine::run::{RunId, RunStatus};
+use crate::engine::history::HistoryMessage;
+use crate::engine::run::{RunId, RunReport, RunStatus, StopReason};
+use crate::engine::usage::Usage;
+use crate::engine::wakeup::WakeupSource;
+use crate::exec::model::Poster;
+use crate::exec::pricing::PriceTable;
 
-/// What an adapter is given for one run.
-#[derive(Debug, Clone)]
+/// What an adapter is given for one run: the wakeup, the agent's state at the run's start, and
+/// the host's services.
+#[derive(Clone)]
 pub struct RunContext {
     pub run: RunId,
     pub agent: AgentId,
+    pub agent_name: String,
     /// The agent's n-th run start (from 0).
     pub run_number: u64,
+    /// Source of the wakeup that created the run.
+    pub source: WakeupSource,
     pub reason: String,
     pub payload: serde_json::Value,
+    /// The agent's conversation history when the run started.
+    pub history: Vec<HistoryMessage>,
+    /// Micro-dollars the agent may spend today (`None`: no budget).
+    pub budget_left_micro_usd: Option<u64>,
+    /// Runs the daily cap still allows today after this one (`None`: no cap).
+    pub daily_cap_remaining: Option<u32>,
+    /// The node's wall clock when the run started, and the agent's time zone.
+    pub started_at_ms: u64,
+    pub time_zone: String,
+    pub host: SharedRunHost,
 }
+
+impl std::fmt::Debug for RunContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("run", &self.run)
+            .field("agent", &self.agent)
+            .field("source", &self.source)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a node offers its runs: the network, prices, secrets, and a way to record spend as it
+/// happens. Production's is the node's; tests and the simulator give their own.
+pub trait RunHost: Send + Sync {
+    /// Records one model call of running run `run`; answers the micro-dollars the agent may
+    /// still spend today (`None`: no budget), or why it could not (the run was ended meanwhile,
+    /// or the node stopped).
+    fn record_usage(&self, run: RunId, usage: Usage) -> Result<Option<u64>, String>;
+    /// Carries the run's outbound HTTP.
+    fn poster(&self) -> &dyn Poster;
+    /// The node's model prices.
+    fn prices(&self) -> &PriceTable;
+    /// The value of environment variable `name` of the node (API keys), if set.
+    fn secret(&self, name: &str) -> Option<String>;
+}
+
+/// A run host shared by the runs of a node.
+pub type SharedRunHost = Arc<dyn RunHost>;
 
 /// How the adapter says the run went. Timeouts and cancellation are the executor's business.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +75,23 @@ pub struct AdapterOutcome {
     pub detail: String,
     /// For a failure: whether the model or a tool failed (the breaker counts them apart).
     pub cause: Option<FailureCause>,
+    /// Why it stopped, when the adapter knows better than the status implies.
+    pub stop_reason: Option<StopReason>,
+    /// What an agent loop adds to the run's end.
+    pub report: Option<RunReport>,
+}
+
+impl AdapterOutcome {
+    /// An outcome with no stop reason or report of its own.
+    pub fn new(status: RunStatus, detail: impl Into<String>, cause: Option<FailureCause>) -> Self {
+        AdapterOutcome {
+            status,
+            detail: detail.into(),
+            cause,
+            stop_reason: None,
+            report: None,
+        }
+    }
 }
 
 /// The future an adapter returns.

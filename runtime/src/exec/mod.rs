@@ -3,7 +3,11 @@
 //! through the shell as a `FinishRun` command.
 
 pub mod adapter;
+pub mod agent_loop;
+pub mod host;
 pub mod llm;
+pub mod model;
+pub mod pricing;
 pub mod scripted;
 
 use std::collections::BTreeMap;
@@ -18,18 +22,21 @@ use crate::engine::run::{RunEnd, RunId, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
 use adapter::{RunContext, SharedAdapterSource};
+use host::{RunServices, ShellHost};
 
 /// The tasks of the runs in progress on this node.
 pub struct Executor {
     tasks: Mutex<BTreeMap<RunId, JoinHandle<()>>>,
     adapters: SharedAdapterSource,
+    services: RunServices,
 }
 
 impl Executor {
-    pub fn new(adapters: SharedAdapterSource) -> Self {
+    pub fn new(adapters: SharedAdapterSource, services: RunServices) -> Self {
         Executor {
             tasks: Mutex::default(),
             adapters,
+            services,
         }
     }
 
@@ -48,12 +55,28 @@ impl Executor {
                 } => {
                     let state = engine.agent_state(*agent).expect("run of a known agent");
                     let started = state.run(*run).expect("started run is held");
+                    let spec = &state.agent().spec;
+                    let daily_cap_remaining = spec.limits.daily_cap.map(|cap| {
+                        let counted = state.agent().day_count;
+                        cap.saturating_sub(counted.day.map_or(0, |day| counted.started_on(day)))
+                    });
                     let context = RunContext {
                         run: *run,
                         agent: *agent,
+                        agent_name: state.agent().name.clone(),
                         run_number: *run_number,
+                        source: started.source,
                         reason: started.reason.clone(),
                         payload: started.payload.clone(),
+                        history: state.history().messages().cloned().collect(),
+                        budget_left_micro_usd: state.budget_left(event.at_ms),
+                        daily_cap_remaining,
+                        started_at_ms: event.at_ms,
+                        time_zone: spec.time_zone.clone(),
+                        host: Arc::new(ShellHost {
+                            shell: shell.clone(),
+                            services: self.services.clone(),
+                        }),
                     };
                     let timeout_ms = state.agent().spec.limits.run_timeout_ms;
                     let adapter = self.adapters.adapter_for(&state.agent().spec.adapter);
@@ -100,11 +123,11 @@ async fn execute(
             .await
         {
             Ok(outcome) => {
-                let end = RunEnd::new(outcome.status, outcome.detail);
-                match outcome.cause {
-                    Some(cause) => end.caused_by(cause),
-                    None => end,
-                }
+                let mut end = RunEnd::new(outcome.status, outcome.detail);
+                end.cause = outcome.cause;
+                end.stop_reason = outcome.stop_reason;
+                end.report = outcome.report.map(Box::new);
+                end
             }
             // A run that never answers counts as a failed model call for the breaker.
             Err(_) => RunEnd::new(

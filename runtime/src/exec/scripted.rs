@@ -34,14 +34,11 @@ impl Adapter for Scripted {
                 ScriptOutcome::ToolFailed => (RunStatus::Failed, Some(FailureCause::Tool)),
                 ScriptOutcome::Hang => std::future::pending().await,
             };
-            AdapterOutcome {
-                status,
-                cause,
-                detail: format!(
-                    "scripted step {index}: {:?} after {} ms",
-                    step.outcome, step.duration_ms
-                ),
-            }
+            let detail = format!(
+                "scripted step {index}: {:?} after {} ms",
+                step.outcome, step.duration_ms
+            );
+            AdapterOutcome::new(status, detail, cause)
         })
     }
 }
