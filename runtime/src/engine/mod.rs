@@ -17,8 +17,10 @@ pub mod draft;
 pub mod event;
 pub mod liveness;
 pub mod pause;
+pub mod prompt;
 pub mod run;
 pub mod schedule;
+pub mod spec_error;
 pub mod tenant;
 pub mod wakeup;
 

@@ -4,6 +4,7 @@
 
 pub mod adapter;
 pub mod llm;
+pub mod prompt;
 pub mod scripted;
 
 use std::collections::BTreeMap;
