@@ -22,6 +22,7 @@ pub mod run;
 pub mod schedule;
 pub mod spec_error;
 pub mod tenant;
+pub mod tool_spec;
 pub mod wakeup;
 
 use std::collections::{BTreeMap, BTreeSet};

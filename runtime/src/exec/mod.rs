@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod llm;
 pub mod prompt;
 pub mod scripted;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
