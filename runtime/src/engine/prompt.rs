@@ -307,4 +307,20 @@ mod tests {
         assert!(serde_json::from_str::<PromptSpec>(r#"{"sytem":"S"}"#).is_err());
     }
 
+    #[test]
+    fn the_example_in_docs_agents_md_validates() {
+        let doc = include_str!("../../../docs/agents.md");
+        let block = doc
+            .split("```toml")
+            .nth(1)
+            .expect("a TOML example")
+            .split("```")
+            .next()
+            .unwrap();
+        let file: toml::Table = toml::from_str(block).unwrap();
+        let prompts = file["agents"][0]["adapter"]["prompts"].clone();
+        let spec: PromptSpec = prompts.try_into().unwrap();
+        assert_eq!(spec.wakeup.len(), 3);
+        assert_eq!(spec.validate("adapter.prompts"), Ok(()));
+    }
 }

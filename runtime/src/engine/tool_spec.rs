@@ -479,4 +479,22 @@ mod tests {
         .is_err());
     }
 
+    #[test]
+    fn the_example_in_docs_agents_md_validates() {
+        // The tools example continues the prompts example's agent: read them as one file.
+        let doc = include_str!("../../../docs/agents.md");
+        let blocks: Vec<&str> = doc
+            .split("```toml")
+            .skip(1)
+            .map(|b| b.split("```").next().unwrap())
+            .collect();
+        assert_eq!(blocks.len(), 2);
+        let file: toml::Table = toml::from_str(&blocks.concat()).unwrap();
+        let tools: Vec<HttpToolSpec> = file["agents"][0]["adapter"]["tools"]
+            .clone()
+            .try_into()
+            .unwrap();
+        assert_eq!(tools.len(), 1);
+        assert_eq!(validate_tools(&tools, "adapter.tools"), Ok(()));
+    }
 }
