@@ -19,10 +19,13 @@ pub mod history;
 pub mod liveness;
 pub mod llm_spec;
 pub mod pause;
+pub mod prompt;
 pub mod run;
 pub mod schedule;
+pub mod spec_error;
 pub mod tenant;
 pub mod usage;
+pub mod tool_spec;
 pub mod wakeup;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -8,7 +8,9 @@ pub mod host;
 pub mod llm;
 pub mod model;
 pub mod pricing;
+pub mod prompt;
 pub mod scripted;
+pub mod tools;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
