@@ -134,7 +134,7 @@ pub fn validate_template(field: &str, source: &str) -> Result<(), SpecError> {
     let chars = source.chars().count();
     if chars > PROMPT_TEMPLATE_CHARS_MAX {
         return Err(SpecError::new(
-            field,
+            field.to_string(),
             format!(
                 "a prompt template is at most {PROMPT_TEMPLATE_CHARS_MAX} characters (got {chars})"
             ),
@@ -143,13 +143,13 @@ pub fn validate_template(field: &str, source: &str) -> Result<(), SpecError> {
     let env = environment();
     let template = env
         .template_from_str(source)
-        .map_err(|error| SpecError::new(field, syntax_message(&error)))?;
+        .map_err(|error| SpecError::new(field.to_string(), syntax_message(&error)))?;
     let used: BTreeSet<String> = template.undeclared_variables(true).into_iter().collect();
     match used
         .iter()
         .find(|name| !PROMPT_VARIABLES.contains(&name.as_str()))
     {
-        Some(unknown) => Err(SpecError::new(field, unknown_variable_message(unknown))),
+        Some(unknown) => Err(SpecError::new(field.to_string(), unknown_variable_message(unknown))),
         None => Ok(()),
     }
 }

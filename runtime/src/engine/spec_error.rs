@@ -1,24 +1,13 @@
-//! `SpecError`: a caller's mistake in an agent's spec, naming the field by its full path.
-//!
-//! [`super::agent::FieldError`] names fields with a `&'static str`; prompt templates and tools
-//! live in maps and lists (`adapter.prompts.wakeup.timer`, `adapter.tools[2].parameters`), so
-//! their paths are built at run time and need an owned string.
+//! `SpecError`: a caller's mistake in an agent's spec, naming the field by its full path. The
+//! same type as [`super::agent::FieldError`], whose field is built at run time for the paths of
+//! maps and lists (`adapter.prompts.wakeup.timer`, `adapter.tools[2].parameters`).
 
-/// What is wrong with one field of a spec, and what would be accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct SpecError {
-    /// Dotted path of the field at fault, as in the JSON body (`adapter.tools[2].name`).
-    pub field: String,
-    /// What is wrong and what would be accepted.
-    pub message: String,
-}
+pub use super::agent::FieldError as SpecError;
 
-impl SpecError {
-    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        SpecError {
-            field: field.into(),
-            message: message.into(),
-        }
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
     }
 }
+
+impl std::error::Error for SpecError {}

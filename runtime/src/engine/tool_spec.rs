@@ -140,7 +140,7 @@ pub fn compile_parameters(schema: &Value) -> Result<jsonschema::Validator, Strin
 pub fn validate_tools(tools: &[HttpToolSpec], field: &str) -> Result<(), SpecError> {
     if tools.len() > TOOLS_PER_AGENT_MAX {
         return Err(SpecError::new(
-            field,
+            field.to_string(),
             format!(
                 "an agent has at most {TOOLS_PER_AGENT_MAX} tools (got {})",
                 tools.len()

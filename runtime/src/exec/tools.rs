@@ -57,6 +57,9 @@ pub struct ToolResult {
     pub signal: Option<ToolSignal>,
     /// The call failed (unknown tool, bad arguments, HTTP failure).
     pub is_error: bool,
+    /// The tool itself failed (unreachable, non-2xx, timeout), as opposed to the model calling
+    /// it wrong: the run counts on the breaker's tool trigger.
+    pub failed: bool,
 }
 
 impl ToolResult {
@@ -65,6 +68,14 @@ impl ToolResult {
             output: cut_chars(&output, TOOL_ERROR_OUTPUT_CHARS_MAX),
             signal: None,
             is_error: true,
+            failed: false,
+        }
+    }
+
+    fn failure(output: String) -> Self {
+        ToolResult {
+            failed: true,
+            ..ToolResult::error(output)
         }
     }
 }
@@ -274,20 +285,21 @@ fn pause_heartbeats(arguments: &Value) -> ToolResult {
         output: format!("Routine wakeups are paused for {minutes} minutes."),
         signal: Some(ToolSignal::PauseHeartbeats { minutes }),
         is_error: false,
+        failed: false,
     }
 }
 
 fn http_result(spec: &HttpToolSpec, answer: Result<ToolHttpAnswer, ToolHttpError>) -> ToolResult {
     let name = &spec.name;
     match answer {
-        Err(ToolHttpError::Timeout { .. }) => ToolResult::error(format!(
+        Err(ToolHttpError::Timeout { .. }) => ToolResult::failure(format!(
             "tool {name} did not answer within its timeout_ms = {}",
             spec.timeout_ms
         )),
         Err(ToolHttpError::Transport(error)) => {
-            ToolResult::error(format!("could not reach tool {name}: {error}"))
+            ToolResult::failure(format!("could not reach tool {name}: {error}"))
         }
-        Ok(answer) if !(200..300).contains(&answer.status) => ToolResult::error(format!(
+        Ok(answer) if !(200..300).contains(&answer.status) => ToolResult::failure(format!(
             "tool {name} answered HTTP {}: {}",
             answer.status,
             String::from_utf8_lossy(&answer.body)
@@ -296,6 +308,7 @@ fn http_result(spec: &HttpToolSpec, answer: Result<ToolHttpAnswer, ToolHttpError
             output: capped_body(&answer.body, spec.response_bytes_max),
             signal: None,
             is_error: false,
+            failed: false,
         },
     }
 }
@@ -515,6 +528,7 @@ mod tests {
                 .call(&call("search", arguments.clone()), &context())
                 .await;
             assert!(result.is_error, "{arguments}");
+            assert!(!result.failed, "the model erred, not the tool: {arguments}");
             assert!(result.output.contains("search"), "{}", result.output);
         }
         assert!(http.posts().is_empty(), "{:?}", http.posts());
@@ -557,7 +571,8 @@ mod tests {
             ToolResult {
                 output: "found 3".into(),
                 signal: None,
-                is_error: false
+                is_error: false,
+                failed: false,
             }
         );
         let posts = http.posts();
@@ -601,6 +616,7 @@ mod tests {
                 .call(&call("search", json!({"q": "x"})), &context())
                 .await;
             assert!(result.is_error, "{expect}");
+            assert!(result.failed, "a failing tool counts for the breaker: {expect}");
             assert_eq!(result.signal, None);
             assert!(
                 result.output.contains(expect),
