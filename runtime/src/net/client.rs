@@ -467,3 +467,79 @@ mod tests {
         assert!(plain.contains("2023-06-01"), "{plain}");
     }
 }
+
+/// The simulator's side: a name in madsim's DNS table reaches a server on another simulated
+/// node over simulated TCP, and the policy sees the simulated address. Runs only in a
+/// `--cfg madsim` build: `RUSTFLAGS="--cfg madsim" cargo test -p vigil --lib net`.
+#[cfg(all(test, madsim))]
+mod sim_tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use tokio::madsim::net::NetSim;
+    use tokio::madsim::runtime::Handle;
+
+    use super::*;
+
+    const SERVER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 9, 0, 2));
+    const SERVER_PORT: u16 = 8080;
+
+    /// Answers every request with its own path.
+    async fn echo_path_server() {
+        let listener = tokio::net::TcpListener::bind((SERVER_IP, SERVER_PORT))
+            .await
+            .unwrap();
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|request: Request<Incoming>| async move {
+                    let path = request.uri().to_string();
+                    Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(Bytes::from(
+                        path,
+                    ))))
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    }
+
+    async fn post_by_name(client: &OutboundClient) -> Result<OutboundAnswer, OutboundError> {
+        let endpoint = Endpoint::parse("http://provider.sim:8080/v1").unwrap();
+        let body = serde_json::json!({});
+        client
+            .post_json(OutboundRequest::new(&endpoint, "/chat/completions", &body))
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_simulated_provider_is_reached_by_name() {
+        let handle = Handle::current();
+        let server = handle.create_node().name("provider").ip(SERVER_IP).build();
+        server.spawn(echo_path_server());
+        NetSim::current().add_dns_record("provider.sim", SERVER_IP);
+        let client_node = handle
+            .create_node()
+            .name("runtime")
+            .ip([10, 9, 0, 1].into())
+            .build();
+        client_node
+            .spawn(async move {
+                tokio::time::sleep(Duration::from_millis(10)).await; // the server binds first
+                let client = OutboundClient::new(&TlsOptions::default()).unwrap();
+                let answer = post_by_name(&client).await.unwrap();
+                assert_eq!(answer.body.as_ref(), b"/v1/chat/completions");
+                let refusing = client.with_address_policy(Arc::new(|_, addr| {
+                    Err(format!("{addr} is simulated"))
+                }));
+                let error = post_by_name(&refusing).await.unwrap_err();
+                let expected = SocketAddr::new(SERVER_IP, SERVER_PORT);
+                assert!(
+                    matches!(&error, OutboundError::AddressRefused { addr, .. } if *addr == expected),
+                    "{error:?}"
+                );
+            })
+            .await
+            .unwrap();
+    }
+}
