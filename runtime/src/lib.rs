@@ -2,7 +2,8 @@
 //!
 //! Map of the crate (see docs/ARCHITECTURE.md): `engine` is the pure state machine; `store` the
 //! redb event log; `shell` joins them under one lock; `node` is the start-up path; `api` the HTTP
-//! surface; `io` the seams (clock, storage) the simulator substitutes.
+//! surface; `net` the outbound HTTP(S) transport (providers, tools); `io` the seams (clock,
+//! storage) the simulator substitutes.
 
 pub mod api;
 pub mod cli;
@@ -10,6 +11,7 @@ pub mod engine;
 pub mod exec;
 pub mod fleet;
 pub mod io;
+pub mod net;
 pub mod node;
 pub mod shell;
 pub mod store;
