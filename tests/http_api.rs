@@ -68,6 +68,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
     }
 }
 

@@ -562,6 +562,7 @@ time_zone = "Europe/Paris"
             on_commit: None,
             on_replayed: None,
             adapters: crate::exec::adapter::BuiltinAdapters::shared(),
+            transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
         })
         .await
         .unwrap();

@@ -2,7 +2,8 @@
 //!
 //! Map of the crate (see docs/ARCHITECTURE.md): `engine` is the pure state machine; `store` the
 //! redb event log; `shell` joins them under one lock; `node` is the start-up path; `api` the HTTP
-//! surface; `io` the seams (clock, storage) the simulator substitutes.
+//! surface; `io` the seams (clock, storage) the simulator substitutes; `transcript` where run
+//! transcripts go (another seam), `redact` what keeps secrets out of them.
 
 pub mod api;
 pub mod cli;
@@ -11,5 +12,7 @@ pub mod exec;
 pub mod fleet;
 pub mod io;
 pub mod node;
+pub mod redact;
 pub mod shell;
 pub mod store;
+pub mod transcript;

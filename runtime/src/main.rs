@@ -19,6 +19,7 @@ use vigil::io::clock::SystemClock;
 use vigil::io::entropy::OsEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
+use vigil::transcript::FileTranscripts;
 
 /// Database file name inside the data directory.
 const DATABASE_FILE: &str = "vigil.redb";
@@ -76,7 +77,7 @@ struct ServeArgs {
     /// Address of the HTTP API (port 0 picks a free port; the chosen one is printed).
     #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Directory holding the database (created if absent).
+    /// Directory holding the database and run transcripts (created if absent).
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
     data_dir: PathBuf,
     /// Fleet file (TOML): agents to create at start if they do not exist yet, and tenant
@@ -430,6 +431,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        transcripts: FileTranscripts::shared(&data_dir),
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.
