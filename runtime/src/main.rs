@@ -46,7 +46,7 @@ enum CliCommand {
         #[command(subcommand)]
         command: AgentCommand,
     },
-    /// List, read and cancel runs.
+    /// List, read and cancel runs; read their transcripts.
     Runs {
         #[command(flatten)]
         connection: Connection,
@@ -203,6 +203,14 @@ enum RunsCommand {
     },
     /// One run.
     Show { run: u64 },
+    /// A run's transcript, one line per entry (model calls, tool calls, why it stopped);
+    /// control characters from models and tools are printed escaped.
+    Log {
+        run: u64,
+        /// Keep polling until the run's transcript is complete.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Cancel a queued or running run.
     Cancel { run: u64 },
 }
@@ -360,6 +368,12 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                 session.runs_list(&filter).await?
             }
             RunsCommand::Show { run } => session.runs_show(run).await?,
+            RunsCommand::Log { run, follow } => {
+                session
+                    .runs_log(run, follow, &mut |printed: Printed| print(&printed))
+                    .await?;
+                Printed::default()
+            }
             RunsCommand::Cancel { run } => session.runs_cancel(run).await?,
         },
         Operation::Events(EventsCommand::Tail { after, follow }) => {
