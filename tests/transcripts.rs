@@ -38,9 +38,18 @@ impl Drop for Fixture {
 }
 
 async fn start(test: &str) -> Fixture {
-    let dir = std::env::temp_dir().join(format!("vigil-transcripts-{test}-{}", std::process::id()));
+    let dir = test_dir(test);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    start_in(dir).await
+}
+
+fn test_dir(test: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("vigil-transcripts-{test}-{}", std::process::id()))
+}
+
+/// A ready node on `dir`, with whatever a test put there.
+async fn start_in(dir: PathBuf) -> Fixture {
     let tenant = |tenant: &str, token: &str| TenantToken {
         tenant: tenant.into(),
         token: token.into(),
@@ -271,4 +280,24 @@ async fn bad_query_parameters_name_their_field() {
     assert_invalid(&get(&f.acme, &path("after=3")).await, "after");
     assert_invalid(&get(&f.acme, &path("offset=1&offset=2")).await, "offset");
     assert_invalid(&get(&f.acme, "/v1/runs/abc/log").await, "id");
+}
+
+#[tokio::test]
+async fn the_node_prunes_expired_transcripts_from_the_start() {
+    // A transcript left by an earlier process, its first entry at the epoch: long expired.
+    let dir = test_dir("prune");
+    let _ = std::fs::remove_dir_all(&dir);
+    let old = dir.join("transcripts").join("1").join("1.ndjson");
+    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
+    std::fs::write(
+        &old,
+        "{\"run\":1,\"seq\":0,\"at_ms\":0,\"kind\":\"note\",\"text\":\"old\"}\n",
+    )
+    .unwrap();
+    let _f = start_in(dir).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    while old.exists() {
+        assert!(tokio::time::Instant::now() < deadline, "never pruned");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
