@@ -616,3 +616,126 @@ fn input_and_pulses_from_the_cli() {
     let missing = server.fails(&["agent", "pulse", "no-such-agent"]);
     assert!(missing.contains("no-such-agent"), "{missing}");
 }
+
+/// Writes `lines` as run `run`'s transcript, the way the server's store lays it out, in one
+/// rename so that the server never reads half of it.
+fn write_transcript(server: &Server, agent: u64, run: u64, lines: &[Value]) {
+    let dir = server
+        .data_dir()
+        .join("transcripts")
+        .join(agent.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let staged = server.data_dir().join(format!("staged-{run}.ndjson"));
+    std::fs::write(&staged, text).unwrap();
+    std::fs::rename(&staged, dir.join(format!("{run}.ndjson"))).unwrap();
+}
+
+/// A transcript whose model and tool text carries terminal escapes (an OSC title change, a
+/// colour, a bell, a carriage return).
+fn hostile_transcript(run: u64) -> Vec<Value> {
+    vec![
+        serde_json::json!({"run": run, "seq": 0, "at_ms": 1_800_000_000_000u64, "kind": "wakeup",
+            "source": "on_demand", "reason": "check", "payload": null}),
+        serde_json::json!({"run": run, "seq": 1, "at_ms": 1_800_000_000_250u64, "kind": "tool_result",
+            "id": "c1", "name": "sh", "output": "\u{1b}]0;pwned\u{7}\u{1b}[31mred\roverwritten",
+            "is_error": false, "latency_ms": 20}),
+        serde_json::json!({"run": run, "seq": 2, "at_ms": 1_800_000_000_900u64, "kind": "stop",
+            "stop_reason": "end_turn", "detail": "done \u{9b}2J"}),
+    ]
+}
+
+#[test]
+fn runs_log_prints_transcripts_escaped_and_follows_until_complete() {
+    let server = Server::start("runs-log", &[], &[]);
+    server.wait_for_fleet(None);
+    let run = number_after(&server.ok(&["agent", "wake", "worker"]), "queued run");
+    let shown = server.wait_run(run, "finished", |r| r["status"] == "succeeded");
+    let agent = shown["agent"].as_u64().unwrap();
+
+    // A finished run without a transcript prints nothing and ends.
+    assert_eq!(server.ok(&["runs", "log", &run.to_string()]), "");
+
+    write_transcript(&server, agent, run, &hostile_transcript(run));
+    let text = server.ok(&["runs", "log", &run.to_string()]);
+    assert!(
+        !text.contains('\u{1b}') && !text.contains('\u{7}') && !text.contains('\r'),
+        "{text:?}"
+    );
+    assert!(!text.contains('\u{9b}'), "{text:?}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].contains("2027-01-15T08:00:00.000Z  wakeup"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with(r#"sh id=c1 ok took=20ms "\x1b]0;pwned\x07\x1b[31mred\roverwritten""#),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with(r#"stop            end_turn "done \u{9b}2J""#),
+        "{}",
+        lines[2]
+    );
+
+    // --json: the server's page, escapes kept as JSON escapes, never raw.
+    let json = server.ok(&["runs", "log", &run.to_string(), "--json"]);
+    assert!(
+        !json.contains('\u{1b}') && !json.contains('\u{9b}'),
+        "{json:?}"
+    );
+    let page: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(page["complete"], true);
+    assert_eq!(
+        page["entries"][1]["output"],
+        hostile_transcript(run)[1]["output"]
+    );
+
+    // --follow on a running run: polls while there is nothing, prints the transcript once it
+    // is there and complete, and exits.
+    let hanging = number_after(&server.ok(&["agent", "wake", "hanger"]), "queued run");
+    let hanger = server.wait_run(hanging, "running", |r| r["status"] == "running")["agent"]
+        .as_u64()
+        .unwrap();
+    let token = std::fs::read_to_string(server.data_dir().join("operator-token")).unwrap();
+    let mut follower = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args([
+            "runs",
+            "log",
+            &hanging.to_string(),
+            "--follow",
+            "--server",
+            &server.url,
+        ])
+        .args(["--token", token.trim()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    assert!(
+        follower.try_wait().unwrap().is_none(),
+        "--follow ended before the transcript was complete"
+    );
+    write_transcript(&server, hanger, hanging, &hostile_transcript(hanging));
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    while follower.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = follower.kill();
+            panic!("--follow never ended");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = follower.wait_with_output().unwrap();
+    assert_succeeded(&["runs", "log", "--follow"], &output);
+    let followed = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(followed.lines().count(), 3, "{followed}");
+    assert!(!followed.contains('\u{1b}'), "{followed:?}");
+
+    // Errors name the run or the field.
+    let missing = server.fails(&["runs", "log", "999999"]);
+    assert!(missing.contains("no run with id 999999"), "{missing}");
+}

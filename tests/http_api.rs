@@ -69,6 +69,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services: vigil::exec::host::RunServices::standard(),
+        transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
     }
 }
 

@@ -563,6 +563,7 @@ time_zone = "Europe/Paris"
             on_replayed: None,
             adapters: crate::exec::adapter::BuiltinAdapters::shared(),
             run_services: crate::exec::host::RunServices::standard(),
+            transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
         })
         .await
         .unwrap();

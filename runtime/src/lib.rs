@@ -3,7 +3,8 @@
 //! Map of the crate (see docs/ARCHITECTURE.md): `engine` is the pure state machine; `store` the
 //! redb event log; `shell` joins them under one lock; `node` is the start-up path; `api` the HTTP
 //! surface; `net` the outbound HTTP(S) transport (providers, tools); `io` the seams (clock,
-//! storage) the simulator substitutes.
+//! storage) the simulator substitutes; `transcript` where run transcripts go (another seam),
+//! `redact` what keeps secrets out of them.
 
 pub mod api;
 pub mod cli;
@@ -13,5 +14,7 @@ pub mod fleet;
 pub mod io;
 pub mod net;
 pub mod node;
+pub mod redact;
 pub mod shell;
 pub mod store;
+pub mod transcript;

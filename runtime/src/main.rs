@@ -19,6 +19,7 @@ use vigil::io::clock::SystemClock;
 use vigil::io::entropy::OsEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
+use vigil::transcript::FileTranscripts;
 
 /// Database file name inside the data directory.
 const DATABASE_FILE: &str = "vigil.redb";
@@ -45,7 +46,7 @@ enum CliCommand {
         #[command(subcommand)]
         command: AgentCommand,
     },
-    /// List, read and cancel runs.
+    /// List, read and cancel runs; read their transcripts.
     Runs {
         #[command(flatten)]
         connection: Connection,
@@ -76,7 +77,7 @@ struct ServeArgs {
     /// Address of the HTTP API (port 0 picks a free port; the chosen one is printed).
     #[arg(long, env = "VIGIL_LISTEN", default_value = "127.0.0.1:7070")]
     listen: SocketAddr,
-    /// Directory holding the database (created if absent).
+    /// Directory holding the database and run transcripts (created if absent).
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
     data_dir: PathBuf,
     /// Fleet file (TOML): agents to create at start if they do not exist yet, and tenant
@@ -202,6 +203,14 @@ enum RunsCommand {
     },
     /// One run.
     Show { run: u64 },
+    /// A run's transcript, one line per entry (model calls, tool calls, why it stopped);
+    /// control characters from models and tools are printed escaped.
+    Log {
+        run: u64,
+        /// Keep polling until the run's transcript is complete.
+        #[arg(long)]
+        follow: bool,
+    },
     /// Cancel a queued or running run.
     Cancel { run: u64 },
 }
@@ -359,6 +368,12 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                 session.runs_list(&filter).await?
             }
             RunsCommand::Show { run } => session.runs_show(run).await?,
+            RunsCommand::Log { run, follow } => {
+                session
+                    .runs_log(run, follow, &mut |printed: Printed| print(&printed))
+                    .await?;
+                Printed::default()
+            }
             RunsCommand::Cancel { run } => session.runs_cancel(run).await?,
         },
         Operation::Events(EventsCommand::Tail { after, follow }) => {
@@ -431,6 +446,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services: vigil::exec::host::RunServices::standard(),
+        transcripts: FileTranscripts::shared(&data_dir),
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

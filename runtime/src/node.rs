@@ -27,6 +27,7 @@ use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
 use crate::shell::{CommitObserver, ExecuteError, Shell};
 use crate::store::{Store, StoreError};
+use crate::transcript::SharedTranscriptStore;
 
 /// Longest the timer loop sleeps without looking at the wall clock again: a jump of the wall
 /// clock is noticed within this, so a due timer fires at most this late (docs/invariants.md).
@@ -63,6 +64,9 @@ pub struct NodeConfig {
     /// before start-up commits anything (the simulator checks the recovered log here). Only
     /// when it is set is the log kept in memory for it.
     pub on_replayed: Option<ReplayObserver>,
+    /// Where run transcripts go: [`crate::transcript::FileTranscripts`] in the data directory,
+    /// a [`crate::transcript::MemoryTranscripts`] that outlives restarts in the simulator.
+    pub transcripts: SharedTranscriptStore,
 }
 
 /// Called with every event the start-up replayed, in order, before any new event.
@@ -110,6 +114,7 @@ pub struct Node {
     recovery: Option<JoinHandle<RecoveryOutcome>>,
     ready: Option<(Arc<Shell>, Recovered)>,
     tasks: Vec<JoinHandle<()>>,
+    transcripts: SharedTranscriptStore,
 }
 
 impl Node {
@@ -126,7 +131,8 @@ impl Node {
             addr: config.listen_addr,
             source,
         })?;
-        let gate = Gate::new();
+        let transcripts = config.transcripts.clone();
+        let gate = Gate::new(transcripts.clone());
         let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
         let recovery = tokio::spawn(recover(config));
         Ok(Node {
@@ -135,6 +141,7 @@ impl Node {
             recovery: Some(recovery),
             ready: None,
             tasks: vec![server],
+            transcripts,
         })
     }
 
@@ -144,6 +151,14 @@ impl Node {
             let (shell, recovered) = recovery.await.expect("recovery task does not panic")?;
             self.tasks.push(tokio::spawn(run_timers(shell.clone())));
             self.tasks.push(tokio::spawn(sweep_liveness(shell.clone())));
+            if let Some(every_ms) = self.transcripts.prune_every_ms() {
+                let (transcripts, clock) = (self.transcripts.clone(), shell.clock().clone());
+                self.tasks.push(tokio::spawn(prune_transcripts(
+                    transcripts,
+                    clock,
+                    every_ms,
+                )));
+            }
             shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
             self.gate.open(shell.clone());
             self.ready = Some((shell, recovered));
@@ -164,6 +179,11 @@ impl Node {
             .as_ref()
             .expect("Node::shell before Node::ready")
             .0
+    }
+
+    /// Where the node's run transcripts go (for the executor and in-process callers).
+    pub fn transcripts(&self) -> &SharedTranscriptStore {
+        &self.transcripts
     }
 
     /// Why the node stopped itself: `None` while it runs; the failed write's error once one
@@ -295,6 +315,25 @@ async fn sweep_liveness(shell: Arc<Shell>) {
             _ = shell.liveness_changed.notified() => {}
             _ = tokio::time::sleep(Duration::from_millis(wait_ms.min(LIVENESS_IDLE_WAIT_MS))) => {}
         }
+    }
+}
+
+/// Applies transcript retention every `every_ms`, from the start on. A failed prune is logged
+/// and retried at the next period: transcripts are diagnostics, never a reason to stop.
+async fn prune_transcripts(transcripts: SharedTranscriptStore, clock: SharedClock, every_ms: u64) {
+    loop {
+        match transcripts.prune(clock.wall_now_ms()).await {
+            Ok(pruned) if pruned.runs > 0 => {
+                tracing::info!(
+                    runs = pruned.runs,
+                    bytes = pruned.bytes,
+                    "pruned transcripts"
+                )
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "could not prune transcripts; retrying later"),
+        }
+        tokio::time::sleep(Duration::from_millis(every_ms)).await;
     }
 }
 

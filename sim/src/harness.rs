@@ -18,6 +18,7 @@ use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
 use vigil::shell::CommitObserver;
+use vigil::transcript::MemoryTranscripts;
 
 use crate::check::Violation;
 use crate::clock::SimClock;
@@ -40,6 +41,9 @@ const POWER_CUT_POLL_MS: u64 = 10;
 const STOP_CHECK_MS: u64 = 60_000;
 /// How often the harness looks whether a node whose disk just failed an operation has stopped.
 const NODE_STOP_POLL_MS: u64 = 10;
+/// Name of the random stream that decides what a crash leaves of a node's unsynced transcript
+/// tails: its own stream, so that transcripts never shift the draws of the disk or the faults.
+const TRANSCRIPT_CRASH_STREAM: &str = "transcript_crash";
 
 thread_local! {
     /// Every node this seed's world created (each seed runs on its own thread), so that the end
@@ -124,6 +128,11 @@ pub struct RuntimeNode {
     pub disk: Arc<SimDisk>,
     /// The run-fault windows every start of the node's runtime meets (`run_hang`, `run_failure`).
     pub run_faults: RunFaults,
+    /// The node's run transcripts: like its disk, they outlive restarts, and a crash or power
+    /// cut keeps what was synced plus a seeded prefix of each unsynced tail.
+    pub transcripts: Arc<MemoryTranscripts>,
+    /// Draws for [`MemoryTranscripts::crash`].
+    transcript_rng: ChaCha8Rng,
     handle: NodeHandle,
     up: bool,
     process: Arc<Mutex<Process>>,
@@ -144,19 +153,24 @@ impl RuntimeNode {
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
         let process = Arc::new(Mutex::new(Process::Starting));
         let run_faults = RunFaults::default();
+        let transcripts = Arc::new(MemoryTranscripts::new());
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
             let (process, run_faults) = (process.clone(), run_faults.clone());
+            let transcripts = transcripts.clone();
             move || {
                 run_node(
                     name,
                     addr,
                     clock.clone(),
-                    disk.clone(),
+                    NodeWorld {
+                        disk: disk.clone(),
+                        transcripts: transcripts.clone(),
+                        run_faults: run_faults.clone(),
+                    },
                     recorder.clone(),
                     entropy_seed,
                     process.clone(),
-                    run_faults.clone(),
                 )
             }
         };
@@ -167,6 +181,8 @@ impl RuntimeNode {
             clock,
             disk,
             run_faults,
+            transcripts,
+            transcript_rng: vigil_faults::stream::stream(entropy_seed, TRANSCRIPT_CRASH_STREAM),
             handle,
             up: true,
             process,
@@ -249,6 +265,7 @@ impl RuntimeNode {
         assert!(self.up, "crashing a node that is down");
         Handle::current().kill(self.handle.id());
         let report = self.disk.crash(rng);
+        self.transcripts.crash(&mut self.transcript_rng);
         self.up = false;
         self.set_process(Process::Down);
         recorder.record(
@@ -280,6 +297,7 @@ impl RuntimeNode {
             if let Some(report) = self.disk.take_power_cut() {
                 // The process dies with its disk; until this instant it saw I/O errors.
                 Handle::current().kill(self.handle.id());
+                self.transcripts.crash(&mut self.transcript_rng);
                 self.up = false;
                 self.set_process(Process::Down);
                 recorder.record(
@@ -324,19 +342,29 @@ impl RuntimeNode {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What of a node's world outlives its restarts.
+struct NodeWorld {
+    disk: Arc<SimDisk>,
+    transcripts: Arc<MemoryTranscripts>,
+    run_faults: RunFaults,
+}
+
 /// The body of a runtime node: start the production node, report what it recovered, run until
 /// killed.
 async fn run_node(
     name: &'static str,
     addr: SocketAddr,
     clock: Arc<SimClock>,
-    disk: Arc<SimDisk>,
+    world: NodeWorld,
     recorder: Recorder,
     entropy_seed: u64,
     process: Arc<Mutex<Process>>,
-    run_faults: RunFaults,
 ) {
+    let NodeWorld {
+        disk,
+        transcripts,
+        run_faults,
+    } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
         let recorder = recorder.clone();
@@ -369,6 +397,7 @@ async fn run_node(
             // The simulated world's secrets: none but what scenarios give their agents.
             secrets: Arc::new(|_: &str| None),
         },
+        transcripts,
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))

@@ -13,6 +13,7 @@ use super::error::ApiError;
 use crate::engine::agent::{Agent, AgentId};
 use crate::engine::tenant::Principal;
 use crate::shell::Shell;
+use crate::transcript::SharedTranscriptStore;
 
 /// Closed while the node recovers (requests answer `503 recovering`), open once it is ready.
 #[derive(Clone)]
@@ -20,20 +21,17 @@ pub struct Gate {
     shell: Arc<OnceLock<Arc<Shell>>>,
     /// Permits for live event streams (`SSE_STREAMS_MAX`).
     streams: Arc<tokio::sync::Semaphore>,
-}
-
-impl Default for Gate {
-    fn default() -> Self {
-        Gate {
-            shell: Arc::default(),
-            streams: Arc::new(tokio::sync::Semaphore::new(super::events::SSE_STREAMS_MAX)),
-        }
-    }
+    /// Where run transcripts are read from (`GET /v1/runs/{id}/log`).
+    transcripts: SharedTranscriptStore,
 }
 
 impl Gate {
-    pub fn new() -> Self {
-        Self::default()
+    pub fn new(transcripts: SharedTranscriptStore) -> Self {
+        Gate {
+            shell: Arc::default(),
+            streams: Arc::new(tokio::sync::Semaphore::new(super::events::SSE_STREAMS_MAX)),
+            transcripts,
+        }
     }
 
     /// Lets requests through to `shell`.
@@ -58,6 +56,8 @@ pub struct Caller {
     pub principal: Principal,
     /// The node's live-stream permits.
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// The node's transcript store.
+    pub transcripts: SharedTranscriptStore,
 }
 
 impl FromRequestParts<Gate> for Caller {
@@ -75,6 +75,7 @@ impl FromRequestParts<Gate> for Caller {
             shell,
             principal,
             streams: gate.streams.clone(),
+            transcripts: gate.transcripts.clone(),
         })
     }
 }

@@ -7,6 +7,7 @@ use serde::Serialize;
 use crate::engine::Refusal;
 use crate::shell::ExecuteError;
 use crate::store::StoreError;
+use crate::transcript::TranscriptError;
 
 /// An error answer. `field` names the request field at fault, when one is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +93,18 @@ impl From<StoreError> for ApiError {
             status: StatusCode::SERVICE_UNAVAILABLE,
             code: "storage_unavailable",
             message: format!("{error}; nothing was changed, retry later"),
+            field: None,
+        }
+    }
+}
+
+impl From<TranscriptError> for ApiError {
+    fn from(error: TranscriptError) -> Self {
+        tracing::error!(%error, "transcript error answering a request");
+        ApiError {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: "transcript_unavailable",
+            message: format!("{error}; retry later"),
             field: None,
         }
     }

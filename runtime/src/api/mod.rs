@@ -30,6 +30,7 @@ pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
 pub use error::ApiError;
 pub use events::{SSE_KEEPALIVE_MS, SSE_STREAMS_MAX};
+pub use runs::{RUN_LOG_PAGE_DEFAULT, RUN_LOG_PAGE_MAX};
 
 /// Most connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 1_024;
@@ -69,6 +70,7 @@ pub fn router(gate: Gate) -> Router {
         )
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
+        .route("/v1/runs/{id}/log", get(runs::log))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/events", get(events::list))
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })

@@ -1,4 +1,4 @@
-//! `/v1/runs`: list and read runs, cancel one.
+//! `/v1/runs`: list and read runs, read a run's transcript, cancel one.
 
 use axum::extract::{Path, RawQuery};
 use axum::Json;
@@ -11,11 +11,29 @@ use crate::engine::agent::AgentId;
 use crate::engine::run::{Run, RunId, RunStatus};
 use crate::engine::tenant::Principal;
 use crate::engine::Command;
+use crate::transcript::TranscriptEntry;
 
 /// Page size of a run list when `limit` is not given.
 pub const RUNS_PAGE_DEFAULT: usize = 100;
 /// Largest page of a run list.
 pub const RUNS_PAGE_MAX: usize = 1_000;
+
+/// Transcript entries per page of `GET /v1/runs/{id}/log` when `limit` is not given.
+pub const RUN_LOG_PAGE_DEFAULT: usize = 100;
+/// Largest page of a run's transcript.
+pub const RUN_LOG_PAGE_MAX: usize = 1_000;
+
+/// A page of a run's transcript.
+#[derive(Debug, Serialize)]
+pub struct LogPage {
+    pub run: RunId,
+    pub entries: Vec<TranscriptEntry>,
+    /// Where the next page starts: pass it back as `offset`.
+    pub next_offset: u64,
+    /// Nothing will ever follow `next_offset`: the transcript is finished (or the run is over)
+    /// and this page reaches its end. A follower stops here.
+    pub complete: bool,
+}
 
 /// A list of runs, newest first.
 #[derive(Debug, Serialize)]
@@ -31,17 +49,7 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
         None => None,
         Some(raw) => Some(parse_status(&raw)?),
     };
-    let limit = query.number("limit")?.map_or(Ok(RUNS_PAGE_DEFAULT), |l| {
-        usize::try_from(l)
-            .ok()
-            .filter(|l| (1..=RUNS_PAGE_MAX).contains(l))
-            .ok_or_else(|| {
-                ApiError::invalid_field(
-                    "limit",
-                    format!("limit must be between 1 and {RUNS_PAGE_MAX}, got {l}"),
-                )
-            })
-    })?;
+    let limit = page_limit(query.number("limit")?, RUNS_PAGE_DEFAULT, RUNS_PAGE_MAX)?;
     // An agent token sees its own runs only, whatever it asks for.
     let agent = match (&caller.principal, agent) {
         (Principal::Agent { agent: own, .. }, Some(asked)) if asked != *own => {
@@ -73,6 +81,53 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
 pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, ApiError> {
     let run = RunId(parse_id("id", &id)?);
     visible_run(&caller, run).map(Json)
+}
+
+/// `GET /v1/runs/{id}/log?offset=&limit=`: a page of the run's transcript. Visible to whoever
+/// may read the run.
+pub async fn log(
+    caller: Caller,
+    Path(id): Path<String>,
+    RawQuery(query): RawQuery,
+) -> Result<Json<LogPage>, ApiError> {
+    let run = RunId(parse_id("id", &id)?);
+    let mut query = Query::parse(query.as_deref(), &["offset", "limit"])?;
+    let offset = query.number("offset")?.unwrap_or(0);
+    let limit = page_limit(
+        query.number("limit")?,
+        RUN_LOG_PAGE_DEFAULT,
+        RUN_LOG_PAGE_MAX,
+    )?;
+    let found = visible_run(&caller, run)?;
+    let page = caller
+        .transcripts
+        .read(found.agent, run, offset, limit)
+        .await?;
+    // A run that is over gets no more entries, even when its writer never finished the
+    // transcript (a cancelled or timed-out run's task is aborted).
+    let at_end = page.next_offset >= page.total;
+    Ok(Json(LogPage {
+        run,
+        complete: page.complete || (found.status.is_terminal() && at_end),
+        entries: page.entries,
+        next_offset: page.next_offset,
+    }))
+}
+
+/// `limit` within 1..=`max`, `default` when absent.
+fn page_limit(limit: Option<u64>, default: usize, max: usize) -> Result<usize, ApiError> {
+    let Some(limit) = limit else {
+        return Ok(default);
+    };
+    usize::try_from(limit)
+        .ok()
+        .filter(|l| (1..=max).contains(l))
+        .ok_or_else(|| {
+            ApiError::invalid_field(
+                "limit",
+                format!("limit must be between 1 and {max}, got {limit}"),
+            )
+        })
 }
 
 /// `POST /v1/runs/{id}/cancel` (operator only): answers with the run as it ended.

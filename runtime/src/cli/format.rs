@@ -1,5 +1,7 @@
 //! Human output: aligned tables, times, durations, and the one-line form of an event.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 /// Columns separated by two spaces, each as wide as its widest cell; the last is not padded.
@@ -60,6 +62,64 @@ pub fn time(ms: u64) -> String {
             || format!("{ms}ms"),
             |t| t.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
         )
+}
+
+/// Unix milliseconds as `2025-01-31T12:00:05.250Z`, for lines that often share a second.
+pub fn time_millis(ms: u64) -> String {
+    i64::try_from(ms)
+        .ok()
+        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
+        .map_or_else(
+            || format!("{ms}ms"),
+            |t| t.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        )
+}
+
+/// Whether printing `c` raw could act on a terminal or hide what follows: C0 controls (ESC,
+/// BEL, CR, …), DEL, C1 controls (U+0080–U+009F: a terminal may take U+009B for CSI), and the
+/// bidirectional overrides and isolates that reorder what a reader sees.
+fn is_unsafe_char(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` safe to print on a terminal: every character [`is_unsafe_char`] finds becomes a
+/// visible escape (`\n`, `\r`, `\t`, `\x1b`, `\u{9b}`). For anything a model, a tool or a
+/// client wrote: an ESC or OSC sequence in a tool's output must not drive the operator's
+/// terminal.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    if !text.chars().any(is_unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => escaped.push_str("\\n"),
+            '\r' => escaped.push_str("\\r"),
+            '\t' => escaped.push_str("\\t"),
+            c if (c as u32) <= 0x7f && is_unsafe_char(c) => {
+                escaped.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if is_unsafe_char(c) => escaped.push_str(&format!("\\u{{{:x}}}", c as u32)),
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+/// `value` as one line of JSON that is safe on a terminal: serde_json already escapes C0
+/// controls; this also escapes DEL, C1 controls and bidi overrides (as `\u00XX`, still JSON:
+/// they can only occur inside strings).
+pub fn safe_json_line(value: &Value) -> String {
+    let json = value.to_string();
+    if !json.chars().any(is_unsafe_char) {
+        return json;
+    }
+    json.chars()
+        .map(|c| match is_unsafe_char(c) {
+            true => format!("\\u{:04x}", c as u32),
+            false => c.to_string(),
+        })
+        .collect()
 }
 
 /// A JSON number of Unix milliseconds as a time, `-` when null or absent.
@@ -199,6 +259,36 @@ mod tests {
         assert_eq!(relative(now + 999, now), "now");
         assert_eq!(relative(now - 999, now), "now");
         assert_eq!(relative(now + 1_000, now), "in 1s");
+    }
+
+    #[test]
+    fn control_characters_are_escaped_visibly() {
+        assert_eq!(escape_controls("plain text é"), "plain text é");
+        assert!(matches!(escape_controls("plain"), Cow::Borrowed(_)));
+        assert_eq!(
+            escape_controls("\u{1b}]0;pwned\u{7}\u{1b}[2Jx\r\n\t\u{7f}"),
+            "\\x1b]0;pwned\\x07\\x1b[2Jx\\r\\n\\t\\x7f"
+        );
+        assert_eq!(
+            escape_controls("\u{9b}31m \u{202e}abc"),
+            "\\u{9b}31m \\u{202e}abc"
+        );
+        // The first and last characters of each range, and their neighbours outside it.
+        assert_eq!(escape_controls("\u{0}\u{1f} ~"), "\\x00\\x1f ~");
+        assert_eq!(escape_controls("\u{9f}\u{a0}"), "\\u{9f}\u{a0}");
+    }
+
+    #[test]
+    fn json_lines_escape_what_serde_json_leaves_raw() {
+        let value = json!({"t": "a\u{1b}b\u{9b}c\u{7f}"});
+        let line = safe_json_line(&value);
+        assert_eq!(line, r#"{"t":"a\u001bb\u009bc\u007f"}"#);
+        assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), value);
+    }
+
+    #[test]
+    fn millisecond_times() {
+        assert_eq!(time_millis(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod events;
 mod format;
 mod interval;
 mod runs;
+mod runs_log;
 mod top;
 
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -23,6 +24,7 @@ pub use agents::{AgentCreate, SpecSource, Wake};
 pub use events::EVENTS_RECONNECTS_MAX;
 pub use interval::{format_interval, parse_interval};
 pub use runs::RunFilter;
+pub use runs_log::{entry_line, RUN_LOG_POLL_MS, RUN_LOG_TEXT_CHARS_MAX};
 pub use top::{render_fleet, ActiveRun, AgentRow, FleetSnapshot, Liveness, LivenessStatus};
 
 /// Server address when neither `--server` nor `VIGIL_SERVER` is given.
