@@ -653,8 +653,10 @@ fn runs_log_prints_transcripts_escaped_and_follows_until_complete() {
     let shown = server.wait_run(run, "finished", |r| r["status"] == "succeeded");
     let agent = shown["agent"].as_u64().unwrap();
 
-    // A finished run without a transcript prints nothing and ends.
-    assert_eq!(server.ok(&["runs", "log", &run.to_string()]), "");
+    // Every run the executor finished has a transcript that ends in its stop line.
+    let own = server.ok(&["runs", "log", &run.to_string()]);
+    assert_eq!(own.lines().count(), 1, "{own}");
+    assert!(own.contains("stop            end_turn \"scripted step"), "{own}");
 
     write_transcript(&server, agent, run, &hostile_transcript(run));
     let text = server.ok(&["runs", "log", &run.to_string()]);

@@ -1394,7 +1394,13 @@ async fn llm_runs_end_by_what_the_provider_answers_and_failures_open_the_breaker
     };
     let ok = run_once("summarise ticket 7").await;
     assert_eq!(ok["status"], "succeeded", "{ok}");
-    assert_eq!(ok["detail"], "the model answered: done: summarise ticket 7");
+    let detail = ok["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with("the model ended its turn: done: ")
+            && detail.contains("Reason: summarise ticket 7"),
+        "{ok}"
+    );
+    assert_eq!(ok["stop_reason"], "end_turn", "{ok}");
     for (provider_mode, status, words) in [
         (Provider::RateLimited, "failed", "429 Too Many Requests"),
         (Provider::Failing, "failed", "502 Bad Gateway"),
@@ -1439,7 +1445,7 @@ async fn llm_runs_end_by_what_the_provider_answers_and_failures_open_the_breaker
     assert_eq!(refused["refusal"], "breaker_open");
     // Bad adapter input names its field.
     assert_error(
-        &post(&f.acme, "/v1/agents", json!({ "name": "x", "adapter": { "type": "llm", "base_url": "https://api.example.com", "model": "m" } })).await,
+        &post(&f.acme, "/v1/agents", json!({ "name": "x", "adapter": { "type": "llm", "base_url": "ftp://api.example.com", "model": "m" } })).await,
         400,
         "invalid_field",
         Some("adapter.base_url"),

@@ -63,6 +63,7 @@ async fn start_in(dir: PathBuf) -> Fixture {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        run_services: vigil::exec::host::RunServices::standard(),
         transcripts: FileTranscripts::shared(&dir),
     })
     .await

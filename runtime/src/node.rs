@@ -246,6 +246,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         config.on_commit,
         config.adapters,
         config.run_services,
+        config.transcripts.clone(),
     );
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();

@@ -19,6 +19,7 @@ use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
 use crate::exec::adapter::SharedAdapterSource;
 use crate::exec::host::RunServices;
+use crate::transcript::SharedTranscriptStore;
 use crate::exec::Executor;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
@@ -92,6 +93,7 @@ impl Shell {
         on_commit: Option<CommitObserver>,
         adapters: SharedAdapterSource,
         services: RunServices,
+        transcripts: SharedTranscriptStore,
     ) -> Arc<Self> {
         let head = tokio::sync::watch::Sender::new(engine.last_seq());
         // The previous process's pulses are gone: every agent the log says is online gets a
@@ -109,7 +111,7 @@ impl Shell {
             clock,
             entropy,
             on_commit,
-            executor: Executor::new(adapters, services),
+            executor: Executor::new(adapters, services, transcripts),
             schedule_changed: tokio::sync::Notify::new(),
             head,
             failure: tokio::sync::watch::Sender::new(None),

@@ -392,7 +392,11 @@ async fn run_node(
         on_commit: Some(observer),
         adapters: run_faults.adapters(),
         run_services: vigil::exec::host::RunServices {
-            poster: Arc::new(vigil::exec::host::PlainHttpPoster),
+            // The production client: resolves names through madsim's DNS, crosses simulated TCP.
+            poster: Arc::new(
+                vigil::net::OutboundClient::new(&vigil::net::TlsOptions::default())
+                    .expect("the built-in roots load"),
+            ),
             prices: crate::provider::prices(),
             // The simulated world's secrets: none but what scenarios give their agents.
             secrets: Arc::new(|_: &str| None),

@@ -5,6 +5,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent::FieldError;
+use super::prompt::{validate_template, PromptSpec};
+use super::tool_spec::{validate_tools, HttpToolSpec};
 
 /// Longest `system_prompt` accepted.
 pub const SYSTEM_PROMPT_CHARS_MAX: usize = 8_192;
@@ -14,8 +16,6 @@ pub const MODEL_CHARS_MAX: usize = 200;
 pub const LLM_REQUEST_TIMEOUT_MS_MIN: u64 = 1_000;
 pub const LLM_REQUEST_TIMEOUT_MS_MAX: u64 = 10 * 60 * 1_000;
 pub const LLM_REQUEST_TIMEOUT_MS_DEFAULT: u64 = 60_000;
-/// Longest `base_url` accepted.
-pub const BASE_URL_CHARS_MAX: usize = 2_048;
 /// Longest environment variable name for the API key.
 pub const API_KEY_ENV_CHARS_MAX: usize = 128;
 /// Model calls per run: the default and the accepted range.
@@ -78,6 +78,12 @@ pub struct LlmSpec {
     /// Most output tokens one call may produce.
     #[serde(default = "max_output_tokens_default")]
     pub max_output_tokens: u32,
+    /// Prompt templates: the system prompt and one per wakeup source (docs/agents.md).
+    #[serde(default, skip_serializing_if = "PromptSpec::is_default")]
+    pub prompts: PromptSpec,
+    /// The agent's HTTP tools, beside the built-in `pause_heartbeats`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<HttpToolSpec>,
 }
 
 fn llm_request_timeout_default() -> u64 {
@@ -106,7 +112,18 @@ impl LlmSpec {
             max_iterations: MAX_ITERATIONS_DEFAULT,
             tool_calls_max: TOOL_CALLS_MAX_DEFAULT,
             max_output_tokens: MAX_OUTPUT_TOKENS_DEFAULT,
+            prompts: PromptSpec::default(),
+            tools: Vec::new(),
         }
+    }
+
+    /// The prompts a run renders: `system_prompt` is shorthand for `prompts.system`.
+    pub fn prompt_spec(&self) -> PromptSpec {
+        let mut prompts = self.prompts.clone();
+        if prompts.system.is_none() {
+            prompts.system = self.system_prompt.clone();
+        }
+        prompts
     }
 
     pub(crate) fn validate(&self) -> Result<(), FieldError> {
@@ -154,7 +171,17 @@ impl LlmSpec {
                 format!("adapter.system_prompt is at most {SYSTEM_PROMPT_CHARS_MAX} characters"),
             ));
         }
-        Ok(())
+        if let Some(system) = &self.system_prompt {
+            if self.prompts.system.is_some() {
+                return Err(FieldError::new(
+                    "adapter.system_prompt",
+                    "give the system prompt once: adapter.system_prompt or adapter.prompts.system",
+                ));
+            }
+            validate_template("adapter.system_prompt", system)?;
+        }
+        self.prompts.validate("adapter.prompts")?;
+        validate_tools(&self.tools, "adapter.tools")
     }
 }
 
@@ -169,32 +196,14 @@ fn in_range(field: &'static str, value: u64, min: u64, max: u64) -> Result<(), F
     }
 }
 
-/// `http(s)://host[:port][/path]`: a scheme, a host, nothing the transport would drop.
+/// `http(s)://host[:port][/path]`, parsed as the transport will parse it (a pure function).
 fn validate_base_url(url: &str) -> Result<(), FieldError> {
-    let refuse = |why: &str| {
+    crate::net::Endpoint::parse(url).map(|_| ()).map_err(|error| {
         FieldError::new(
             "adapter.base_url",
-            format!(
-                "adapter.base_url {why}: give https://host[:port][/path] or http:// for a local server, e.g. \"https://api.openai.com\" or \"http://127.0.0.1:11434\" (got {:?})",
-                url.chars().take(100).collect::<String>()
-            ),
+            format!("adapter.base_url: {error}"),
         )
-    };
-    if url.chars().count() > BASE_URL_CHARS_MAX {
-        return Err(refuse(&format!("is longer than {BASE_URL_CHARS_MAX} characters")));
-    }
-    let rest = url
-        .strip_prefix("https://")
-        .or_else(|| url.strip_prefix("http://"))
-        .ok_or_else(|| refuse("must start with https:// or http://"))?;
-    let authority = rest.split('/').next().unwrap_or_default();
-    if authority.is_empty() || authority.starts_with(':') {
-        return Err(refuse("has no host"));
-    }
-    if url.contains(['?', '#', ' ']) || authority.contains('@') {
-        return Err(refuse("may not carry a query, fragment, spaces or user info"));
-    }
-    Ok(())
+    })
 }
 
 /// An environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -244,7 +253,7 @@ mod tests {
         ] {
             assert_eq!(field(&LlmSpec::new(bad, "m")).as_deref(), Some("adapter.base_url"), "{bad}");
         }
-        let long = format!("https://h/{}", "x".repeat(BASE_URL_CHARS_MAX));
+        let long = format!("https://h/{}", "x".repeat(crate::net::URL_CHARS_MAX));
         assert_eq!(field(&LlmSpec::new(&long, "m")).as_deref(), Some("adapter.base_url"));
     }
 

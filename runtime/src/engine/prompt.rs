@@ -54,7 +54,7 @@ Wakeup source: {{ run.source }}
 Reason: {{ run.reason if run.reason else \"(none given)\" }}
 Local time: {{ now_local }}
 {% if daily_cap_remaining is not none %}Runs left today: {{ daily_cap_remaining }}
-{% endif %}Payload: {{ run.payload | tojson }}";
+{% endif %}{% if run.payload is not none %}Payload: {{ run.payload | tojson }}{% endif %}";
 
 /// The prompts of an LLM agent. Both parts are optional: an absent template falls back to the
 /// built-in default.
@@ -86,6 +86,11 @@ impl PromptSpec {
 
     /// Checks every template; `field` is where the spec sits (e.g. `adapter.prompts`), and
     /// errors name the template within it (`adapter.prompts.wakeup.timer`).
+    /// Whether nothing was set (the built-in prompts apply).
+    pub fn is_default(&self) -> bool {
+        *self == PromptSpec::default()
+    }
+
     pub fn validate(&self, field: &str) -> Result<(), SpecError> {
         if let Some(system) = &self.system {
             validate_template(&format!("{field}.system"), system)?;

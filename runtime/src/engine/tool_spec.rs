@@ -234,7 +234,7 @@ fn check_parameters(schema: &Value) -> Result<(), String> {
     compile_parameters(schema).map(|_| ())
 }
 
-/// Only the scheme and the length: the transport parses the address properly.
+/// Parsed as the transport will parse it, so a saved tool can always be reached by address.
 fn check_url(url: &str) -> Result<(), String> {
     let chars = url.chars().count();
     if chars > TOOL_URL_CHARS_MAX {
@@ -242,15 +242,9 @@ fn check_url(url: &str) -> Result<(), String> {
             "is at most {TOOL_URL_CHARS_MAX} characters (got {chars})"
         ));
     }
-    let rest = url
-        .strip_prefix("http://")
-        .or_else(|| url.strip_prefix("https://"));
-    match rest {
-        Some(rest) if !rest.is_empty() => Ok(()),
-        _ => Err(format!(
-            "must be an http:// or https:// address, e.g. \"https://tools.example/search\" (got {url:?})"
-        )),
-    }
+    crate::net::Endpoint::parse(url)
+        .map(|_| ())
+        .map_err(|error| error.to_string())
 }
 
 #[cfg(test)]
@@ -270,7 +264,7 @@ mod tests {
 
     /// The field of the error validating `[tool]` under `adapter.tools`, if any.
     fn refused(t: HttpToolSpec) -> Option<String> {
-        validate_tools(&[t], "adapter.tools").err().map(|e| e.field)
+        validate_tools(&[t], "adapter.tools").err().map(|e| e.field.into_owned())
     }
 
     fn field(name: &str) -> Option<String> {
@@ -403,7 +397,7 @@ mod tests {
             "https://",
             "tools.example/x",
             "",
-            "HTTP://h/x",
+            "https://u:p@h/x",
         ] {
             assert_eq!(refused(with(bad.into())), field("url"), "{bad}");
         }

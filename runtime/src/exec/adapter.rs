@@ -13,6 +13,7 @@ use crate::engine::usage::Usage;
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::model::Poster;
 use crate::exec::pricing::PriceTable;
+use crate::exec::run_transcript::RunTranscript;
 
 /// What an adapter is given for one run: the wakeup, the agent's state at the run's start, and
 /// the host's services.
@@ -37,6 +38,8 @@ pub struct RunContext {
     pub started_at_ms: u64,
     pub time_zone: String,
     pub host: SharedRunHost,
+    /// The run's transcript (the executor writes its stop line and finishes it).
+    pub transcript: Arc<RunTranscript>,
 }
 
 impl std::fmt::Debug for RunContext {
@@ -57,7 +60,8 @@ pub trait RunHost: Send + Sync {
     /// or the node stopped).
     fn record_usage(&self, run: RunId, usage: Usage) -> Result<Option<u64>, String>;
     /// Carries the run's outbound HTTP.
-    fn poster(&self) -> &dyn Poster;
+    fn poster(&self) -> Arc<dyn Poster>;
+
     /// The node's model prices.
     fn prices(&self) -> &PriceTable;
     /// The value of environment variable `name` of the node (API keys), if set.

@@ -7,8 +7,7 @@
 //! daily budget is checked before every call, so one run can overshoot its budget by at most the
 //! one call that crossed it.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::time::Duration;
 
 use crate::engine::breaker::FailureCause;
 use crate::engine::history::{HistoryMessage, Role};
@@ -16,9 +15,9 @@ use crate::engine::llm_spec::LlmSpec;
 use crate::engine::run::{RunReport, RunStatus, StopReason};
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::adapter::{AdapterOutcome, RunContext};
-use crate::exec::model::{
-    call_model, ChatMessage, ModelRequest, ModelToolCall, ModelTurn, ToolSchema,
-};
+use crate::exec::model::{call_model, ChatMessage, ModelRequest, ModelTurn};
+use crate::exec::tools::{ToolCall, ToolContext, ToolSignal, Toolbox};
+use crate::transcript::{EntryBody, ToolCallSummary};
 
 /// The answer that makes a timer or idle run a ghost run (trimmed, with no tool calls).
 pub const IDLE_ANSWER: &str = "[IDLE]";
@@ -26,29 +25,6 @@ pub const IDLE_ANSWER: &str = "[IDLE]";
 pub const ANSWER_EXCERPT_BYTES_MAX: usize = 32 * 1024;
 /// Marks an excerpt cut at [`ANSWER_EXCERPT_BYTES_MAX`].
 pub const EXCERPT_CUT_MARK: &str = "[...truncated]";
-
-/// What one tool call came to, as the loop reads it: control flow follows `pause_minutes`
-/// and `failed`, never the output text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutcome {
-    /// Sent back to the model.
-    pub output: String,
-    /// The model is told the call went wrong (bad arguments, unknown tool, a failing tool).
-    pub is_error: bool,
-    /// The tool itself failed (unreachable, 5xx, timeout): counts on the breaker's tool trigger.
-    pub failed: bool,
-    /// The built-in `pause_heartbeats` asks the agent to rest this many minutes (clamped).
-    pub pause_minutes: Option<u64>,
-}
-
-/// The future a tool call returns.
-pub type ToolFuture<'a> = Pin<Box<dyn Future<Output = ToolOutcome> + Send + 'a>>;
-
-/// The tools of one agent: what the model is told, and how a call is carried out.
-pub trait ToolBox: Send + Sync {
-    fn schemas(&self) -> Vec<ToolSchema>;
-    fn call<'a>(&'a self, call: &'a ModelToolCall, context: &'a RunContext) -> ToolFuture<'a>;
-}
 
 /// The prompts of one run, already rendered.
 #[derive(Debug, Clone)]
@@ -61,7 +37,8 @@ pub struct Prompts {
 struct Loop<'a> {
     spec: &'a LlmSpec,
     context: &'a RunContext,
-    tools: &'a dyn ToolBox,
+    tools: &'a Toolbox,
+    iteration: u32,
     wakeup: String,
     messages: Vec<ChatMessage>,
     tool_calls: u64,
@@ -74,8 +51,16 @@ pub async fn run_loop(
     spec: &LlmSpec,
     context: &RunContext,
     prompts: Prompts,
-    tools: &dyn ToolBox,
+    tools: &Toolbox,
 ) -> AdapterOutcome {
+    context
+        .transcript
+        .write(EntryBody::Wakeup {
+            source: context.source.as_str().to_string(),
+            reason: Some(context.reason.clone()),
+            payload: (!context.payload.is_null()).then(|| context.payload.clone()),
+        })
+        .await;
     let mut messages: Vec<ChatMessage> = context.history.iter().map(from_history).collect();
     messages.push(ChatMessage::User {
         text: prompts.wakeup.clone(),
@@ -84,6 +69,7 @@ pub async fn run_loop(
         spec,
         context,
         tools,
+        iteration: 0,
         wakeup: prompts.wakeup,
         messages,
         tool_calls: 0,
@@ -100,8 +86,10 @@ pub async fn run_loop(
             format!("the environment variable {name} named by adapter.api_key_env is not set on this node"),
         );
     }
-    let schemas = tools.schemas();
-    for _ in 0..spec.max_iterations {
+    let schemas = tools.defs();
+    let poster = context.host.poster();
+    for iteration in 1..=spec.max_iterations {
+        state.iteration = iteration;
         if state.budget_left_micro_usd == Some(0) {
             return stop_for_budget();
         }
@@ -112,11 +100,17 @@ pub async fn run_loop(
             tools: &schemas,
             max_output_tokens: spec.max_output_tokens,
         };
-        let turn = call_model(context.host.poster(), spec, api_key.as_deref(), request).await;
+        state.log_request(&request).await;
+        let sent_at = tokio::time::Instant::now();
+        let turn = call_model(&*poster, spec, api_key.as_deref(), request).await;
         let turn = match turn {
             Ok(turn) => turn,
-            Err(error) => return failed(StopReason::LlmError, error.to_string()),
+            Err(error) => {
+                let detail = context.transcript.redactor().redact(&error.to_string()).into_owned();
+                return failed(StopReason::LlmError, detail);
+            }
         };
+        state.log_response(&turn, sent_at.elapsed()).await;
         if let Err(outcome) = state.record(&turn) {
             return outcome;
         }
@@ -166,6 +160,73 @@ fn stop_for_budget() -> AdapterOutcome {
 }
 
 impl Loop<'_> {
+    async fn log_request(&self, request: &ModelRequest<'_>) {
+        let bytes = serde_json::to_vec(request.messages).map_or(0, |b| b.len() as u64);
+        let entry = EntryBody::ModelRequest {
+            iteration: self.iteration,
+            model: request.model.to_string(),
+            messages: request.messages.len() as u32,
+            bytes,
+        };
+        self.context.transcript.write(entry).await;
+    }
+
+    async fn log_response(&self, turn: &ModelTurn, latency: Duration) {
+        let entry = EntryBody::ModelResponse {
+            iteration: self.iteration,
+            text: turn.text.clone(),
+            tool_calls: turn
+                .tool_calls
+                .iter()
+                .map(|c| ToolCallSummary {
+                    id: c.id.clone(),
+                    name: c.name.clone(),
+                })
+                .collect(),
+            usage: crate::transcript::Usage {
+                input: turn.usage.input_tokens,
+                cached_input: turn.usage.cached_input_tokens,
+                output: turn.usage.output_tokens,
+            },
+            latency_ms: latency.as_millis() as u64,
+        };
+        self.context.transcript.write(entry).await;
+    }
+
+    /// Carries out one tool call through the toolbox, both sides written to the transcript.
+    async fn call_tool(&self, call: &crate::exec::model::ModelToolCall) -> crate::exec::tools::ToolResult {
+        let transcript = &self.context.transcript;
+        transcript
+            .write(EntryBody::ToolCall {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            })
+            .await;
+        let started = tokio::time::Instant::now();
+        let tool_call = ToolCall {
+            id: call.id.clone(),
+            name: call.name.clone(),
+            arguments: call.arguments.clone(),
+        };
+        let context = ToolContext {
+            agent_id: self.context.agent,
+            agent_name: self.context.agent_name.clone(),
+            run_id: self.context.run,
+        };
+        let result = self.tools.call(&tool_call, &context).await;
+        transcript
+            .write(EntryBody::ToolResult {
+                id: call.id.clone(),
+                name: call.name.clone(),
+                output: result.output.clone(),
+                is_error: result.is_error,
+                latency_ms: started.elapsed().as_millis() as u64,
+            })
+            .await;
+        result
+    }
+
     /// Records the call's spend; `Err` ends the run (it was ended meanwhile, or the node
     /// stopped: the report is refused either way).
     fn record(&mut self, turn: &ModelTurn) -> Result<(), AdapterOutcome> {
@@ -205,7 +266,7 @@ impl Loop<'_> {
                 return Some(self.end(RunStatus::Failed, StopReason::ToolCap, detail, None));
             }
             self.tool_calls += 1;
-            let outcome = self.tools.call(call, self.context).await;
+            let outcome = self.call_tool(call).await;
             if outcome.failed && self.tool_failure.is_none() {
                 self.tool_failure = Some(format!("tool {} failed: {}", call.name, outcome.output));
             }
@@ -215,7 +276,7 @@ impl Loop<'_> {
                 output: outcome.output,
                 is_error: outcome.is_error,
             });
-            if let Some(minutes) = outcome.pause_minutes {
+            if let Some(ToolSignal::PauseHeartbeats { minutes }) = outcome.signal {
                 let detail = format!("the agent paused its heartbeats for {minutes} minutes");
                 let text = if turn.text.is_empty() { detail.clone() } else { turn.text.clone() };
                 return Some(self.end_with_answer(

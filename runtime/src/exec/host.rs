@@ -5,8 +5,10 @@
 use std::sync::Arc;
 
 use super::adapter::RunHost;
-use super::model::Poster;
+use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
+use super::tools::{ToolHttp, ToolHttpAnswer, ToolHttpError, ToolHttpFuture};
+use crate::net::{Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundRequest, TlsOptions, TlsSetupError};
 use crate::engine::run::RunId;
 use crate::engine::usage::Usage;
 use crate::engine::Command;
@@ -27,11 +29,18 @@ impl RunServices {
     /// Production's services with every default: the outbound client with the standard
     /// roots, no prices (tokens are counted, cost is zero), secrets from the environment.
     pub fn standard() -> Self {
-        RunServices {
-            poster: Arc::new(PlainHttpPoster),
-            prices: PriceTable::default(),
+        Self::production(&TlsOptions::default(), PriceTable::default())
+            .expect("the standard roots always load")
+    }
+
+    /// Production's services: the outbound client trusting `tls`'s roots, `prices`, secrets
+    /// from the environment. Reads the extra CA file (blocking, at start-up only).
+    pub fn production(tls: &TlsOptions, prices: PriceTable) -> Result<Self, TlsSetupError> {
+        Ok(RunServices {
+            poster: Arc::new(OutboundClient::new(tls)?),
+            prices,
             secrets: Self::environment_secrets(),
-        }
+        })
     }
 
     /// Secrets from the process environment (production).
@@ -57,9 +66,11 @@ impl RunHost for ShellHost {
         Ok(owner.budget_left(now_ms))
     }
 
-    fn poster(&self) -> &dyn Poster {
-        &*self.services.poster
+    fn poster(&self) -> Arc<dyn Poster> {
+        self.services.poster.clone()
     }
+
+
 
     fn prices(&self) -> &PriceTable {
         &self.services.prices
@@ -70,30 +81,63 @@ impl RunHost for ShellHost {
     }
 }
 
-/// Interim poster over the API client: plain `http://IP:PORT` only. Replaced by the outbound
-/// HTTPS client.
-pub struct PlainHttpPoster;
-
-impl Poster for PlainHttpPoster {
-    fn post<'a>(&'a self, request: super::model::PostRequest<'a>) -> super::model::PostFuture<'a> {
-        use super::model::{PostAnswer, PostError};
-        use crate::api::client::{ApiClient, ClientError};
+/// Production's poster: the outbound HTTP(S) client (`crate::net`).
+impl Poster for OutboundClient {
+    fn post<'a>(&'a self, request: PostRequest<'a>) -> PostFuture<'a> {
         Box::pin(async move {
-            let addr = request
-                .base_url
-                .strip_prefix("http://")
-                .map(|rest| rest.trim_end_matches('/'))
-                .and_then(|rest| rest.parse().ok())
-                .ok_or_else(|| PostError::Failed(format!("cannot reach {:?} yet", request.base_url)))?;
-            let client = ApiClient::new(addr).with_timeout_ms(request.timeout_ms);
-            match client.post_json(request.path, &request.body).await {
+            let endpoint = Endpoint::parse(request.base_url)
+                .map_err(|error| PostError::Failed(error.to_string()))?;
+            let headers: Vec<OutboundHeader<'_>> = request
+                .headers
+                .iter()
+                .map(|h| match h.sensitive {
+                    true => OutboundHeader::sensitive(h.name, &h.value),
+                    false => OutboundHeader::plain(h.name, &h.value),
+                })
+                .collect();
+            let mut outbound = OutboundRequest::new(&endpoint, request.path, &request.body);
+            outbound.headers = &headers;
+            outbound.timeout_ms = request.timeout_ms;
+            outbound.response_bytes_max =
+                usize::try_from(request.response_bytes_max).unwrap_or(usize::MAX);
+            match self.post_json(outbound).await {
                 Ok(answer) => Ok(PostAnswer {
                     status: answer.status.as_u16(),
-                    retry_after_ms: None,
+                    retry_after_ms: answer.retry_after_ms,
                     body: answer.body,
                 }),
-                Err(ClientError::Timeout { timeout_ms, .. }) => Err(PostError::Timeout { timeout_ms }),
+                Err(OutboundError::Timeout { timeout_ms }) => Err(PostError::Timeout { timeout_ms }),
+                Err(OutboundError::TooLarge { limit_bytes }) => Err(PostError::TooLarge {
+                    limit_bytes: limit_bytes as u64,
+                }),
                 Err(error) => Err(PostError::Failed(error.to_string())),
+            }
+        })
+    }
+}
+
+/// HTTP tools reach their URLs through the run's poster.
+pub struct PosterToolHttp(pub Arc<dyn Poster>);
+
+impl ToolHttp for PosterToolHttp {
+    fn post(&self, url: &str, body: serde_json::Value, timeout_ms: u64, response_bytes_max: u64) -> ToolHttpFuture {
+        let (poster, url) = (self.0.clone(), url.to_string());
+        Box::pin(async move {
+            let request = PostRequest {
+                base_url: &url,
+                path: "",
+                headers: Vec::new(),
+                body,
+                timeout_ms,
+                response_bytes_max,
+            };
+            match poster.post(request).await {
+                Ok(answer) => Ok(ToolHttpAnswer {
+                    status: answer.status,
+                    body: answer.body,
+                }),
+                Err(PostError::Timeout { timeout_ms }) => Err(ToolHttpError::Timeout { timeout_ms }),
+                Err(error) => Err(ToolHttpError::Transport(error.to_string())),
             }
         })
     }

@@ -1,14 +1,14 @@
 //! The `llm` adapter: runs the agent loop (`agent_loop.rs`) against the provider an agent's
-//! spec names, in the wire shape it speaks, with the agent's prompts and tools.
+//! spec names, in the wire shape it speaks, with the agent's rendered prompts and its tools.
 
-use super::adapter::{Adapter, AdapterFuture, RunContext};
-use super::agent_loop::{run_loop, Prompts, ToolBox, ToolFuture, ToolOutcome};
-use super::model::{ModelToolCall, ToolSchema};
+use super::adapter::{Adapter, AdapterFuture, AdapterOutcome, RunContext};
+use super::agent_loop::{run_loop, Prompts};
+use super::host::PosterToolHttp;
+use super::prompt::{render_system, render_wakeup, PromptVars};
+use super::tools::Toolbox;
+use crate::engine::breaker::FailureCause;
 use crate::engine::llm_spec::LlmSpec;
-use crate::engine::pause;
-
-/// The system prompt when the spec gives none.
-const SYSTEM_PROMPT_DEFAULT: &str = "You are an autonomous agent woken by Vigil. Do what the wakeup asks, using your tools when they help. Call pause_heartbeats if you want to rest. Answer exactly [IDLE] if there is nothing to do.";
+use crate::engine::run::{RunStatus, StopReason};
 
 /// Runs the agent loop.
 #[derive(Debug, Clone)]
@@ -22,68 +22,56 @@ impl Llm {
     }
 }
 
-/// The wakeup as the model reads it.
-fn wakeup_prompt(run: &RunContext) -> String {
-    let mut text = format!("Wakeup ({}): {}", run.source.as_str(), run.reason);
-    if !run.payload.is_null() {
-        text.push_str(&format!("\n\nPayload: {}", run.payload));
+/// The local time of the run's start in the agent's zone, as templates read it.
+fn now_local(run: &RunContext) -> String {
+    let zoned = jiff::tz::TimeZone::get(&run.time_zone).ok().and_then(|tz| {
+        let ms = i64::try_from(run.started_at_ms).ok()?;
+        Some(jiff::Timestamp::from_millisecond(ms).ok()?.to_zoned(tz))
+    });
+    zoned.map_or_else(String::new, |z| z.strftime("%Y-%m-%d %H:%M %Z").to_string())
+}
+
+fn prompts(spec: &LlmSpec, run: &RunContext) -> Result<Prompts, String> {
+    let vars = PromptVars {
+        agent_name: run.agent_name.clone(),
+        agent_id: run.agent,
+        run_id: run.run,
+        source: run.source,
+        reason: run.reason.clone(),
+        payload: run.payload.clone(),
+        now_local: now_local(run),
+        daily_cap_remaining: run.daily_cap_remaining,
+    };
+    let templates = spec.prompt_spec();
+    Ok(Prompts {
+        system: render_system(&templates, &vars).map_err(|e| e.to_string())?,
+        wakeup: render_wakeup(&templates, &vars).map_err(|e| e.to_string())?,
+    })
+}
+
+/// A run that could not start its loop: a configuration problem, not the model's fault, so
+/// the breaker does not count it.
+fn not_started(detail: String) -> AdapterOutcome {
+    AdapterOutcome {
+        stop_reason: Some(StopReason::LlmError),
+        ..AdapterOutcome::new(RunStatus::Failed, detail, None::<FailureCause>)
     }
-    text
 }
 
 impl Adapter for Llm {
     fn execute(&self, run: RunContext) -> AdapterFuture {
         let spec = self.spec.clone();
         Box::pin(async move {
-            let prompts = Prompts {
-                system: spec
-                    .system_prompt
-                    .clone()
-                    .unwrap_or_else(|| SYSTEM_PROMPT_DEFAULT.into()),
-                wakeup: wakeup_prompt(&run),
+            let prompts = match prompts(&spec, &run) {
+                Ok(prompts) => prompts,
+                Err(error) => return not_started(error),
             };
-            run_loop(&spec, &run, prompts, &BuiltinTools).await
-        })
-    }
-}
-
-/// The tools every agent has: `pause_heartbeats`.
-struct BuiltinTools;
-
-impl ToolBox for BuiltinTools {
-    fn schemas(&self) -> Vec<ToolSchema> {
-        vec![ToolSchema {
-            name: "pause_heartbeats".into(),
-            description: format!(
-                "Rest: no timer or idle wakeups for `minutes` (default {}, {}..={}).",
-                pause::PAUSE_HEARTBEATS_MINUTES_DEFAULT,
-                pause::PAUSE_HEARTBEATS_MINUTES_MIN,
-                pause::PAUSE_HEARTBEATS_MINUTES_MAX
-            ),
-            parameters: serde_json::json!({
-                "type": "object",
-                "properties": { "minutes": { "type": "integer" } },
-            }),
-        }]
-    }
-
-    fn call<'a>(&'a self, call: &'a ModelToolCall, _: &'a RunContext) -> ToolFuture<'a> {
-        Box::pin(async move {
-            if call.name != "pause_heartbeats" {
-                return ToolOutcome {
-                    output: format!("no tool named {:?}; the tools are: pause_heartbeats", call.name),
-                    is_error: true,
-                    failed: false,
-                    pause_minutes: None,
-                };
-            }
-            let minutes = pause::heartbeat_pause_minutes(call.arguments["minutes"].as_u64());
-            ToolOutcome {
-                output: format!("paused for {minutes} minutes"),
-                is_error: false,
-                failed: false,
-                pause_minutes: Some(minutes),
-            }
+            let http = std::sync::Arc::new(PosterToolHttp(run.host.poster()));
+            let tools = match Toolbox::new(&spec.tools, http) {
+                Ok(tools) => tools,
+                Err(error) => return not_started(error.to_string()),
+            };
+            run_loop(&spec, &run, prompts, &tools).await
         })
     }
 }

@@ -8,6 +8,7 @@ pub mod host;
 pub mod llm;
 pub mod model;
 pub mod pricing;
+pub mod run_transcript;
 pub mod prompt;
 pub mod scripted;
 pub mod tools;
@@ -23,22 +24,32 @@ use crate::engine::event::{Event, EventKind};
 use crate::engine::run::{RunEnd, RunId, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
+use crate::engine::agent::AdapterSpec;
+use crate::redact::Redactor;
+use crate::transcript::{EntryBody, SharedTranscriptStore};
 use adapter::{RunContext, SharedAdapterSource};
 use host::{RunServices, ShellHost};
+use run_transcript::RunTranscript;
 
 /// The tasks of the runs in progress on this node.
 pub struct Executor {
     tasks: Mutex<BTreeMap<RunId, JoinHandle<()>>>,
     adapters: SharedAdapterSource,
     services: RunServices,
+    transcripts: SharedTranscriptStore,
 }
 
 impl Executor {
-    pub fn new(adapters: SharedAdapterSource, services: RunServices) -> Self {
+    pub fn new(
+        adapters: SharedAdapterSource,
+        services: RunServices,
+        transcripts: SharedTranscriptStore,
+    ) -> Self {
         Executor {
             tasks: Mutex::default(),
             adapters,
             services,
+            transcripts,
         }
     }
 
@@ -75,6 +86,13 @@ impl Executor {
                         daily_cap_remaining,
                         started_at_ms: event.at_ms,
                         time_zone: spec.time_zone.clone(),
+                        transcript: Arc::new(RunTranscript::new(
+                            self.transcripts.clone(),
+                            *agent,
+                            *run,
+                            shell.clock().clone(),
+                            self.run_redactor(&spec.adapter),
+                        )),
                         host: Arc::new(ShellHost {
                             shell: shell.clone(),
                             services: self.services.clone(),
@@ -95,6 +113,15 @@ impl Executor {
         }
     }
 
+    /// The secrets a run of `adapter` must never write: its API key.
+    fn run_redactor(&self, adapter: &AdapterSpec) -> Redactor {
+        let key_env = match adapter {
+            AdapterSpec::Llm(llm) => llm.api_key_env.as_deref(),
+            AdapterSpec::Scripted(_) => None,
+        };
+        Redactor::new(key_env.and_then(|name| (self.services.secrets)(name)))
+    }
+
     /// Runs executing now.
     pub fn executing(&self) -> usize {
         self.tasks.lock().expect("executor lock").len()
@@ -112,7 +139,9 @@ impl Executor {
     }
 }
 
-/// One run: the adapter under the agent's timeout, then its end recorded through the engine.
+/// One run: the adapter under the agent's timeout, its transcript closed with the stop, then
+/// its end recorded through the engine. (The transcript is finished first, so a run the log
+/// says ended has its whole transcript on disk.)
 async fn execute(
     shell: Arc<Shell>,
     adapter: Box<dyn adapter::Adapter>,
@@ -120,6 +149,7 @@ async fn execute(
     timeout_ms: u64,
 ) {
     let run = context.run;
+    let transcript = context.transcript.clone();
     let end =
         match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context))
             .await
@@ -138,6 +168,13 @@ async fn execute(
             )
             .caused_by(FailureCause::Llm),
         };
+    transcript
+        .write(EntryBody::Stop {
+            stop_reason: end.stop_reason().as_str().to_string(),
+            detail: Some(transcript.redactor().redact(&end.detail).into_owned()),
+        })
+        .await;
+    transcript.finish().await;
     // From here the run reports itself; a cancel that lands first wins and this report is
     // refused, which is fine.
     shell.executor.forget(run);
@@ -147,3 +184,4 @@ async fn execute(
         tracing::warn!(%run, %error, "could not record the end of a run; the node stops");
     }
 }
+

@@ -21,13 +21,7 @@ pub const MODEL_ANSWER_BYTES_MAX: u64 = 4 * 1024 * 1024;
 /// How much of an error answer a run's detail keeps.
 pub const ERROR_EXCERPT_CHARS_MAX: usize = 200;
 
-/// A tool the model may call: its name, what it does, and the JSON Schema of its arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ToolSchema {
-    pub name: String,
-    pub description: String,
-    pub parameters: serde_json::Value,
-}
+pub use crate::engine::tool_spec::ToolDef as ToolSchema;
 
 /// A tool call the model asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -96,9 +90,9 @@ pub enum ModelError {
         retry_after_ms: Option<u64>,
         excerpt: String,
     },
-    #[error("the provider answered {status}: {excerpt}")]
+    #[error("the provider answered {}: {excerpt}", status_text(*status))]
     Server { status: u16, excerpt: String },
-    #[error("the provider refused the request with {status}{}: {excerpt}", if *status == 401 || *status == 403 { " (is the API key in the environment variable adapter.api_key_env right?)" } else { "" })]
+    #[error("the provider refused the request with {}{}: {excerpt}", status_text(*status), if *status == 401 || *status == 403 { " (is the API key in the environment variable adapter.api_key_env right?)" } else { "" })]
     Refused { status: u16, excerpt: String },
     #[error("the provider did not answer within adapter.request_timeout_ms = {timeout_ms}")]
     Timeout { timeout_ms: u64 },
@@ -108,6 +102,17 @@ pub enum ModelError {
     Malformed { shape: &'static str, detail: String },
     #[error("{0}")]
     Config(String),
+}
+
+/// `502 Bad Gateway`: the code and, when it has one, its reason phrase.
+fn status_text(status: u16) -> String {
+    let reason = hyper::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason());
+    match reason {
+        Some(reason) => format!("{status} {reason}"),
+        None => status.to_string(),
+    }
 }
 
 /// A header of an outbound request; a sensitive one (an API key) never appears in any error,

@@ -1,0 +1,72 @@
+//! One run's transcript as its executor and adapter write it: numbered lines, redacted with the
+//! run's secrets, stamped with the node's wall clock. Shared by the adapter (its loop's lines)
+//! and the executor (the stop line, then `finish`), so the numbering never repeats.
+//!
+//! A transcript is not the event log: a line that cannot be written is logged and dropped,
+//! never a reason to fail the run.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::engine::agent::AgentId;
+use crate::engine::run::RunId;
+use crate::io::clock::SharedClock;
+use crate::redact::Redactor;
+use crate::transcript::{EntryBody, SharedTranscriptStore, TranscriptEntry};
+
+/// The transcript of one run.
+pub struct RunTranscript {
+    store: SharedTranscriptStore,
+    agent: AgentId,
+    run: RunId,
+    clock: SharedClock,
+    redactor: Redactor,
+    next_seq: AtomicU64,
+}
+
+impl RunTranscript {
+    pub fn new(
+        store: SharedTranscriptStore,
+        agent: AgentId,
+        run: RunId,
+        clock: SharedClock,
+        redactor: Redactor,
+    ) -> Self {
+        RunTranscript {
+            store,
+            agent,
+            run,
+            clock,
+            redactor,
+            next_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// The secrets this transcript redacts (what error texts must be redacted with too).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// Appends one line.
+    pub async fn write(&self, body: EntryBody) {
+        let entry = TranscriptEntry {
+            run: self.run,
+            seq: self.next_seq.fetch_add(1, Ordering::Relaxed),
+            at_ms: self.clock.wall_now_ms(),
+            body,
+        };
+        let appended = self
+            .store
+            .append(self.agent, self.run, std::slice::from_ref(&entry), &self.redactor)
+            .await;
+        if let Err(error) = appended {
+            tracing::warn!(run = %self.run, %error, "could not write a line of the run's transcript");
+        }
+    }
+
+    /// Makes the transcript durable; called before the run's end is reported.
+    pub async fn finish(&self) {
+        if let Err(error) = self.store.finish(self.agent, self.run).await {
+            tracing::warn!(run = %self.run, %error, "could not make the run's transcript durable");
+        }
+    }
+}
