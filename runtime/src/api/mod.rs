@@ -12,6 +12,7 @@ mod events;
 mod pulses;
 mod query;
 mod runs;
+mod usage;
 mod timer;
 
 use std::sync::Arc;
@@ -68,6 +69,8 @@ pub fn router(gate: Gate) -> Router {
             "/v1/agents/{id}/breaker/reset",
             post(|c, p| agents::control(c, p, Control::ResetBreaker)),
         )
+        .route("/v1/agents/{id}/history", get(usage::history))
+        .route("/v1/usage", get(usage::tenant))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))
         .route("/v1/runs/{id}/log", get(runs::log))
