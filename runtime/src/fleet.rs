@@ -603,4 +603,20 @@ time_zone = "Europe/Paris"
     fn an_empty_file_is_an_empty_fleet() {
         assert_eq!(parse("").unwrap(), Fleet { tenants: vec![] });
     }
+
+    /// The example fleet parses, and so does its commented-out `llm` agent once uncommented:
+    /// the documentation cannot drift from what the parser accepts.
+    #[test]
+    fn the_example_fleet_and_its_llm_agent_parse() {
+        let text = include_str!("../../examples/fleet.toml");
+        let plain = parse(text).unwrap();
+        let start = text.find("# [[agents]]").expect("the commented llm agent");
+        let uncommented: String = text[start..]
+            .lines()
+            .map(|line| line.strip_prefix("# ").unwrap_or(line))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let with_llm = parse(&format!("{}\n{uncommented}\n", &text[..start])).unwrap();
+        assert_eq!(with_llm.agent_count(), plain.agent_count() + 1);
+    }
 }

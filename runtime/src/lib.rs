@@ -14,6 +14,7 @@ pub mod fleet;
 pub mod io;
 pub mod net;
 pub mod node;
+pub mod node_file;
 pub mod redact;
 pub mod shell;
 pub mod store;

@@ -88,6 +88,10 @@ struct ServeArgs {
     /// generates one and writes it to <data-dir>/operator-token.
     #[arg(long, env = "VIGIL_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// Node config (TOML): the model price table, an extra CA for outbound HTTPS. See
+    /// docs/agents.md.
+    #[arg(long, env = "VIGIL_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 /// Where the node is and how to authenticate; accepted before or after the subcommand.
@@ -430,8 +434,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir,
         fleet,
         operator_token,
+        config,
     } = args;
     // Everything configured is checked before binding, so a mistake never half-starts a node.
+    let node_file = config
+        .map(|path| vigil::node_file::NodeFile::load(&path))
+        .transpose()?
+        .unwrap_or_default();
+    let run_services =
+        vigil::exec::host::RunServices::production(&node_file.tls(), node_file.prices.clone())
+            .context("could not set up outbound HTTPS")?;
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     std::fs::create_dir_all(&data_dir)
@@ -445,7 +457,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
-        run_services: vigil::exec::host::RunServices::standard(),
+        run_services,
         transcripts: FileTranscripts::shared(&data_dir),
     })
     .await?;

@@ -1,0 +1,142 @@
+//! The node's own configuration file (`vigil serve --config FILE`, TOML): what the node needs
+//! beyond its agents. Today the outbound transport's extra CA and the model price table.
+//!
+//! ```toml
+//! [outbound]
+//! extra_ca_file = "/etc/vigil/corporate-ca.pem"   # trusted beside the built-in roots
+//!
+//! [prices."gpt-4o-mini"]                           # dollars per million tokens
+//! input_usd_per_mtok = 0.15
+//! cached_input_usd_per_mtok = 0.075
+//! output_usd_per_mtok = 0.60
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::exec::pricing::PriceTable;
+use crate::net::TlsOptions;
+
+/// Largest config file read.
+pub const NODE_FILE_BYTES_MAX: u64 = 1024 * 1024;
+
+/// The parsed file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFile {
+    #[serde(default)]
+    pub outbound: OutboundSection,
+    /// Prices by model name.
+    #[serde(default)]
+    pub prices: PriceTable,
+}
+
+/// `[outbound]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutboundSection {
+    /// A PEM file of CA certificates trusted beside the built-in roots (a relative path is
+    /// taken from the config file's directory).
+    #[serde(default)]
+    pub extra_ca_file: Option<PathBuf>,
+}
+
+/// Why the file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeFileError {
+    #[error("could not read the node config {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the node config {path} is larger than {NODE_FILE_BYTES_MAX} bytes")]
+    TooLarge { path: PathBuf },
+    #[error("the node config {path} is not valid: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl NodeFile {
+    /// Reads and checks `path` (blocking: called once, before the node starts).
+    pub fn load(path: &Path) -> Result<NodeFile, NodeFileError> {
+        let read = |source| NodeFileError::Read {
+            path: path.to_path_buf(),
+            source,
+        };
+        if std::fs::metadata(path).map_err(read)?.len() > NODE_FILE_BYTES_MAX {
+            return Err(NodeFileError::TooLarge {
+                path: path.to_path_buf(),
+            });
+        }
+        let text = std::fs::read_to_string(path).map_err(read)?;
+        let mut file = NodeFile::parse(&text).map_err(|message| NodeFileError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        })?;
+        if let (Some(ca), Some(dir)) = (&file.outbound.extra_ca_file, path.parent()) {
+            file.outbound.extra_ca_file = Some(dir.join(ca));
+        }
+        Ok(file)
+    }
+
+    /// Parses the text of a node config, naming what is wrong (with its line and column).
+    pub fn parse(text: &str) -> Result<NodeFile, String> {
+        let file: NodeFile = toml::from_str(text).map_err(|e| e.to_string())?;
+        file.prices.validate()?;
+        Ok(file)
+    }
+
+    /// The outbound transport's TLS options.
+    pub fn tls(&self) -> TlsOptions {
+        TlsOptions {
+            extra_ca_file: self.outbound.extra_ca_file.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_file_parses() {
+        let file = NodeFile::parse(
+            r#"
+            [outbound]
+            extra_ca_file = "ca.pem"
+            [prices."gpt-4o-mini"]
+            input_usd_per_mtok = 0.15
+            output_usd_per_mtok = 0.6
+            "#,
+        )
+        .unwrap();
+        assert_eq!(file.outbound.extra_ca_file, Some(PathBuf::from("ca.pem")));
+        assert!(file.prices.knows("gpt-4o-mini"));
+        assert_eq!(NodeFile::parse("").unwrap(), NodeFile::default());
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let unknown = NodeFile::parse("[outbound]\nextra_ca = \"x\"\n").unwrap_err();
+        assert!(unknown.contains("extra_ca") && unknown.contains("line 2"), "{unknown}");
+        let price = NodeFile::parse("[prices.m]\ninput_usd_per_mtok = -1\noutput_usd_per_mtok = 1\n")
+            .unwrap_err();
+        assert!(price.contains("input_usd_per_mtok"), "{price}");
+        let missing = NodeFile::parse("[prices.m]\ninput_usd_per_mtok = 1\n").unwrap_err();
+        assert!(missing.contains("output_usd_per_mtok"), "{missing}");
+    }
+
+    #[test]
+    fn a_relative_ca_path_is_taken_from_the_file_directory() {
+        let dir = std::env::temp_dir().join(format!("vigil-node-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("vigil.toml");
+        std::fs::write(&path, "[outbound]\nextra_ca_file = \"ca.pem\"\n").unwrap();
+        let file = NodeFile::load(&path).unwrap();
+        assert_eq!(file.tls().extra_ca_file, Some(dir.join("ca.pem")));
+        let missing = NodeFile::load(&dir.join("absent.toml")).unwrap_err();
+        assert!(missing.to_string().contains("absent.toml"), "{missing}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
