@@ -28,6 +28,8 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::engine::usage::MicroUsd;
+
 use crate::engine::agent::{AgentId, AgentSpec, AgentStatus};
 use crate::engine::tenant::{validate_name, DEFAULT_TENANT, TENANT_NAME_CHARS_MAX};
 use crate::node::TenantToken;
@@ -52,6 +54,8 @@ pub struct FleetTenant {
     /// Environment variable holding the tenant's operator token. Required except for `default`,
     /// which otherwise keeps (or is given) a generated token.
     pub operator_token_env: Option<String>,
+    /// The most the tenant's agents together may spend on model calls per UTC day.
+    pub daily_budget_usd: Option<MicroUsd>,
     pub agents: Vec<AgentSpec>,
 }
 
@@ -110,6 +114,8 @@ struct TenantShape {
     #[serde(default)]
     operator_token_env: Option<String>,
     #[serde(default)]
+    daily_budget_usd: Option<MicroUsd>,
+    #[serde(default)]
     agents: Vec<AgentSpec>,
 }
 
@@ -163,6 +169,7 @@ impl Fleet {
             tenants.push(FleetTenant {
                 name: DEFAULT_TENANT.to_string(),
                 operator_token_env: None,
+                daily_budget_usd: None,
                 agents: shape.agents,
             });
         }
@@ -170,6 +177,7 @@ impl Fleet {
             tenants.push(FleetTenant {
                 name: entry.name,
                 operator_token_env: entry.operator_token_env,
+                daily_budget_usd: entry.daily_budget_usd,
                 agents: entry.agents,
             });
         }
@@ -186,6 +194,7 @@ impl Fleet {
                         .operator_token_env
                         .take()
                         .or(tenant.operator_token_env);
+                    default.daily_budget_usd = default.daily_budget_usd.or(tenant.daily_budget_usd);
                 }
                 None => merged.push(tenant),
             }
@@ -348,6 +357,13 @@ impl Fleet {
                 let token = shell.new_operator_token();
                 shell.ensure_tenant(&tenant.name, &token)?;
                 applied.generated_tokens.push((tenant.name.clone(), token));
+            }
+            let known = shell.engine().tenants().any(|t| t.name == tenant.name);
+            if known {
+                shell.execute(crate::engine::Command::SetTenantBudget {
+                    tenant: tenant.name.clone(),
+                    daily_budget_usd: tenant.daily_budget_usd,
+                })?;
             }
             for spec in &tenant.agents {
                 let existing = shell
@@ -618,5 +634,16 @@ time_zone = "Europe/Paris"
             .join("\n");
         let with_llm = parse(&format!("{}\n{uncommented}\n", &text[..start])).unwrap();
         assert_eq!(with_llm.agent_count(), plain.agent_count() + 1);
+    }
+
+    #[test]
+    fn a_tenant_may_carry_a_daily_budget() {
+        let fleet = parse("[[tenants]]\nname = \"default\"\ndaily_budget_usd = 2.5\n").unwrap();
+        assert_eq!(
+            fleet.tenants[0].daily_budget_usd,
+            Some(crate::engine::usage::MicroUsd(2_500_000))
+        );
+        let negative = parse("[[tenants]]\nname = \"default\"\ndaily_budget_usd = -1\n");
+        assert!(negative.is_err());
     }
 }

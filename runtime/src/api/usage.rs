@@ -10,6 +10,7 @@ use super::error::ApiError;
 use crate::engine::agent::AgentId;
 use crate::engine::daily_cap::LocalDay;
 use crate::engine::history::HistoryMessage;
+use crate::engine::tenant::TENANT_BUDGET_TIME_ZONE;
 use crate::engine::usage::Usage;
 
 /// `GET /v1/agents/{id}/history`.
@@ -60,6 +61,12 @@ pub struct TenantUsage {
     /// Sum of the agents' `today` (each on its own local day).
     pub today: Usage,
     pub total: Usage,
+    /// The tenant's own daily budget (UTC days), its spend today and what is left.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub daily_budget_usd: Option<f64>,
+    pub today_utc: Usage,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget_left_usd: Option<f64>,
     pub agents: Vec<AgentUsage>,
 }
 
@@ -68,10 +75,18 @@ pub async fn tenant(caller: Caller) -> Result<Json<TenantUsage>, ApiError> {
     let tenant = caller.operator()?;
     let engine = caller.shell.engine();
     let now_ms = caller.shell.clock().wall_now_ms();
+    let record = engine
+        .tenants()
+        .find(|t| t.name == tenant)
+        .ok_or_else(|| ApiError::not_found("no such tenant"))?;
+    let utc_today = LocalDay::of(now_ms, TENANT_BUDGET_TIME_ZONE);
     let mut answer = TenantUsage {
         tenant: tenant.to_string(),
         today: Usage::default(),
         total: Usage::default(),
+        daily_budget_usd: record.daily_budget_usd.map(|b| b.usd()),
+        today_utc: record.day_spend.on(record.day_spend.day_for(utc_today)),
+        budget_left_usd: record.budget_left(now_ms).map(|m| m as f64 / 1e6),
         agents: Vec::new(),
     };
     for agent in engine.agents().filter(|a| a.tenant == tenant) {

@@ -112,7 +112,7 @@ impl Coordinator {
             if self.daily_cap_reached(now_ms, self.queue.len() as u32) {
                 return Some(RefusalReason::DailyCap);
             }
-            if self.budget_spent(now_ms) {
+            if self.budget_spent(draft) {
                 return Some(RefusalReason::Budget);
             }
             let full = self.queue.len() >= self.agent.spec.limits.queued_runs_max;
@@ -594,12 +594,13 @@ impl Coordinator {
         self.agent.day_spend.on(day).cost_micro_usd
     }
 
-    /// Whether the agent's daily budget is spent.
-    fn budget_spent(&self, now_ms: u64) -> bool {
-        usage::budget_spent(
-            self.agent.spec.limits.daily_budget_usd,
-            self.spent_today(now_ms),
-        )
+    /// Whether the agent's daily budget, or its tenant's, is spent.
+    fn budget_spent(&self, draft: &Draft) -> bool {
+        draft.tenant_budget_spent(&self.agent.tenant)
+            || usage::budget_spent(
+                self.agent.spec.limits.daily_budget_usd,
+                self.spent_today(draft.now_ms()),
+            )
     }
 
     /// Starts the first queued run if the agent is active and nothing runs (invariant 1). A
@@ -642,7 +643,7 @@ impl Coordinator {
                 self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "daily_cap"));
                 continue;
             }
-            if self.budget_spent(now_ms) {
+            if self.budget_spent(draft) {
                 self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "budget"));
                 continue;
             }
@@ -673,6 +674,7 @@ impl Coordinator {
         match &event.kind {
             EventKind::TenantCreated { .. }
             | EventKind::OperatorTokenSet { .. }
+            | EventKind::TenantBudgetSet { .. }
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }

@@ -1,7 +1,10 @@
 //! A decision in progress: the events decided so far, numbered after the log's head, with the
 //! identifiers they have taken.
 
+use std::collections::BTreeSet;
+
 use super::coordinator::Coordinator;
+use super::tenant::TenantName;
 use super::event::{Event, EventKind};
 use super::run::RunId;
 use super::wakeup::WakeupId;
@@ -15,6 +18,8 @@ pub struct Draft {
     next_wakeup: u64,
     next_run: u64,
     events: Vec<Event>,
+    /// Tenants whose daily budget is spent at `now_ms` (decided once per command).
+    budget_spent_tenants: BTreeSet<TenantName>,
 }
 
 impl Draft {
@@ -25,7 +30,19 @@ impl Draft {
             next_wakeup,
             next_run,
             events: Vec::new(),
+            budget_spent_tenants: BTreeSet::new(),
         }
+    }
+
+    /// Marks the tenants whose budget is spent at this decision's instant.
+    pub(super) fn with_spent_tenants(mut self, tenants: BTreeSet<TenantName>) -> Self {
+        self.budget_spent_tenants = tenants;
+        self
+    }
+
+    /// Whether `tenant`'s daily budget is spent at this decision's instant.
+    pub fn tenant_budget_spent(&self, tenant: &str) -> bool {
+        self.budget_spent_tenants.contains(tenant)
     }
 
     /// The wall time the decision is made at.

@@ -8,7 +8,7 @@ use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
 use super::run::{RunId, RunReport, RunStatus, StopReason};
-use super::usage::Usage;
+use super::usage::{MicroUsd, Usage};
 use super::tenant::{TenantName, TokenHash};
 use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
 
@@ -140,6 +140,11 @@ pub enum EventKind {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         report: Option<Box<RunReport>>,
     },
+    /// The tenant's daily budget was set (or removed).
+    TenantBudgetSet {
+        #[serde(default)]
+        daily_budget_usd: Option<MicroUsd>,
+    },
     /// A running run's model call was made and cost this much. Recorded per call, while the
     /// run goes on, so the daily budget sees spend before the run ends and a crash mid-run
     /// loses no spend already made.
@@ -204,6 +209,7 @@ impl EventKind {
         match self {
             EventKind::TenantCreated { .. } => "tenant_created",
             EventKind::OperatorTokenSet { .. } => "operator_token_set",
+            EventKind::TenantBudgetSet { .. } => "tenant_budget_set",
             EventKind::AgentCreated { .. } => "agent_created",
             EventKind::AgentPaused { .. } => "agent_paused",
             EventKind::AgentResumed { .. } => "agent_resumed",
@@ -230,7 +236,9 @@ impl EventKind {
     /// The agent the fact is about, if it is about one.
     pub fn agent(&self) -> Option<AgentId> {
         match self {
-            EventKind::TenantCreated { .. } | EventKind::OperatorTokenSet { .. } => None,
+            EventKind::TenantCreated { .. }
+            | EventKind::OperatorTokenSet { .. }
+            | EventKind::TenantBudgetSet { .. } => None,
             EventKind::AgentCreated { agent, .. }
             | EventKind::AgentPaused { agent, .. }
             | EventKind::AgentResumed { agent }

@@ -101,6 +101,11 @@ pub enum Command {
         run: RunId,
         end: RunEnd,
     },
+    /// Sets (or removes) a tenant's daily budget.
+    SetTenantBudget {
+        tenant: TenantName,
+        daily_budget_usd: Option<usage::MicroUsd>,
+    },
     /// The executor reports one model call of a running run and its usage.
     RecordUsage {
         run: RunId,
@@ -249,8 +254,19 @@ impl Engine {
     /// The events `command` implies at wall time `now_ms`, numbered after the last applied event.
     /// Pure: the engine is unchanged until the shell applies what it persisted.
     pub fn decide(&self, command: &Command, now_ms: u64) -> Result<Decision, Refusal> {
-        let mut draft = Draft::new(now_ms, self.last_seq, self.next_wakeup, self.next_run);
+        let spent: BTreeSet<TenantName> = self
+            .tenants
+            .values()
+            .filter(|t| t.budget_left(now_ms) == Some(0))
+            .map(|t| t.name.clone())
+            .collect();
+        let mut draft = Draft::new(now_ms, self.last_seq, self.next_wakeup, self.next_run)
+            .with_spent_tenants(spent);
         match command {
+            Command::SetTenantBudget {
+                tenant,
+                daily_budget_usd,
+            } => self.decide_tenant_budget(&mut draft, tenant, *daily_budget_usd)?,
             Command::EnsureTenant {
                 tenant,
                 operator_token_hash,
@@ -424,6 +440,50 @@ impl Engine {
         Ok(&self.agents[agent])
     }
 
+    fn decide_tenant_budget(
+        &self,
+        draft: &mut Draft,
+        tenant: &str,
+        daily_budget_usd: Option<usage::MicroUsd>,
+    ) -> Result<(), Refusal> {
+        let current = self
+            .tenants
+            .get(tenant)
+            .ok_or_else(|| Refusal::UnknownTenant(tenant.to_string()))?;
+        let max = usage::DAILY_BUDGET_USD_MAX * usage::MICRO_USD_PER_USD;
+        if daily_budget_usd.is_some_and(|b| b.0 > max) {
+            return Err(Refusal::InvalidField(FieldError::new(
+                "daily_budget_usd",
+                format!(
+                    "a tenant's daily_budget_usd must be between 0 and {} dollars",
+                    usage::DAILY_BUDGET_USD_MAX
+                ),
+            )));
+        }
+        if current.daily_budget_usd != daily_budget_usd {
+            draft.emit_global(
+                tenant.to_string(),
+                EventKind::TenantBudgetSet { daily_budget_usd },
+            );
+        }
+        Ok(())
+    }
+
+    /// Micro-dollars the owner of `run` may still spend today: the smaller of the agent's
+    /// budget left and its tenant's (`None`: neither has a budget).
+    pub fn budget_left(&self, run: RunId, now_ms: u64) -> Option<u64> {
+        let state = self.owner(run).ok()?;
+        let agent = state.budget_left(now_ms);
+        let tenant = self
+            .tenants
+            .get(&state.agent().tenant)
+            .and_then(|t| t.budget_left(now_ms));
+        match (agent, tenant) {
+            (Some(a), Some(t)) => Some(a.min(t)),
+            (a, t) => a.or(t),
+        }
+    }
+
     fn decide_tenant(
         &self,
         draft: &mut Draft,
@@ -517,6 +577,8 @@ impl Engine {
                 let tenant = Tenant {
                     name: event.tenant.clone(),
                     operator_token_hash: operator_token_hash.clone(),
+                    daily_budget_usd: None,
+                    day_spend: usage::DaySpend::default(),
                 };
                 assert!(
                     self.tenants.insert(event.tenant.clone(), tenant).is_none(),
@@ -545,6 +607,13 @@ impl Engine {
                         tenant: event.tenant.clone(),
                     },
                 );
+            }
+            EventKind::TenantBudgetSet { daily_budget_usd } => {
+                let tenant = self
+                    .tenants
+                    .get_mut(&event.tenant)
+                    .expect("budget set for a known tenant");
+                tenant.daily_budget_usd = *daily_budget_usd;
             }
             EventKind::AgentCreated {
                 agent,
@@ -607,6 +676,15 @@ impl Engine {
                     self.run_owner.remove(&evicted);
                 }
                 match kind {
+                    EventKind::UsageRecorded { usage, .. } => {
+                        let tenant = self
+                            .tenants
+                            .get_mut(&event.tenant)
+                            .expect("usage of a known tenant");
+                        let today = daily_cap::LocalDay::of(event.at_ms, tenant::TENANT_BUDGET_TIME_ZONE);
+                        let day = tenant.day_spend.day_for(today);
+                        tenant.day_spend.count(day, usage);
+                    }
                     EventKind::WakeupQueued { wakeup, run, .. } => {
                         self.run_owner.insert(*run, agent);
                         self.next_run = self.next_run.max(run.0 + 1);

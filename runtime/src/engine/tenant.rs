@@ -2,6 +2,8 @@
 //! operator or one agent. The engine keeps only hashes of tokens; the tokens themselves are
 //! shown once and never written down by the runtime.
 
+use super::daily_cap::LocalDay;
+use super::usage::{DaySpend, MicroUsd};
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, FieldError};
@@ -53,6 +55,23 @@ impl Principal {
 pub struct Tenant {
     pub name: TenantName,
     pub operator_token_hash: TokenHash,
+    /// The most the tenant's agents together may spend on model calls per UTC day.
+    pub daily_budget_usd: Option<MicroUsd>,
+    /// The tenant's model usage on the latest UTC day that saw any.
+    pub day_spend: DaySpend,
+}
+
+/// The time zone of a tenant's budget day: one day for agents in every zone.
+pub const TENANT_BUDGET_TIME_ZONE: &str = "UTC";
+
+impl Tenant {
+    /// Micro-dollars the tenant may still spend today (`None`: no budget).
+    pub fn budget_left(&self, now_ms: u64) -> Option<u64> {
+        let budget = self.daily_budget_usd?;
+        let today = LocalDay::of(now_ms, TENANT_BUDGET_TIME_ZONE);
+        let spent = self.day_spend.on(self.day_spend.day_for(today)).cost_micro_usd;
+        Some(budget.0.saturating_sub(spent))
+    }
 }
 
 /// Checks a name of 1..=`chars_max` characters of `[A-Za-z0-9._-]`.

@@ -1283,3 +1283,178 @@ fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
     );
     assert_eq!(unknown.unwrap_err(), Refusal::UnknownAgent(AgentId(99)));
 }
+
+fn usage_costing(cost_micro_usd: u64) -> super::usage::Usage {
+    super::usage::Usage {
+        llm_calls: 1,
+        input_tokens: 10,
+        output_tokens: 5,
+        cost_micro_usd,
+        ..Default::default()
+    }
+}
+
+fn running_run(engine: &mut Engine, agent: AgentId, now_ms: u64) -> RunId {
+    match outcome(&wake(engine, agent, WakeupSource::OnDemand, None, now_ms)) {
+        WakeupOutcome::Queued { run } => run,
+        other => panic!("expected a queued run, got {other:?}"),
+    }
+}
+
+fn record_usage(engine: &mut Engine, run_id: RunId, cost: u64, now_ms: u64) -> Decision {
+    run(
+        engine,
+        Command::RecordUsage {
+            run: run_id,
+            usage: usage_costing(cost),
+        },
+        now_ms,
+    )
+}
+
+#[test]
+fn a_pause_asked_from_inside_a_run_ends_it_succeeded_in_the_same_decision() {
+    let mut engine = with_tenant();
+    let agent = create(&mut engine, "a", Some(60_000), 0);
+    let run_id = running_run(&mut engine, agent, 1_000);
+    let report = super::run::RunReport {
+        pause_minutes: Some(5),
+        history_append: vec![super::history::HistoryMessage::new(
+            super::history::Role::Assistant,
+            "resting",
+        )],
+        ..Default::default()
+    };
+    let end = RunEnd::new(RunStatus::Succeeded, "rest")
+        .stopped(super::run::StopReason::PauseHeartbeats)
+        .with_report(report);
+    let decision = run(&mut engine, Command::FinishRun { run: run_id, end }, 2_000);
+    assert_eq!(types(&decision.events), ["run_finished", "agent_paused"]);
+    let state = engine.agent_state(agent).unwrap();
+    assert_eq!(engine.run(run_id).unwrap().status, RunStatus::Succeeded, "the run is not cancelled");
+    assert_eq!(state.agent().paused_until_ms, Some(2_000 + 5 * 60_000));
+    assert_eq!(state.history().messages().len(), 1);
+    // A failed run's pause request is not honoured: only a run that succeeded rested.
+    let other = create(&mut engine, "b", None, 3_000);
+    let failed_run = running_run(&mut engine, other, 3_000);
+    let end = RunEnd::new(RunStatus::Failed, "x").with_report(super::run::RunReport {
+        pause_minutes: Some(5),
+        ..Default::default()
+    });
+    let decision = run(&mut engine, Command::FinishRun { run: failed_run, end }, 4_000);
+    assert_eq!(types(&decision.events), ["run_finished"]);
+}
+
+#[test]
+fn an_agents_budget_refuses_wakeups_once_spent_and_a_new_local_day_starts_afresh() {
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("a", None);
+    spec.limits.daily_budget_usd = Some(super::usage::MicroUsd(100));
+    let agent = create_with(&mut engine, spec, 0);
+    let run_id = running_run(&mut engine, agent, 1_000);
+    let recorded = record_usage(&mut engine, run_id, 99, 1_000);
+    assert_eq!(types(&recorded.events), ["usage_recorded"]);
+    assert_eq!(engine.budget_left(run_id, 1_000), Some(1));
+    record_usage(&mut engine, run_id, 50, 1_000);
+    assert_eq!(engine.budget_left(run_id, 1_000), Some(0), "spent, never negative");
+    assert_eq!(engine.run(run_id).unwrap().usage.cost_micro_usd, 149);
+    finish(&mut engine, run_id, 2_000);
+    let refused = wake(&mut engine, agent, WakeupSource::OnDemand, None, 3_000);
+    assert_eq!(
+        outcome(&refused),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Budget
+        }
+    );
+    const DAY_MS: u64 = 86_400_000;
+    assert!(matches!(
+        outcome(&wake(&mut engine, agent, WakeupSource::OnDemand, None, DAY_MS)),
+        WakeupOutcome::Queued { .. }
+    ));
+}
+
+#[test]
+fn a_tenants_budget_is_shared_by_its_agents() {
+    let mut engine = with_tenant();
+    run(
+        &mut engine,
+        Command::SetTenantBudget {
+            tenant: "t".into(),
+            daily_budget_usd: Some(super::usage::MicroUsd(100)),
+        },
+        0,
+    );
+    let spender = create(&mut engine, "spender", None, 0);
+    let other = create(&mut engine, "other", None, 0);
+    let run_id = running_run(&mut engine, spender, 1_000);
+    record_usage(&mut engine, run_id, 100, 1_000);
+    assert_eq!(engine.budget_left(run_id, 1_000), Some(0));
+    assert_eq!(
+        outcome(&wake(&mut engine, other, WakeupSource::OnDemand, None, 2_000)),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Budget
+        },
+        "another agent of the tenant is refused too"
+    );
+    // Setting the same budget again records nothing; an unknown tenant is refused.
+    let same = engine.decide(
+        &Command::SetTenantBudget {
+            tenant: "t".into(),
+            daily_budget_usd: Some(super::usage::MicroUsd(100)),
+        },
+        3_000,
+    );
+    assert!(same.unwrap().events.is_empty());
+    assert!(engine
+        .decide(
+            &Command::SetTenantBudget {
+                tenant: "nobody".into(),
+                daily_budget_usd: None,
+            },
+            3_000,
+        )
+        .is_err());
+}
+
+#[test]
+fn usage_is_refused_for_a_run_that_is_not_running() {
+    let mut engine = with_tenant();
+    let agent = create(&mut engine, "a", None, 0);
+    let run_id = running_run(&mut engine, agent, 1_000);
+    finish(&mut engine, run_id, 2_000);
+    let refused = engine.decide(
+        &Command::RecordUsage {
+            run: run_id,
+            usage: usage_costing(1),
+        },
+        3_000,
+    );
+    assert!(matches!(refused, Err(Refusal::RunNotRunning(_))), "{refused:?}");
+}
+
+#[test]
+fn a_ghost_run_leaves_the_history_byte_identical() {
+    let mut engine = with_tenant();
+    let agent = create(&mut engine, "a", None, 0);
+    let first = running_run(&mut engine, agent, 1_000);
+    let report = super::run::RunReport {
+        history_append: vec![
+            super::history::HistoryMessage::new(super::history::Role::User, "wake"),
+            super::history::HistoryMessage::new(super::history::Role::Assistant, "did it"),
+        ],
+        ..Default::default()
+    };
+    let end = RunEnd::new(RunStatus::Succeeded, "ok").with_report(report);
+    run(&mut engine, Command::FinishRun { run: first, end }, 2_000);
+    let before = engine.agent_state(agent).unwrap().history().hash();
+    let ghost = running_run(&mut engine, agent, 3_000);
+    let end = RunEnd::new(RunStatus::Succeeded, "ghost")
+        .stopped(super::run::StopReason::Ghost)
+        .with_report(super::run::RunReport::default());
+    run(&mut engine, Command::FinishRun { run: ghost, end }, 4_000);
+    assert_eq!(engine.agent_state(agent).unwrap().history().hash(), before);
+    assert_eq!(
+        engine.run(ghost).unwrap().stop_reason,
+        Some(super::run::StopReason::Ghost)
+    );
+}

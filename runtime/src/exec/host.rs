@@ -60,10 +60,8 @@ impl RunHost for ShellHost {
         self.shell
             .execute(Command::RecordUsage { run, usage })
             .map_err(|error| error.to_string())?;
-        let engine = self.shell.engine();
         let now_ms = self.shell.clock().wall_now_ms();
-        let owner = engine.owner_of(run).ok_or("the run is gone")?;
-        Ok(owner.budget_left(now_ms))
+        Ok(self.shell.engine().budget_left(run, now_ms))
     }
 
     fn poster(&self) -> Arc<dyn Poster> {

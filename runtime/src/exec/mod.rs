@@ -82,7 +82,7 @@ impl Executor {
                         reason: started.reason.clone(),
                         payload: started.payload.clone(),
                         history: state.history().messages().cloned().collect(),
-                        budget_left_micro_usd: state.budget_left(event.at_ms),
+                        budget_left_micro_usd: engine.budget_left(*run, event.at_ms),
                         daily_cap_remaining,
                         started_at_ms: event.at_ms,
                         time_zone: spec.time_zone.clone(),
