@@ -305,4 +305,18 @@ mod tests {
         assert_eq!(parsed.api, WireShape::Anthropic);
         assert_eq!(parsed.max_iterations, MAX_ITERATIONS_DEFAULT);
     }
+
+    /// The step-by-step guide's agent spec is a valid agent: the guide cannot drift.
+    #[test]
+    fn the_guides_agent_in_docs_agents_md_validates() {
+        let doc = include_str!("../../../docs/agents.md");
+        let start = doc.find("cat > scout.toml <<'TOML'").expect("the guide's spec");
+        let body = &doc[start..];
+        let body = &body[body.find('\n').unwrap() + 1..body.find("\n   TOML").unwrap()];
+        let text: String = body.lines().map(|l| l.strip_prefix("   ").unwrap_or(l)).collect::<Vec<_>>().join("\n");
+        let spec: crate::engine::agent::AgentSpec = toml::from_str(&text).unwrap();
+        spec.validate().unwrap();
+        assert!(matches!(spec.adapter, crate::engine::agent::AdapterSpec::Llm(_)));
+        assert!(spec.limits.daily_budget_usd.is_some());
+    }
 }
