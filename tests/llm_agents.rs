@@ -31,6 +31,7 @@ use tokio_rustls::TlsAcceptor;
 use vigil::api::client::ApiClient;
 use vigil::exec::host::RunServices;
 use vigil::exec::pricing::{ModelPrice, PriceTable};
+use vigil::exec::tools::TOOL_ERROR_OUTPUT_CHARS_MAX;
 use vigil::io::clock::Clock;
 use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
@@ -498,12 +499,21 @@ async fn tool_answer(path: &str, body: &Value) -> (StatusCode, String) {
             StatusCode::OK,
             format!("your key is {API_KEY}, keep it safe"),
         ),
+        "/leakcut" => (StatusCode::INTERNAL_SERVER_ERROR, key_across_the_tool_cut()),
         "/leak500" => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("denied for key {API_KEY}"),
         ),
         _ => (StatusCode::NOT_FOUND, "no such tool".into()),
     }
+}
+
+/// An error body that puts the key across the cut of a tool's error output (its first
+/// [`KEY_FRAGMENT_CHARS`] characters before the cut, the rest after).
+fn key_across_the_tool_cut() -> String {
+    let prefix = "tool leakcut answered HTTP 500: ".chars().count();
+    let padding = TOOL_ERROR_OUTPUT_CHARS_MAX - KEY_FRAGMENT_CHARS - prefix;
+    format!("{}{API_KEY}", "y".repeat(padding))
 }
 
 // ---- the node -------------------------------------------------------------------------------------
@@ -1198,15 +1208,24 @@ async fn the_api_key_appears_nowhere_but_in_the_provider_header(shape: Shape) {
     let world = World::new("secret", shape);
     let (provider, tools) = (Provider::start(&world.ca).await, Tools::start().await);
     let Running { node, api } = world.node().await;
-    let leaky = vec![tools.spec("leak", 10_000), tools.spec("leak500", 10_000)];
+    let names = ["leak", "leak500", "leakcut"];
+    let leaky = names.iter().map(|name| tools.spec(name, 10_000)).collect();
     let agent = create(&api, llm_agent("leaky", shape, &provider.base_url(), leaky)).await;
     provider.push([
         shape.calls(&[("l1", "leak", json!({"q": "key?"}))]),
         shape.calls(&[("l2", "leak500", json!({"q": "key!"}))]),
+        shape.calls(&[("l3", "leakcut", json!({"q": "key…"}))]),
         shape.text(&format!("The tool told me the key: {API_KEY}.")),
     ]);
     let run = run_once(&api, agent, "find the key").await;
     assert_stopped(&run, "failed", "end_turn");
+    let results = shape.tool_results(&provider.seen()[3].body);
+    let cut = &results.iter().find(|r| r.id == "l3").unwrap().output;
+    // The body put the key across the cut of the tool's error output (the output is that long)...
+    let near_the_cut = TOOL_ERROR_OUTPUT_CHARS_MAX - KEY_FRAGMENT_CHARS;
+    assert!(cut.chars().count() >= near_the_cut, "{} chars", cut.len());
+    // ...and none of it reached the model: the body lost the key before it was cut.
+    assert_eq!(around(cut, &API_KEY[..KEY_FRAGMENT_CHARS]), None);
 
     // A 401 whose body echoes the key twice: whole, and cut by the error excerpt's bound.
     let padding = "x".repeat(200 - KEY_FRAGMENT_CHARS);
@@ -1217,9 +1236,9 @@ async fn the_api_key_appears_nowhere_but_in_the_provider_header(shape: Shape) {
     assert_stopped(&refused, "failed", "llm_error");
 
     let seen = provider.seen();
-    assert_eq!(seen.len(), 4);
+    assert_eq!(seen.len(), 5);
     seen.iter().for_each(|s| shape.assert_key_sent(s));
-    assert_eq!(tools.calls().len(), 2);
+    assert_eq!(tools.calls().len(), 3);
     let fragment = &API_KEY[..KEY_FRAGMENT_CHARS];
     let served = every_api_answer(&api).await;
     assert!(
