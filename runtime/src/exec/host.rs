@@ -12,6 +12,7 @@ use crate::net::{Endpoint, OutboundClient, OutboundError, OutboundHeader, Outbou
 use crate::engine::run::RunId;
 use crate::engine::usage::Usage;
 use crate::engine::Command;
+use crate::redact::Redactor;
 use crate::shell::Shell;
 
 /// Reads a secret by environment variable name.
@@ -114,12 +115,13 @@ impl Poster for OutboundClient {
     }
 }
 
-/// HTTP tools reach their URLs through the run's poster.
-pub struct PosterToolHttp(pub Arc<dyn Poster>);
+/// HTTP tools reach their URLs through the run's poster; answers come back with the run's
+/// secrets (its redactor's) taken out.
+pub struct PosterToolHttp(pub Arc<dyn Poster>, pub Redactor);
 
 impl ToolHttp for PosterToolHttp {
     fn post(&self, url: &str, body: serde_json::Value, timeout_ms: u64, response_bytes_max: u64) -> ToolHttpFuture {
-        let (poster, url) = (self.0.clone(), url.to_string());
+        let (poster, redactor, url) = (self.0.clone(), self.1.clone(), url.to_string());
         Box::pin(async move {
             let request = PostRequest {
                 base_url: &url,
@@ -132,11 +134,22 @@ impl ToolHttp for PosterToolHttp {
             match poster.post(request).await {
                 Ok(answer) => Ok(ToolHttpAnswer {
                     status: answer.status,
-                    body: answer.body,
+                    body: without_secrets(&redactor, answer.body),
                 }),
                 Err(PostError::Timeout { timeout_ms }) => Err(ToolHttpError::Timeout { timeout_ms }),
                 Err(error) => Err(ToolHttpError::Transport(error.to_string())),
             }
         })
+    }
+}
+
+/// `body` with `redactor`'s secrets taken out (unchanged, bytes and all, when it has none).
+/// Why: the toolbox cuts a tool's answer (an error's output, a body past `response_bytes_max`)
+/// before the transcript's redactor sees it, so a key echoed across the cut would survive as a
+/// fragment no redactor recognises, in the transcript and in the run's detail.
+fn without_secrets(redactor: &Redactor, body: bytes::Bytes) -> bytes::Bytes {
+    match redactor.redact(&String::from_utf8_lossy(&body)) {
+        std::borrow::Cow::Borrowed(_) => body,
+        std::borrow::Cow::Owned(clean) => bytes::Bytes::from(clean),
     }
 }

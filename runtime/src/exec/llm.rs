@@ -66,7 +66,8 @@ impl Adapter for Llm {
                 Ok(prompts) => prompts,
                 Err(error) => return not_started(error),
             };
-            let http = std::sync::Arc::new(PosterToolHttp(run.host.poster()));
+            let redactor = run.transcript.redactor().clone();
+            let http = std::sync::Arc::new(PosterToolHttp(run.host.poster(), redactor));
             let tools = match Toolbox::new(&spec.tools, http) {
                 Ok(tools) => tools,
                 Err(error) => return not_started(error.to_string()),

@@ -21,7 +21,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::breaker::FailureCause;
 use crate::engine::event::{Event, EventKind};
-use crate::engine::run::{RunEnd, RunId, RunStatus};
+use crate::engine::run::{RunEnd, RunId, RunReport, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
 use crate::engine::agent::AdapterSpec;
@@ -155,10 +155,16 @@ async fn execute(
             .await
         {
             Ok(outcome) => {
-                let mut end = RunEnd::new(outcome.status, outcome.detail);
+                // Why: the end is stored in the event log and served by the API, and its text
+                // can carry the run's API key (a failed tool's error body in the detail, a final
+                // answer echoing what a tool returned). The transcript's redactor cleans it as it
+                // cleans the stop line, before `RunEnd::new` cuts the detail (a cut key is no
+                // longer recognised).
+                let redactor = transcript.redactor();
+                let mut end = RunEnd::new(outcome.status, redactor.redact(&outcome.detail));
                 end.cause = outcome.cause;
                 end.stop_reason = outcome.stop_reason;
-                end.report = outcome.report.map(Box::new);
+                end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
                 end
             }
             // A run that never answers counts as a failed model call for the breaker.
@@ -185,3 +191,13 @@ async fn execute(
     }
 }
 
+/// `report` with the run's secrets taken out of its texts.
+fn redacted(mut report: RunReport, redactor: &Redactor) -> RunReport {
+    if let Some(excerpt) = report.answer_excerpt.as_mut() {
+        *excerpt = redactor.redact(excerpt).into_owned();
+    }
+    for message in &mut report.history_append {
+        message.text = redactor.redact(&message.text).into_owned();
+    }
+    report
+}

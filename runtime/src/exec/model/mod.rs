@@ -203,11 +203,26 @@ pub async fn call_model(
         }
         Err(PostError::Failed(error)) => return Err(ModelError::Unreachable(error)),
     };
-    refusal(&answer)?;
-    match spec.api {
-        WireShape::Openai => openai::answer(&answer.body),
-        WireShape::Anthropic => anthropic::answer(&answer.body),
+    // Why: an error's excerpt of the body is cut before the run's redactor sees it, so a key the
+    // provider echoed across the cut would survive as a fragment no redactor recognises (a 401
+    // body quoting the key is common). The key leaves the whole body before any excerpt is made.
+    let redactor = crate::redact::Redactor::new(api_key);
+    let without_key = || {
+        let text = String::from_utf8_lossy(&answer.body);
+        Bytes::from(redactor.redact(&text).into_owned())
+    };
+    if !(200..=299).contains(&answer.status) {
+        let body = without_key();
+        refusal(&PostAnswer {
+            body,
+            ..answer.clone()
+        })?;
     }
+    let parse = |body: &[u8]| match spec.api {
+        WireShape::Openai => openai::answer(body),
+        WireShape::Anthropic => anthropic::answer(body),
+    };
+    parse(&answer.body).map_err(|error| parse(&without_key()).err().unwrap_or(error))
 }
 
 /// The error an answer's status means, if it is not a success.
