@@ -22,6 +22,7 @@ use super::{CliError, Printed, Session};
 use crate::engine::agent::AgentStatus;
 use crate::engine::breaker::{BreakerState, FailureCause};
 use crate::engine::daily_cap::DayCount;
+use crate::engine::usage::{DaySpend, MicroUsd};
 use crate::engine::pause::PausedBy;
 
 /// Shortest time between two redraws (and the re-reads before them) of the live view.
@@ -77,6 +78,8 @@ pub struct SpecView {
 pub struct LimitsView {
     #[serde(default)]
     pub daily_cap: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub daily_budget_usd: Option<MicroUsd>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -111,6 +114,9 @@ pub struct AgentRow {
     pub paused_by: Option<PausedBy>,
     pub breaker: BreakerState,
     pub day_count: DayCount,
+    /// Model usage on the agent's latest counted local day (`None` from an older server).
+    #[serde(default)]
+    pub day_spend: DaySpend,
     pub runs_started: u64,
     pub spec: SpecView,
     /// Not the agent object's: the trigger of the latest `breaker_opened` seen for it.

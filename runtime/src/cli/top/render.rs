@@ -4,6 +4,7 @@
 use super::{ActiveRun, AgentRow, FleetSnapshot, Liveness, LivenessStatus};
 use crate::cli::format::{relative, span_seconds, time, Table};
 use crate::engine::agent::AgentStatus;
+use crate::engine::daily_cap::LocalDay;
 use crate::engine::breaker::{BreakerState, FailureCause};
 use crate::engine::pause::PausedBy;
 
@@ -11,9 +12,9 @@ use crate::engine::pause::PausedBy;
 /// columns off the screen. Agent names may have 64 characters.
 pub const NAME_CHARS_SHOWN_MAX: usize = 24;
 
-const COLUMNS: [&str; 11] = [
-    "ID", "NAME", "STATUS", "LIVENESS", "TIMER", "IDLE", "PAUSE", "BREAKER", "TODAY", "RUNS",
-    "ACTIVE",
+const COLUMNS: [&str; 12] = [
+    "ID", "NAME", "STATUS", "LIVENESS", "TIMER", "IDLE", "PAUSE", "BREAKER", "TODAY", "SPEND",
+    "RUNS", "ACTIVE",
 ];
 
 /// The header line, then the table: one row per agent, in the snapshot's order.
@@ -30,6 +31,7 @@ pub fn render_fleet(snapshot: &FleetSnapshot, now_ms: u64) -> Vec<String> {
             pause_cell(agent, now_ms),
             breaker_cell(agent, now_ms),
             cap_cell(agent, now_ms),
+            spend_cell(agent, now_ms),
             agent.runs_started.to_string(),
             active_cell(agent.active_run.as_ref(), now_ms),
         ]);
@@ -184,6 +186,23 @@ fn cap_cell(agent: &AgentRow, now_ms: u64) -> String {
     }
 }
 
+/// Today's model spend against the daily budget: `$0.12/$0.50`, `$0.12/-` without a budget,
+/// and `-` before the agent's first model call.
+fn spend_cell(agent: &AgentRow, now_ms: u64) -> String {
+    let Some(counted) = agent.day_spend.day else {
+        return "-".to_string();
+    };
+    let today = jiff::tz::TimeZone::get(&agent.spec.time_zone)
+        .ok()
+        .map_or(counted, |_| LocalDay::of(now_ms, &agent.spec.time_zone));
+    let spent = agent.day_spend.on(agent.day_spend.day_for(today)).cost_micro_usd;
+    let dollars = |micro: u64| format!("${:.2}", micro as f64 / 1e6);
+    match agent.spec.limits.daily_budget_usd {
+        Some(budget) => format!("{}/{}", dollars(spent), dollars(budget.0)),
+        None => format!("{}/-", dollars(spent)),
+    }
+}
+
 /// `run 7 for 12s`, or `-` when the agent runs nothing.
 fn active_cell(run: Option<&ActiveRun>, now_ms: u64) -> String {
     match run {
@@ -220,6 +239,7 @@ mod tests {
             paused_by: None,
             breaker: BreakerState::default(),
             day_count: DayCount::default(),
+            day_spend: Default::default(),
             runs_started: 0,
             spec: SpecView {
                 time_zone: "UTC".into(),
@@ -256,9 +276,9 @@ mod tests {
             lines,
             [
                 "server http://127.0.0.1:7070  tenant default  agents 2  online -  offline -  last seq 57  2026-11-22T14:15:21Z",
-                "ID  NAME    STATUS  LIVENESS  TIMER     IDLE  PAUSE                     BREAKER  TODAY  RUNS  ACTIVE",
-                "1   scout   active  -         in 4m10s  -     -                         closed   0/-    12    -",
-                "12  triage  paused  -         -         -     until resumed (operator)  closed   0/-    0     -",
+                "ID  NAME    STATUS  LIVENESS  TIMER     IDLE  PAUSE                     BREAKER  TODAY  SPEND  RUNS  ACTIVE",
+                "1   scout   active  -         in 4m10s  -     -                         closed   0/-    -      12    -",
+                "12  triage  paused  -         -         -     until resumed (operator)  closed   0/-    -      0     -",
             ]
         );
     }
@@ -376,5 +396,22 @@ mod tests {
             started_at_ms: Some(NOW_MS - 12_400),
         };
         assert_eq!(active_cell(Some(&run), NOW_MS), "run 7 for 12s");
+    }
+
+    #[test]
+    fn spend_shows_todays_cost_against_the_budget() {
+        let mut a = agent(1, "a");
+        assert_eq!(spend_cell(&a, 0), "-", "no model call yet");
+        a.day_spend = crate::engine::usage::DaySpend {
+            day: Some(LocalDay(0)),
+            usage: crate::engine::usage::Usage {
+                cost_micro_usd: 125_000,
+                ..Default::default()
+            },
+        };
+        assert_eq!(spend_cell(&a, 1_000), "$0.12/-");
+        a.spec.limits.daily_budget_usd = Some(crate::engine::usage::MicroUsd(500_000));
+        assert_eq!(spend_cell(&a, 1_000), "$0.12/$0.50");
+        assert_eq!(spend_cell(&a, 86_400_000), "$0.00/$0.50", "a new day starts at zero");
     }
 }
