@@ -377,6 +377,20 @@ async fn run_node(
                     },
                 );
             }
+            // The oracle must know which events share a run end's commit (a rest asked from
+            // inside a run is durable exactly with the run's end); marked only after commits
+            // that hold an agent loop's report, so other traces read as they always have.
+            if let (Some(first), Some(last)) = (events.first(), events.last()) {
+                if events.iter().any(ends_with_report) {
+                    recorder.record(
+                        name,
+                        TraceEvent::CommitEnd {
+                            first_seq: first.seq,
+                            last_seq: last.seq,
+                        },
+                    );
+                }
+            }
         })
     };
     let config = NodeConfig {
@@ -433,6 +447,17 @@ async fn run_node(
             },
         ),
     }
+}
+
+/// Whether `event` ends a run with an agent loop's report.
+pub fn ends_with_report(event: &Event) -> bool {
+    matches!(
+        &event.kind,
+        vigil::engine::event::EventKind::RunFinished {
+            report: Some(_),
+            ..
+        }
+    )
 }
 
 /// Records what the node recovered (the whole log it replayed from its disk), before start-up

@@ -7,12 +7,12 @@ pub mod check;
 pub mod clock;
 pub mod disk;
 pub mod recorder;
+pub mod provider;
 pub mod run_faults;
+pub mod tool_server;
 pub mod trace;
 
 #[cfg(madsim)]
 pub mod harness;
-#[cfg(madsim)]
-pub mod provider;
 #[cfg(madsim)]
 pub mod workload;
