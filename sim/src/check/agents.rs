@@ -474,7 +474,7 @@ mod tests {
         let mut oracle = self::oracle();
         oracle.committed(&usage(1, 10 * day_ms, 1, 130)).unwrap();
         oracle.committed(&usage(2, 11 * day_ms, 1, 90)).unwrap();
-        oracle.committed(&usage(3, 10 * day_ms + 5, 1, 5)).unwrap();
+        oracle.committed(&usage(3, 10 * day_ms + 5, 1, 10)).unwrap();
         let err = oracle.committed(&usage(4, 10 * day_ms + 6, 1, 5)).unwrap_err();
         assert_eq!(err.invariant, "budget_overshoot_bounded");
     }

@@ -380,6 +380,8 @@ mod tests {
             status,
             detail: detail.into(),
             cause: None,
+            stop_reason: None,
+            report: None,
         })
     }
 
