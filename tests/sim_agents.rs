@@ -24,7 +24,7 @@ use vigil_world::check::Checker;
 use vigil_world::trace::{ModelReply, ToolOutcome, TraceEvent, TraceRecord, WireApi};
 
 const HEART_FLEET_SEEDS: u64 = 500;
-const TOOL_LOOP_SEEDS: u64 = 500;
+const TOOL_LOOP_SEEDS: u64 = 200;
 /// The seed whose whole day is run for the paper's figures.
 const PINNED_DAY_SEED: u64 = 1;
 
@@ -34,7 +34,7 @@ fn heart_fleet_2h_passes_500_seeds() {
 }
 
 #[test]
-fn tool_loop_passes_500_seeds() {
+fn tool_loop_passes_200_seeds() {
     sim_support::sweep_passes("tool_loop", TOOL_LOOP_SEEDS);
 }
 

@@ -479,6 +479,18 @@ fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
     );
 }
 
+/// Initializes, outside any simulation, the process-wide state that libraries the runtime uses
+/// seed from OS randomness on first use. Inside a madsim runtime that first use would draw from
+/// the seed's own random stream (madsim answers `getrandom` from it), in the first run of a
+/// process only, so a seed run twice in one process would give two traces. Known: `jsonschema`
+/// (through `ahash`'s process-wide seeds), used for tool schemas on every `llm` run.
+fn warm_process_globals() {
+    let schema = vigil::engine::tool_spec::pause_heartbeats_def().parameters;
+    let validator = vigil::engine::tool_spec::compile_parameters(&schema)
+        .expect("the built-in schema compiles");
+    let _ = validator.is_valid(&serde_json::json!({ "minutes": 5 }));
+}
+
 /// What one simulated run produced.
 #[derive(Debug, Clone)]
 pub struct RunResult {
@@ -502,6 +514,7 @@ where
         .name(format!("seed-{seed}"))
         .stack_size(SEED_THREAD_STACK_BYTES)
         .spawn(move || {
+            warm_process_globals();
             let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
             runtime.set_time_limit(time_limit);
             let recorder = Recorder::new(elapsed);
