@@ -6,7 +6,8 @@
 //! Seed counts (docs/simulation.md, "How long it takes"): a whole `heart_fleet` day costs about
 //! 5.5 s of one core per seed, so 500 of them would take over 20 minutes on CI's 2 cores; the
 //! sweep runs the same fleet for 2 hours (`heart_fleet_2h`, about 0.4 s a seed) and one pinned
-//! seed runs the day. `tool_loop` costs about 1 s a seed.
+//! seed runs the day. `tool_loop` costs about 1 s a seed, so it sweeps 200 (500 would add
+//! about 4 minutes more on 2 cores).
 #![cfg(madsim)]
 
 mod sim_support;
@@ -41,17 +42,34 @@ fn tool_loop_passes_200_seeds() {
 #[test]
 fn a_whole_heart_fleet_day_passes_and_comes_out_near_the_papers_figures() {
     let outcome = run_seed(find("heart_fleet").expect("scenario"), PINNED_DAY_SEED);
-    assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+    assert!(
+        outcome.passed(),
+        "{}",
+        outcome.failure_report().unwrap_or_default()
+    );
     let figures = FleetFigures::from_trace(&outcome.records);
     println!("{}", figures.table());
     assert_eq!(figures.agents, 75);
     let ghost_rate = figures.ghost_runs as f64 / figures.routine_runs_answered as f64;
-    assert!((0.72..0.84).contains(&ghost_rate), "ghost rate {ghost_rate}");
+    assert!(
+        (0.72..0.84).contains(&ghost_rate),
+        "ghost rate {ghost_rate}"
+    );
     // 48 scheduled runs a day at most (the cap) and a few extra calls for tools.
     let per_agent_day = figures.model_calls as f64 / 75.0;
-    assert!((35.0..80.0).contains(&per_agent_day), "{per_agent_day} calls per agent-day");
-    assert!(figures.daily_cap_refusals > 0, "the idle chamber meets the cap");
-    assert!(figures.pulses_answered > 75 * 8_000, "{}", figures.pulses_answered);
+    assert!(
+        (35.0..80.0).contains(&per_agent_day),
+        "{per_agent_day} calls per agent-day"
+    );
+    assert!(
+        figures.daily_cap_refusals > 0,
+        "the idle chamber meets the cap"
+    );
+    assert!(
+        figures.pulses_answered > 75 * 8_000,
+        "{}",
+        figures.pulses_answered
+    );
     assert!(figures.calls_by_host_name > 0 && figures.calls_anthropic > 0);
     assert!(figures.tool_calls_served > 0 && figures.rests > 0);
 }
@@ -60,7 +78,11 @@ fn a_whole_heart_fleet_day_passes_and_comes_out_near_the_papers_figures() {
 fn agent_scenarios_give_the_same_whole_trace_twice() {
     for (name, seed) in [("heart_fleet_2h", 3), ("tool_loop", 3), ("tool_loop", 4)] {
         let outcome = run_seed_twice(find(name).expect("scenario"), seed);
-        assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+        assert!(
+            outcome.passed(),
+            "{}",
+            outcome.failure_report().unwrap_or_default()
+        );
     }
 }
 
@@ -72,7 +94,11 @@ fn tool_loop_really_meets_every_bound_and_survives_crashes_mid_run() {
     let (mut restarts, mut anthropic, mut by_name, mut rests) = (0, 0, 0, 0);
     for seed in 0..4 {
         let outcome = run_seed(scenario, seed);
-        assert!(outcome.passed(), "{}", outcome.failure_report().unwrap_or_default());
+        assert!(
+            outcome.passed(),
+            "{}",
+            outcome.failure_report().unwrap_or_default()
+        );
         for record in &outcome.records {
             match &record.event {
                 TraceEvent::Committed { event } => match &event.kind {
@@ -113,10 +139,16 @@ fn tool_loop_really_meets_every_bound_and_survives_crashes_mid_run() {
         StopReason::EndTurn,
         StopReason::ControlPlaneRestart,
     ] {
-        assert!(stops.get(&stop).copied().unwrap_or(0) > 0, "no {stop:?} in {stops:?}");
+        assert!(
+            stops.get(&stop).copied().unwrap_or(0) > 0,
+            "no {stop:?} in {stops:?}"
+        );
     }
     for kind in ["ok", "slow", "failed", "partial", "hung"] {
-        assert!(outcomes.get(kind).copied().unwrap_or(0) > 0, "no {kind} in {outcomes:?}");
+        assert!(
+            outcomes.get(kind).copied().unwrap_or(0) > 0,
+            "no {kind} in {outcomes:?}"
+        );
     }
     assert!(restarts > 0 && anthropic > 0 && by_name > 0 && rests > 0);
 }
@@ -207,7 +239,11 @@ fn tool_calls_past_the_cap_are_caught() {
         ..RunReport::default()
     };
     let err = checker
-        .observe(&commit(seq + 1, 2_000, finished(StopReason::ToolCap, report)))
+        .observe(&commit(
+            seq + 1,
+            2_000,
+            finished(StopReason::ToolCap, report),
+        ))
         .unwrap_err();
     assert_eq!(err.invariant, "tool_calls_within_cap");
     // The tool server's own count.
@@ -226,7 +262,10 @@ fn tool_calls_past_the_cap_are_caught() {
     };
     checker.observe(&served()).unwrap();
     checker.observe(&served()).unwrap();
-    assert_eq!(checker.observe(&served()).unwrap_err().invariant, "tool_calls_within_cap");
+    assert_eq!(
+        checker.observe(&served()).unwrap_err().invariant,
+        "tool_calls_within_cap"
+    );
 }
 
 #[test]
@@ -234,9 +273,13 @@ fn model_calls_past_max_iterations_are_caught() {
     let (mut checker, mut seq) = fresh();
     for call in 1..=3 {
         seq += 1;
-        checker.observe(&commit(seq, 2_000, usage(call, 1))).unwrap();
+        checker
+            .observe(&commit(seq, 2_000, usage(call, 1)))
+            .unwrap();
     }
-    let err = checker.observe(&commit(seq + 1, 2_000, usage(4, 1))).unwrap_err();
+    let err = checker
+        .observe(&commit(seq + 1, 2_000, usage(4, 1)))
+        .unwrap_err();
     assert_eq!(err.invariant, "model_calls_within_iterations");
     // The provider's own count.
     let (mut checker, _) = fresh();
@@ -266,10 +309,16 @@ fn model_calls_past_max_iterations_are_caught() {
 fn a_model_call_after_the_budget_is_spent_is_caught() {
     let (mut checker, seq) = fresh();
     // 60 then 70 µ$: the second call crossed the budget of 100, which is allowed...
-    checker.observe(&commit(seq + 1, 2_000, usage(1, 60))).unwrap();
-    checker.observe(&commit(seq + 2, 2_000, usage(2, 70))).unwrap();
+    checker
+        .observe(&commit(seq + 1, 2_000, usage(1, 60)))
+        .unwrap();
+    checker
+        .observe(&commit(seq + 2, 2_000, usage(2, 70)))
+        .unwrap();
     // ...but no call may start once it is spent.
-    let err = checker.observe(&commit(seq + 3, 2_000, usage(3, 1))).unwrap_err();
+    let err = checker
+        .observe(&commit(seq + 3, 2_000, usage(3, 1)))
+        .unwrap_err();
     assert_eq!(err.invariant, "budget_overshoot_bounded");
 }
 
@@ -283,7 +332,13 @@ fn resting(minutes: u64) -> RunReport {
 }
 
 fn commit_end(first_seq: u64, last_seq: u64) -> TraceRecord {
-    record(2_000, TraceEvent::CommitEnd { first_seq, last_seq })
+    record(
+        2_000,
+        TraceEvent::CommitEnd {
+            first_seq,
+            last_seq,
+        },
+    )
 }
 
 #[test]
@@ -296,14 +351,24 @@ fn a_rest_not_committed_with_its_run_end_is_caught() {
         by: PausedBy::Agent,
     };
     checker
-        .observe(&commit(seq + 1, 2_000, finished(StopReason::PauseHeartbeats, resting(5))))
+        .observe(&commit(
+            seq + 1,
+            2_000,
+            finished(StopReason::PauseHeartbeats, resting(5)),
+        ))
         .unwrap();
-    checker.observe(&commit(seq + 2, 2_000, rest(2_000 + 5 * 60_000))).unwrap();
+    checker
+        .observe(&commit(seq + 2, 2_000, rest(2_000 + 5 * 60_000)))
+        .unwrap();
     checker.observe(&commit_end(seq + 1, seq + 2)).unwrap();
     // Bad: the commit ends without the rest.
     let (mut checker, seq) = fresh();
     checker
-        .observe(&commit(seq + 1, 2_000, finished(StopReason::PauseHeartbeats, resting(5))))
+        .observe(&commit(
+            seq + 1,
+            2_000,
+            finished(StopReason::PauseHeartbeats, resting(5)),
+        ))
         .unwrap();
     let err = checker.observe(&commit_end(seq + 1, seq + 1)).unwrap_err();
     assert_eq!(err.invariant, "rest_durable_with_run_end");
@@ -314,7 +379,11 @@ fn a_rest_not_committed_with_its_run_end_is_caught() {
         ..RunReport::default()
     };
     checker
-        .observe(&commit(seq + 1, 2_000, finished(StopReason::EndTurn, plain)))
+        .observe(&commit(
+            seq + 1,
+            2_000,
+            finished(StopReason::EndTurn, plain),
+        ))
         .unwrap();
     let err = checker
         .observe(&commit(seq + 2, 2_000, rest(2_000 + 2 * 60_000)))
@@ -335,7 +404,13 @@ fn a_rest_not_committed_with_its_run_end_is_caught() {
             },
         ))
         .unwrap();
-    let tail = match commit(seq + 1, 2_000, finished(StopReason::PauseHeartbeats, resting(5))).event {
+    let tail = match commit(
+        seq + 1,
+        2_000,
+        finished(StopReason::PauseHeartbeats, resting(5)),
+    )
+    .event
+    {
         TraceEvent::Committed { event } => event,
         _ => unreachable!(),
     };

@@ -27,7 +27,9 @@ use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 use vigil_faults::plan::{FaultKind, LlmFault};
 use vigil_faults::stream;
-use vigil_world::provider::{base_url, host_base_url, Behaviour, ProviderScript, ID_MARKER_TEMPLATE, SIM_MODEL};
+use vigil_world::provider::{
+    base_url, host_base_url, Behaviour, ProviderScript, ID_MARKER_TEMPLATE, SIM_MODEL,
+};
 use vigil_world::recorder::Recorder;
 use vigil_world::tool_server::{tool_url, ToolScript};
 use vigil_world::trace::{TraceEvent, TraceRecord};
@@ -78,7 +80,7 @@ pub fn provider_script() -> ProviderScript {
 }
 
 fn agent_spec(i: usize, rng: &mut impl Rng) -> serde_json::Value {
-    let by_name = i % 3 == 0;
+    let by_name = i.is_multiple_of(3);
     let api = if i % 4 == 1 { "anthropic" } else { "openai" };
     let tools = serde_json::json!([
         {
@@ -168,7 +170,11 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
             tools: Some(ToolScript::default()),
         },
         pinned: Vec::new(),
-        scenario: if safety_ms == DAY_SAFETY_MS { "heart_fleet" } else { "heart_fleet_2h" },
+        scenario: if safety_ms == DAY_SAFETY_MS {
+            "heart_fleet"
+        } else {
+            "heart_fleet_2h"
+        },
         seed,
         safety_ms,
         quiet_ms: QUIET_MS,
@@ -295,7 +301,13 @@ impl FleetFigures {
     pub fn table(&self) -> String {
         let per = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
         let agent_days = self.agent_days();
-        let per_agent_day = |n: u64| if agent_days > 0.0 { n as f64 / agent_days } else { 0.0 };
+        let per_agent_day = |n: u64| {
+            if agent_days > 0.0 {
+                n as f64 / agent_days
+            } else {
+                0.0
+            }
+        };
         let days = self.simulated_ms as f64 / DAY_MS as f64;
         let mut t = String::new();
         t.push_str(&format!(
@@ -326,7 +338,11 @@ impl FleetFigures {
         t.push_str(&format!(
             "| breaker openings (fleet) | {} ({:.1} per week) | 2-5 per week |\n",
             self.breaker_openings,
-            if days > 0.0 { self.breaker_openings as f64 * 7.0 / days } else { 0.0 }
+            if days > 0.0 {
+                self.breaker_openings as f64 * 7.0 / days
+            } else {
+                0.0
+            }
         ));
         t.push_str(&format!(
             "| daily-cap refusals | {} | |\n| pulses answered per agent-day | {:.0} | 8,640 (every 10 s) |\n",

@@ -18,7 +18,9 @@
 use rand::Rng;
 use vigil_faults::plan::{FaultKind, LlmFault};
 use vigil_faults::stream;
-use vigil_world::provider::{base_url, host_base_url, Behaviour, ProviderScript, ID_MARKER_TEMPLATE, SIM_MODEL};
+use vigil_world::provider::{
+    base_url, host_base_url, Behaviour, ProviderScript, ID_MARKER_TEMPLATE, SIM_MODEL,
+};
 use vigil_world::recorder::Recorder;
 use vigil_world::tool_server::{tool_url, ToolScript};
 use vigil_world::workload::{Action, Step};
@@ -87,8 +89,12 @@ fn tool(name: &str, endpoint: &str, by_name: bool, timeout_ms: u64) -> serde_jso
 }
 
 fn agent_spec(kind: &str, i: usize, rng: &mut impl Rng) -> serde_json::Value {
-    let by_name = i % 2 == 0;
-    let api = if (i / 2) % 2 == 0 { "openai" } else { "anthropic" };
+    let by_name = i.is_multiple_of(2);
+    let api = if (i / 2) % 2 == 0 {
+        "openai"
+    } else {
+        "anthropic"
+    };
     let tools = match kind {
         "slowpoke" => vec![
             tool("slow_search", "slow", by_name, rng.gen_range(5_000..30_000)),

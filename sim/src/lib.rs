@@ -6,8 +6,8 @@
 pub mod check;
 pub mod clock;
 pub mod disk;
-pub mod recorder;
 pub mod provider;
+pub mod recorder;
 pub mod run_faults;
 pub mod tool_server;
 pub mod trace;

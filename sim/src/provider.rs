@@ -266,7 +266,10 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
                         .iter()
                         .map(|t| {
                             let f = &t["function"];
-                            (f["name"].as_str().unwrap_or_default().to_string(), f["parameters"].clone())
+                            (
+                                f["name"].as_str().unwrap_or_default().to_string(),
+                                f["parameters"].clone(),
+                            )
                         })
                         .collect()
                 })
@@ -289,7 +292,10 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
                     tools
                         .iter()
                         .map(|t| {
-                            (t["name"].as_str().unwrap_or_default().to_string(), t["input_schema"].clone())
+                            (
+                                t["name"].as_str().unwrap_or_default().to_string(),
+                                t["input_schema"].clone(),
+                            )
                         })
                         .collect()
                 })
@@ -363,7 +369,11 @@ fn arguments_for(schema: &Value, rng: &mut impl Rng) -> Value {
         for (name, property) in properties {
             let kind = match &property["type"] {
                 Value::String(kind) => kind.clone(),
-                Value::Array(kinds) => kinds.first().and_then(Value::as_str).unwrap_or("string").to_string(),
+                Value::Array(kinds) => kinds
+                    .first()
+                    .and_then(Value::as_str)
+                    .unwrap_or("string")
+                    .to_string(),
                 _ => "string".into(),
             };
             let value = match kind.as_str() {
@@ -409,7 +419,13 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
         cached_tokens,
         output_tokens: 0,
     };
-    let call_id = |n: u32| format!("call_{}_{}_{n}", request.caller.run.unwrap_or(call_number), request.round);
+    let call_id = |n: u32| {
+        format!(
+            "call_{}_{}_{n}",
+            request.caller.run.unwrap_or(call_number),
+            request.round
+        )
+    };
     if request.round == 0 && idle {
         turn.text = IDLE_ANSWER.into();
         turn.output_tokens = 3;
@@ -552,9 +568,9 @@ pub fn render(api: WireApi, model: &str, turn: &Turn) -> String {
             if !turn.text.is_empty() {
                 content.push(json!({ "type": "text", "text": turn.text }));
             }
-            content.extend(turn.calls.iter().map(|c| {
-                json!({ "type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments })
-            }));
+            content.extend(turn.calls.iter().map(
+                |c| json!({ "type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments }),
+            ));
             json!({
                 "id": "msg_sim",
                 "type": "message",

@@ -87,12 +87,20 @@ impl ToolServerState {
 
     /// Opens (or closes) a window in which every call fails.
     pub fn set_failing(&mut self, open: bool) {
-        self.failing = if open { self.failing + 1 } else { self.failing.saturating_sub(1) };
+        self.failing = if open {
+            self.failing + 1
+        } else {
+            self.failing.saturating_sub(1)
+        };
     }
 
     /// Opens (or closes) a window in which no call is answered.
     pub fn set_hanging(&mut self, open: bool) {
-        self.hanging = if open { self.hanging + 1 } else { self.hanging.saturating_sub(1) };
+        self.hanging = if open {
+            self.hanging + 1
+        } else {
+            self.hanging.saturating_sub(1)
+        };
     }
 
     /// Heals every window (the quiet phase).
@@ -108,10 +116,12 @@ pub type SharedToolServer = Arc<Mutex<ToolServerState>>;
 pub async fn serve(state: SharedToolServer, recorder: Recorder) {
     let router = axum::Router::new().route(
         "/tools/{endpoint}",
-        post(move |Path(endpoint): Path<String>, body: axum::body::Bytes| {
-            let (state, recorder) = (state.clone(), recorder.clone());
-            async move { answer(&state, &recorder, &endpoint, &body).await }
-        }),
+        post(
+            move |Path(endpoint): Path<String>, body: axum::body::Bytes| {
+                let (state, recorder) = (state.clone(), recorder.clone());
+                async move { answer(&state, &recorder, &endpoint, &body).await }
+            },
+        ),
     );
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
@@ -136,7 +146,12 @@ async fn answer(
     let (script, seed, failing, hanging) = {
         let mut state = state.lock().expect("tool server lock");
         state.calls += 1;
-        (state.script.clone(), state.seed, state.failing > 0, state.hanging > 0)
+        (
+            state.script.clone(),
+            state.seed,
+            state.failing > 0,
+            state.hanging > 0,
+        )
     };
     let outcome = if hanging {
         ToolOutcome::Hung

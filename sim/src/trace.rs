@@ -124,7 +124,9 @@ pub enum ModelReply {
     /// A final answer.
     Answer,
     /// Tool calls, by tool name.
-    ToolCalls { tools: Vec<String> },
+    ToolCalls {
+        tools: Vec<String>,
+    },
     /// An `llm_*` fault answered for it.
     RateLimited,
     ServerError,

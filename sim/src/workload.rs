@@ -132,7 +132,10 @@ impl Workload {
                     Action::PulseBatch { agents } => {
                         let ids: Vec<u64> = {
                             let directory = directory.borrow();
-                            agents.iter().filter_map(|a| directory.get(a).copied()).collect()
+                            agents
+                                .iter()
+                                .filter_map(|a| directory.get(a).copied())
+                                .collect()
                         };
                         if !ids.is_empty() {
                             madsim::task::spawn_local(pulse_batch(

@@ -192,7 +192,9 @@ impl AgentsOracle {
                     }
                 }
                 if let Some(report) = report {
-                    let asked = report.pause_minutes.filter(|_| *status == RunStatus::Succeeded);
+                    let asked = report
+                        .pause_minutes
+                        .filter(|_| *status == RunStatus::Succeeded);
                     if let Some(minutes) = asked {
                         if !REST_MINUTES.contains(&minutes) {
                             return violation(
@@ -204,10 +206,9 @@ impl AgentsOracle {
                     let until = asked.map(|m| event.at_ms.saturating_add(m * MINUTE_MS));
                     let pause = self.pauses.get(&agent.0).copied().unwrap_or_default();
                     let longer_in_force = pause.until_resumed
-                        || pause
-                            .until_ms
-                            .zip(until)
-                            .is_some_and(|(current, until)| current >= until && event.at_ms < current);
+                        || pause.until_ms.zip(until).is_some_and(|(current, until)| {
+                            current >= until && event.at_ms < current
+                        });
                     self.open.push(OpenRunEnd {
                         agent: agent.0,
                         run: run.0,
@@ -264,7 +265,11 @@ impl AgentsOracle {
     }
 
     /// The provider served a model call of `run` of `agent`.
-    pub fn model_call_served(&mut self, agent: Option<u64>, run: Option<u64>) -> Result<(), Violation> {
+    pub fn model_call_served(
+        &mut self,
+        agent: Option<u64>,
+        run: Option<u64>,
+    ) -> Result<(), Violation> {
         let (Some(agent), Some(run)) = (agent, run) else {
             return Ok(());
         };
@@ -409,39 +414,59 @@ mod tests {
             answer_excerpt: Some("[IDLE]".into()),
             ..RunReport::default()
         };
-        oracle.committed(&finished(1, 10, StopReason::Ghost, clean.clone())).unwrap();
+        oracle
+            .committed(&finished(1, 10, StopReason::Ghost, clean.clone()))
+            .unwrap();
         oracle.commit_end().unwrap();
         oracle.committed(&queued(2, WakeupSource::Timer)).unwrap();
         let polluting = RunReport {
-            history_append: vec![HistoryMessage::new(Role::User, "wake"), HistoryMessage::new(Role::Assistant, "[IDLE]")],
+            history_append: vec![
+                HistoryMessage::new(Role::User, "wake"),
+                HistoryMessage::new(Role::Assistant, "[IDLE]"),
+            ],
             ..clean.clone()
         };
-        let err = oracle.committed(&finished(2, 20, StopReason::Ghost, polluting)).unwrap_err();
+        let err = oracle
+            .committed(&finished(2, 20, StopReason::Ghost, polluting))
+            .unwrap_err();
         assert_eq!(err.invariant, "ghost_leaves_history_untouched");
         // An on-demand run is never a ghost.
         let mut oracle = self::oracle();
-        oracle.committed(&queued(3, WakeupSource::OnDemand)).unwrap();
-        let err = oracle.committed(&finished(3, 30, StopReason::Ghost, clean)).unwrap_err();
+        oracle
+            .committed(&queued(3, WakeupSource::OnDemand))
+            .unwrap();
+        let err = oracle
+            .committed(&finished(3, 30, StopReason::Ghost, clean))
+            .unwrap_err();
         assert_eq!(err.invariant, "ghost_leaves_history_untouched");
     }
 
     #[test]
     fn tool_calls_over_the_cap_are_caught_in_the_report_and_at_the_tool_server() {
         let mut oracle = oracle();
-        oracle.committed(&queued(1, WakeupSource::OnDemand)).unwrap();
+        oracle
+            .committed(&queued(1, WakeupSource::OnDemand))
+            .unwrap();
         let report = |tool_calls| RunReport {
             tool_calls,
             ..RunReport::default()
         };
-        oracle.committed(&finished(1, 10, StopReason::ToolCap, report(2))).unwrap();
+        oracle
+            .committed(&finished(1, 10, StopReason::ToolCap, report(2)))
+            .unwrap();
         oracle.commit_end().unwrap();
-        let err = oracle.committed(&finished(2, 20, StopReason::ToolCap, report(3))).unwrap_err();
+        let err = oracle
+            .committed(&finished(2, 20, StopReason::ToolCap, report(3)))
+            .unwrap_err();
         assert_eq!(err.invariant, "tool_calls_within_cap");
         let mut oracle = self::oracle();
         oracle.tool_call_served(1, 7).unwrap();
         oracle.tool_call_served(1, 7).unwrap();
         oracle.tool_call_served(1, 8).unwrap();
-        assert_eq!(oracle.tool_call_served(1, 7).unwrap_err().invariant, "tool_calls_within_cap");
+        assert_eq!(
+            oracle.tool_call_served(1, 7).unwrap_err().invariant,
+            "tool_calls_within_cap"
+        );
     }
 
     #[test]
@@ -468,14 +493,18 @@ mod tests {
         oracle.committed(&usage(1, 10 * day_ms, 1, 60)).unwrap();
         // Crosses the budget of 100: allowed, it was made at 60.
         oracle.committed(&usage(1, 10 * day_ms + 1, 2, 70)).unwrap();
-        let err = oracle.committed(&usage(2, 10 * day_ms + 2, 1, 1)).unwrap_err();
+        let err = oracle
+            .committed(&usage(2, 10 * day_ms + 2, 1, 1))
+            .unwrap_err();
         assert_eq!(err.invariant, "budget_overshoot_bounded");
         // The next local day starts from nothing; a backward jump does not reopen the old one.
         let mut oracle = self::oracle();
         oracle.committed(&usage(1, 10 * day_ms, 1, 130)).unwrap();
         oracle.committed(&usage(2, 11 * day_ms, 1, 90)).unwrap();
         oracle.committed(&usage(3, 10 * day_ms + 5, 1, 10)).unwrap();
-        let err = oracle.committed(&usage(4, 10 * day_ms + 6, 1, 5)).unwrap_err();
+        let err = oracle
+            .committed(&usage(4, 10 * day_ms + 6, 1, 5))
+            .unwrap_err();
         assert_eq!(err.invariant, "budget_overshoot_bounded");
     }
 
@@ -491,33 +520,59 @@ mod tests {
     #[test]
     fn a_rest_missing_from_its_run_ends_commit_is_caught() {
         let mut oracle = oracle();
-        oracle.committed(&finished(1, 1_000, StopReason::PauseHeartbeats, resting(5))).unwrap();
-        oracle.committed(&rested(1_000, 1_000 + 5 * MINUTE_MS)).unwrap();
+        oracle
+            .committed(&finished(1, 1_000, StopReason::PauseHeartbeats, resting(5)))
+            .unwrap();
+        oracle
+            .committed(&rested(1_000, 1_000 + 5 * MINUTE_MS))
+            .unwrap();
         oracle.commit_end().unwrap();
         // The rest of the next run is missing from its commit.
-        oracle.committed(&finished(2, 2_000_000, StopReason::PauseHeartbeats, resting(3))).unwrap();
-        assert_eq!(oracle.commit_end().unwrap_err().invariant, "rest_durable_with_run_end");
+        oracle
+            .committed(&finished(
+                2,
+                2_000_000,
+                StopReason::PauseHeartbeats,
+                resting(3),
+            ))
+            .unwrap();
+        assert_eq!(
+            oracle.commit_end().unwrap_err().invariant,
+            "rest_durable_with_run_end"
+        );
     }
 
     #[test]
     fn a_wrong_or_unasked_rest_in_a_run_ends_commit_is_caught_and_a_longer_pause_needs_none() {
         let mut oracle = oracle();
-        oracle.committed(&finished(1, 1_000, StopReason::PauseHeartbeats, resting(5))).unwrap();
-        let err = oracle.committed(&rested(1_000, 1_000 + 6 * MINUTE_MS)).unwrap_err();
+        oracle
+            .committed(&finished(1, 1_000, StopReason::PauseHeartbeats, resting(5)))
+            .unwrap();
+        let err = oracle
+            .committed(&rested(1_000, 1_000 + 6 * MINUTE_MS))
+            .unwrap_err();
         assert_eq!(err.invariant, "rest_durable_with_run_end");
         let mut oracle = self::oracle();
         let plain = RunReport {
             answer_excerpt: Some("done".into()),
             ..RunReport::default()
         };
-        oracle.committed(&finished(1, 1_000, StopReason::EndTurn, plain)).unwrap();
-        let err = oracle.committed(&rested(1_000, 1_000 + 2 * MINUTE_MS)).unwrap_err();
+        oracle
+            .committed(&finished(1, 1_000, StopReason::EndTurn, plain))
+            .unwrap();
+        let err = oracle
+            .committed(&rested(1_000, 1_000 + 2 * MINUTE_MS))
+            .unwrap_err();
         assert_eq!(err.invariant, "rest_durable_with_run_end");
         // A rest through the API, in a commit of its own, is fine.
         let mut oracle = self::oracle();
-        oracle.committed(&rested(1_000, 1_000 + 30 * MINUTE_MS)).unwrap();
+        oracle
+            .committed(&rested(1_000, 1_000 + 30 * MINUTE_MS))
+            .unwrap();
         // A 30-minute pause is in force: a 5-minute rest adds nothing and needs no event.
-        oracle.committed(&finished(1, 2_000, StopReason::PauseHeartbeats, resting(5))).unwrap();
+        oracle
+            .committed(&finished(1, 2_000, StopReason::PauseHeartbeats, resting(5)))
+            .unwrap();
         oracle.commit_end().unwrap();
     }
 }
