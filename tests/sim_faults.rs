@@ -105,6 +105,7 @@ fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
 /// The shared runner for `seed` with `rates`, a skew and these workload steps.
 fn run_steps(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64, steps: Vec<Step>) -> RunResult {
     let setup = Setup {
+        agents: Default::default(),
         pinned: Vec::new(),
         scenario: "sim_faults",
         seed,

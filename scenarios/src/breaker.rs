@@ -103,6 +103,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     let rate_limit_at_ms = rng.gen_range(RATE_LIMIT_FROM_MS..RATE_LIMIT_UNTIL_MS);
     let rate_limit_ms = rng.gen_range(RATE_LIMIT_MS_MIN..RATE_LIMIT_MS_MAX);
     let setup = Setup {
+        agents: Default::default(),
         pinned: vec![Injection {
             at_ms: rate_limit_at_ms,
             fault: Fault::Llm {

@@ -56,6 +56,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     }
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
+        agents: Default::default(),
         pinned: Vec::new(),
         scenario: "crash_mid_run",
         seed,

@@ -78,6 +78,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     // Equal instants keep their order (a stable sort), so the plan is fully determined.
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
+        agents: Default::default(),
         pinned: Vec::new(),
         scenario: "idempotency",
         seed,

@@ -10,6 +10,8 @@ pub mod coalesce_burst;
 #[cfg(madsim)]
 pub mod crash_mid_run;
 #[cfg(madsim)]
+pub mod heart_fleet;
+#[cfg(madsim)]
 pub mod idempotency;
 #[cfg(madsim)]
 pub mod liveness;
@@ -23,5 +25,7 @@ pub mod phases;
 pub mod run;
 #[cfg(madsim)]
 pub mod smoke;
+#[cfg(madsim)]
+pub mod tool_loop;
 #[cfg(madsim)]
 pub mod wakeup_storm;

@@ -241,6 +241,11 @@ mod cli {
                 println!("{}", record.line());
             }
         }
+        // The fleet's figures beside the paper's, computed from the trace.
+        if scenario.name.starts_with("heart_fleet") {
+            let figures = vigil_scenarios::heart_fleet::FleetFigures::from_trace(&outcome.records);
+            print!("{}", figures.table());
+        }
         finish(&outcome)
     }
 

@@ -192,6 +192,7 @@ pub async fn run(case: Case, seed: u64, recorder: Recorder) {
     }
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
+        agents: Default::default(),
         scenario: case.name(),
         seed,
         safety_ms,

@@ -45,9 +45,19 @@ const WINDOW_KINDS: [&str; 5] = [
     "packet_loss",
 ];
 
+/// The world `llm` agents act in: how the simulated model answers, and whether a simulated
+/// tool server is up (and how its endpoints behave).
+#[derive(Debug, Clone, Default)]
+pub struct AgentWorld {
+    pub provider: vigil_world::provider::ProviderScript,
+    pub tools: Option<vigil_world::tool_server::ToolScript>,
+}
+
 /// What a scenario asks of the shared runner.
 #[derive(Debug, Clone)]
 pub struct Setup {
+    /// The model's and the tools' behaviour, for scenarios with `llm` agents.
+    pub agents: AgentWorld,
     pub scenario: &'static str,
     pub seed: u64,
     /// Faults strike during `[0, safety_ms)`...
@@ -87,10 +97,13 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let uses_llm = setup.steps.iter().any(|s| {
         matches!(&s.action, vigil_world::workload::Action::CreateAgent { spec } if spec["adapter"]["type"] == "llm")
     });
-    let pulses = setup
-        .steps
-        .iter()
-        .any(|s| matches!(s.action, vigil_world::workload::Action::Pulse { .. }));
+    let pulses = setup.steps.iter().any(|s| {
+        matches!(
+            s.action,
+            vigil_world::workload::Action::Pulse { .. }
+                | vigil_world::workload::Action::PulseBatch { .. }
+        )
+    });
     let world = vigil_faults::swarm::World {
         llm: uses_llm,
         pulses,
@@ -159,16 +172,42 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         pulse_drop_seed: stream(seed, "pulse_drops").gen(),
     };
     let provider = uses_llm.then(|| {
-        let state = vigil_world::provider::SharedProvider::default();
-        let serving = state.clone();
+        let state = std::sync::Arc::new(std::sync::Mutex::new(
+            vigil_world::provider::ProviderState::new(seed, setup.agents.provider.clone()),
+        ));
+        let (serving, recorder) = (state.clone(), recorder.clone());
         let node = vigil_world::harness::build_node(
             madsim::runtime::Handle::current()
                 .create_node()
                 .name("llm-provider")
                 .ip(vigil_world::provider::PROVIDER_IP)
-                .init(move || vigil_world::provider::serve(serving.clone())),
+                .init(move || vigil_world::provider::serve(serving.clone(), recorder.clone())),
+        );
+        // Agents may reach it by name, through the outbound client's resolver.
+        NetSim::current().add_dns_record(
+            vigil_world::provider::PROVIDER_HOST,
+            vigil_world::provider::PROVIDER_IP,
         );
         (state, node.id())
+    });
+    // A simulated tool server, for scenarios whose agents call HTTP tools.
+    let tool_server = setup.agents.tools.clone().map(|script| {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(
+            vigil_world::tool_server::ToolServerState::new(seed, script),
+        ));
+        let (serving, recorder) = (state.clone(), recorder.clone());
+        vigil_world::harness::build_node(
+            madsim::runtime::Handle::current()
+                .create_node()
+                .name("tool-server")
+                .ip(vigil_world::tool_server::TOOL_SERVER_IP)
+                .init(move || vigil_world::tool_server::serve(serving.clone(), recorder.clone())),
+        );
+        NetSim::current().add_dns_record(
+            vigil_world::tool_server::TOOL_SERVER_HOST,
+            vigil_world::tool_server::TOOL_SERVER_IP,
+        );
+        state
     });
     let provider_node = provider.as_ref().map(|(_, id)| *id);
     let provider = provider.map(|(state, _)| state);
@@ -366,6 +405,9 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         node.run_faults.heal();
         if let Some(provider) = &provider {
             provider.lock().expect("provider lock").heal();
+        }
+        if let Some(tools) = &tool_server {
+            tools.lock().expect("tool server lock").heal();
         }
         let healed = faults.borrow_mut().heal_all();
         let skew_back_ms = faults.borrow_mut().skew_delta();

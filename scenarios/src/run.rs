@@ -150,6 +150,36 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::liveness::SAFETY_MS + crate::liveness::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::liveness::run(seed, recorder)),
     },
+    Scenario {
+        name: "heart_fleet",
+        summary: "the LocalKin Heart fleet: 75 llm agents, batch pulses every 10 s, 30-min schedule with daily_cap 48, 2-h idle chamber, breaker, 78 % [IDLE] answers; prints its figures beside the paper's; 24 h",
+        virtual_ms: crate::heart_fleet::DAY_SAFETY_MS + crate::heart_fleet::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::heart_fleet::run(
+                seed,
+                recorder,
+                crate::heart_fleet::DAY_SAFETY_MS,
+            ))
+        },
+    },
+    Scenario {
+        name: "heart_fleet_2h",
+        summary: "heart_fleet for 2 hours (the sweep's length): the same fleet, provider, tools and faults",
+        virtual_ms: crate::heart_fleet::SHORT_SAFETY_MS + crate::heart_fleet::QUIET_MS,
+        body: |seed, recorder| {
+            Box::pin(crate::heart_fleet::run(
+                seed,
+                recorder,
+                crate::heart_fleet::SHORT_SAFETY_MS,
+            ))
+        },
+    },
+    Scenario {
+        name: "tool_loop",
+        summary: "llm agents whose model keeps calling failing and looping tools, against tool_calls_max, max_iterations and a daily budget, with crashes and power cuts mid-run; 2 h 30 min",
+        virtual_ms: crate::tool_loop::SAFETY_MS + crate::tool_loop::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::tool_loop::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

@@ -377,6 +377,20 @@ async fn run_node(
                     },
                 );
             }
+            // The oracle must know which events share a run end's commit (a rest asked from
+            // inside a run is durable exactly with the run's end); marked only after commits
+            // that hold an agent loop's report, so other traces read as they always have.
+            if let (Some(first), Some(last)) = (events.first(), events.last()) {
+                if events.iter().any(ends_with_report) {
+                    recorder.record(
+                        name,
+                        TraceEvent::CommitEnd {
+                            first_seq: first.seq,
+                            last_seq: last.seq,
+                        },
+                    );
+                }
+            }
         })
     };
     let config = NodeConfig {
@@ -435,6 +449,17 @@ async fn run_node(
     }
 }
 
+/// Whether `event` ends a run with an agent loop's report.
+pub fn ends_with_report(event: &Event) -> bool {
+    matches!(
+        &event.kind,
+        vigil::engine::event::EventKind::RunFinished {
+            report: Some(_),
+            ..
+        }
+    )
+}
+
 /// Records what the node recovered (the whole log it replayed from its disk), before start-up
 /// commits anything new.
 fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
@@ -452,6 +477,18 @@ fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
             unreported,
         },
     );
+}
+
+/// Initializes, outside any simulation, the process-wide state that libraries the runtime uses
+/// seed from OS randomness on first use. Inside a madsim runtime that first use would draw from
+/// the seed's own random stream (madsim answers `getrandom` from it), in the first run of a
+/// process only, so a seed run twice in one process would give two traces. Known: `jsonschema`
+/// (through `ahash`'s process-wide seeds), used for tool schemas on every `llm` run.
+fn warm_process_globals() {
+    let schema = vigil::engine::tool_spec::pause_heartbeats_def().parameters;
+    let validator = vigil::engine::tool_spec::compile_parameters(&schema)
+        .expect("the built-in schema compiles");
+    let _ = validator.is_valid(&serde_json::json!({ "minutes": 5 }));
 }
 
 /// What one simulated run produced.
@@ -477,6 +514,7 @@ where
         .name(format!("seed-{seed}"))
         .stack_size(SEED_THREAD_STACK_BYTES)
         .spawn(move || {
+            warm_process_globals();
             let mut runtime = Runtime::with_seed_and_config(seed, madsim::Config::default());
             runtime.set_time_limit(time_limit);
             let recorder = Recorder::new(elapsed);

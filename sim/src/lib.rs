@@ -6,13 +6,13 @@
 pub mod check;
 pub mod clock;
 pub mod disk;
+pub mod provider;
 pub mod recorder;
 pub mod run_faults;
+pub mod tool_server;
 pub mod trace;
 
 #[cfg(madsim)]
 pub mod harness;
-#[cfg(madsim)]
-pub mod provider;
 #[cfg(madsim)]
 pub mod workload;

@@ -1,7 +1,27 @@
-//! A simulated LLM provider: an OpenAI-compatible `/v1/chat/completions` endpoint on its own
-//! node of the simulated network, served by the same hyper/axum stack as the runtime. The
-//! runtime's `llm` adapter calls it over simulated TCP exactly as it would call a real one. The
-//! fault plan changes its behaviour in virtual time (faults `llm_rate_limit`,
+//! A simulated LLM provider on its own node of the simulated network, served by the same
+//! hyper/axum stack as the runtime. It speaks both wire shapes the runtime's `llm` adapter
+//! speaks: OpenAI-compatible `/v1/chat/completions` and Anthropic Messages `/v1/messages`. The
+//! runtime calls it over simulated TCP exactly as it would call a real one, by IP
+//! ([`base_url`]) or by host name through madsim's DNS table ([`host_base_url`]).
+//!
+//! What it answers is a deterministic function of the seed and the request, never of the order
+//! calls arrive in: a call of agent `a`'s run `r` at round `k` (the model calls that run already
+//! made with tool calls) draws from the ChaCha stream `provider/a/r/k` of the seed. The
+//! [`ProviderScript`] the scenario sets says how often a run's first call answers `[IDLE]`,
+//! asks for a rest (`pause_heartbeats` with a minutes argument), or calls the agent's HTTP
+//! tools, and for how many rounds (a "looping" agent calls tools far past any cap). Every
+//! answer carries usage (prompt, completion and cached prompt tokens) derived from the request's
+//! size.
+//!
+//! Which agent and run is calling: the scenarios give their `llm` agents a system prompt that
+//! starts with the marker [`ID_MARKER_TEMPLATE`] (rendered by the runtime as
+//! `[vigil-sim agent=3 run=17 name=fleet-2]`), which the provider reads back from the system
+//! message. It is part of the request the runtime really sends, so it needs no side channel,
+//! and works for both wire shapes (OpenAI's first `system` message, Anthropic's top-level
+//! `system`). A request without it is served too; its record names no agent or run.
+//!
+//! Every call served is a typed trace record ([`TraceEvent::ModelCallServed`]). The fault plan
+//! changes the provider's behaviour in virtual time (faults `llm_rate_limit`,
 //! `llm_server_error`, `llm_timeout`, `llm_malformed`): while a window is open every call is
 //! answered that way.
 
@@ -9,29 +29,109 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use rand::Rng;
+use serde_json::{json, Value};
 use vigil_faults::LlmFault;
+
+use crate::recorder::Recorder;
+use crate::trace::{ModelReply, TraceEvent, WireApi};
 
 /// Where the provider listens.
 pub const PROVIDER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
 pub const PROVIDER_PORT: u16 = 8080;
+/// The provider's host name in madsim's DNS table.
+pub const PROVIDER_HOST: &str = "llm.sim.internal";
 /// The model name the scenarios give their `llm` agents.
 pub const SIM_MODEL: &str = "sim-model-1";
 /// Under `llm_timeout` a call is answered only after this long: far past any request timeout
 /// a scenario gives its agents.
 pub const SLOW_REPLY_MS: u64 = 60 * 60 * 1_000;
+/// The answer that makes a timer or idle run a ghost run (restated, not imported).
+pub const IDLE_ANSWER: &str = "[IDLE]";
+/// Start of a system prompt template that lets the provider tell who calls.
+pub const ID_MARKER_TEMPLATE: &str =
+    "[vigil-sim agent={{ agent.id }} run={{ run.id }} name={{ agent.name }}]";
+/// Name of the built-in rest tool, as the runtime offers it to the model.
+pub const PAUSE_TOOL: &str = "pause_heartbeats";
+/// Bytes of request per prompt token (a rough tokenizer: deterministic, proportional).
+const BYTES_PER_TOKEN: u64 = 4;
 
 /// The provider's address as an `llm` adapter's `base_url`.
 pub fn base_url() -> String {
     format!("http://{}", SocketAddr::new(PROVIDER_IP, PROVIDER_PORT))
 }
 
-/// Which faults are open (counted, as windows of one kind may overlap), and the calls served.
+/// The provider's address by host name (resolved by the runtime's outbound client through
+/// madsim's DNS table).
+pub fn host_base_url() -> String {
+    format!("http://{PROVIDER_HOST}:{PROVIDER_PORT}")
+}
+
+/// How the model behaves for one kind of agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Behaviour {
+    /// Chance (thousandths) that a run's first call answers exactly `[IDLE]`.
+    pub idle_permille: u32,
+    /// Chance (thousandths) that a run that is not idle asks for a rest at its end.
+    pub pause_permille: u32,
+    /// The `minutes` argument of a rest, drawn uniformly (0 and past 60 test the clamp).
+    pub pause_minutes: (u64, u64),
+    /// Chance (thousandths) that a run that is not idle calls the agent's HTTP tools first.
+    pub tool_permille: u32,
+    /// Rounds of tool calls such a run makes before it ends its turn (drawn uniformly).
+    pub tool_rounds: (u32, u32),
+    /// Tool calls in one round (drawn uniformly).
+    pub calls_per_round: (u32, u32),
+    /// Completion tokens of a final answer (drawn uniformly).
+    pub answer_tokens: (u64, u64),
+}
+
+impl Default for Behaviour {
+    /// Always a plain answer: no idle, no rest, no tools.
+    fn default() -> Self {
+        Behaviour {
+            idle_permille: 0,
+            pause_permille: 0,
+            pause_minutes: (1, 5),
+            tool_permille: 0,
+            tool_rounds: (1, 1),
+            calls_per_round: (1, 1),
+            answer_tokens: (20, 200),
+        }
+    }
+}
+
+/// What the scenario asks of the model: a default behaviour and overrides by agent-name
+/// prefix (the first matching prefix wins).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProviderScript {
+    pub default: Behaviour,
+    pub by_name_prefix: Vec<(String, Behaviour)>,
+}
+
+impl ProviderScript {
+    fn behaviour(&self, name: Option<&str>) -> &Behaviour {
+        name.and_then(|name| {
+            self.by_name_prefix
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix.as_str()))
+                .map(|(_, b)| b)
+        })
+        .unwrap_or(&self.default)
+    }
+}
+
+/// Which faults are open (counted, as windows of one kind may overlap), the calls served, and
+/// what the model does.
 #[derive(Debug, Default)]
 pub struct ProviderState {
     open: [u32; 4],
     pub calls: u64,
+    pub script: ProviderScript,
+    /// The run's seed: every answer's draws come from streams of it.
+    pub seed: u64,
 }
 
 fn slot(fault: LlmFault) -> usize {
@@ -44,6 +144,15 @@ fn slot(fault: LlmFault) -> usize {
 }
 
 impl ProviderState {
+    /// A provider for `seed` that answers as `script` says.
+    pub fn new(seed: u64, script: ProviderScript) -> Self {
+        ProviderState {
+            seed,
+            script,
+            ..ProviderState::default()
+        }
+    }
+
     pub fn open(&mut self, fault: LlmFault) {
         self.open[slot(fault)] += 1;
     }
@@ -73,15 +182,18 @@ impl ProviderState {
 /// Shared between the provider node and the fault runner (madsim runs every node on one thread).
 pub type SharedProvider = Arc<Mutex<ProviderState>>;
 
-/// Serves the endpoint on this node forever.
-pub async fn serve(state: SharedProvider) {
-    let router = axum::Router::new().route(
-        "/v1/chat/completions",
-        post(move |body: axum::body::Bytes| {
-            let state = state.clone();
-            async move { answer(&state, &body).await }
-        }),
-    );
+/// Serves both endpoints on this node forever, recording every call into `recorder`.
+pub async fn serve(state: SharedProvider, recorder: Recorder) {
+    let route = |api: WireApi| {
+        let (state, recorder) = (state.clone(), recorder.clone());
+        post(move |headers: HeaderMap, body: axum::body::Bytes| {
+            let (state, recorder) = (state.clone(), recorder.clone());
+            async move { answer(&state, &recorder, api, &headers, &body).await }
+        })
+    };
+    let router = axum::Router::new()
+        .route("/v1/chat/completions", route(WireApi::Openai))
+        .route("/v1/messages", route(WireApi::Anthropic));
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(
         IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         PROVIDER_PORT,
@@ -91,40 +203,391 @@ pub async fn serve(state: SharedProvider) {
     vigil::api::serve(listener, router).await;
 }
 
-async fn answer(state: &SharedProvider, body: &[u8]) -> (StatusCode, String) {
-    let fault = {
-        let mut state = state.lock().expect("provider lock");
-        state.calls += 1;
-        state.current()
+/// Who is calling, read from the marker at the start of the system prompt.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub agent: Option<u64>,
+    pub run: Option<u64>,
+    pub name: Option<String>,
+}
+
+/// Reads `[vigil-sim agent=A run=R name=N]` from the start of `system`.
+pub fn parse_marker(system: &str) -> Caller {
+    let Some(rest) = system.strip_prefix("[vigil-sim ") else {
+        return Caller::default();
     };
-    match fault {
-        Some(LlmFault::RateLimit) => (
-            StatusCode::TOO_MANY_REQUESTS,
-            r#"{"error":{"type":"rate_limit_exceeded","message":"Rate limit reached; retry later"}}"#.into(),
-        ),
-        Some(LlmFault::ServerError) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"error":{"type":"server_error","message":"The server is overloaded"}}"#.into(),
-        ),
-        Some(LlmFault::Timeout) => {
-            tokio::time::sleep(Duration::from_millis(SLOW_REPLY_MS)).await;
-            (StatusCode::OK, completion("late"))
+    let Some(inner) = rest.split(']').next() else {
+        return Caller::default();
+    };
+    let mut caller = Caller::default();
+    for word in inner.split_whitespace() {
+        if let Some(v) = word.strip_prefix("agent=") {
+            caller.agent = v.parse().ok();
+        } else if let Some(v) = word.strip_prefix("run=") {
+            caller.run = v.parse().ok();
+        } else if let Some(v) = word.strip_prefix("name=") {
+            caller.name = Some(v.to_string());
         }
-        Some(LlmFault::Malformed) => (StatusCode::OK, r#"{"choices":[{"mess"#.into()),
-        None => {
-            let request: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
-            let model = request["model"].as_str().unwrap_or("unknown");
-            (StatusCode::OK, completion(&format!("done ({model})")))
+    }
+    caller
+}
+
+/// What the provider reads of a request, in either shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub caller: Caller,
+    pub model: String,
+    /// Model calls of this run so far that asked for tools (counted from the conversation: the
+    /// assistant turns with tool calls after the last user text).
+    pub round: u32,
+    /// The agent's HTTP tools offered (not the built-in rest), with their parameter schemas.
+    pub tools: Vec<(String, Value)>,
+    /// Messages in the conversation (history included).
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// Reads a request body of `api`'s shape.
+pub fn read_request(api: WireApi, body: &[u8]) -> Request {
+    let value: Value = serde_json::from_slice(body).unwrap_or_default();
+    let messages = value["messages"].as_array().cloned().unwrap_or_default();
+    let (system, tools, round) = match api {
+        WireApi::Openai => {
+            let system = messages
+                .iter()
+                .find(|m| m["role"] == "system")
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            let tools: Vec<(String, Value)> = value["tools"]
+                .as_array()
+                .map(|tools| {
+                    tools
+                        .iter()
+                        .map(|t| {
+                            let f = &t["function"];
+                            (
+                                f["name"].as_str().unwrap_or_default().to_string(),
+                                f["parameters"].clone(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut round = 0;
+            for m in &messages {
+                match m["role"].as_str() {
+                    Some("user") => round = 0,
+                    Some("assistant") if m["tool_calls"].is_array() => round += 1,
+                    _ => {}
+                }
+            }
+            (system, tools, round)
+        }
+        WireApi::Anthropic => {
+            let system = value["system"].as_str().unwrap_or_default().to_string();
+            let tools: Vec<(String, Value)> = value["tools"]
+                .as_array()
+                .map(|tools| {
+                    tools
+                        .iter()
+                        .map(|t| {
+                            (
+                                t["name"].as_str().unwrap_or_default().to_string(),
+                                t["input_schema"].clone(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let blocks_of = |m: &Value, kind: &str| {
+                m["content"]
+                    .as_array()
+                    .is_some_and(|c| c.iter().any(|b| b["type"] == kind))
+            };
+            let mut round = 0;
+            for m in &messages {
+                match m["role"].as_str() {
+                    Some("user") if blocks_of(m, "text") => round = 0,
+                    Some("assistant") if blocks_of(m, "tool_use") => round += 1,
+                    _ => {}
+                }
+            }
+            (system, tools, round)
+        }
+    };
+    let tools: Vec<(String, Value)> = tools
+        .into_iter()
+        .filter(|(name, _)| name != PAUSE_TOOL)
+        .collect();
+    Request {
+        caller: parse_marker(&system),
+        model: value["model"].as_str().unwrap_or("unknown").to_string(),
+        round,
+        tools,
+        messages: messages.len() as u64,
+        bytes: body.len() as u64,
+    }
+}
+
+/// A tool call the model asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AskedCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+/// The model's answer to one call: a text, tool calls, and token usage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    pub text: String,
+    pub calls: Vec<AskedCall>,
+    pub input_tokens: u64,
+    pub cached_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Turn {
+    fn reply(&self) -> ModelReply {
+        if self.calls.is_empty() && self.text == IDLE_ANSWER {
+            ModelReply::Idle
+        } else if self.calls.is_empty() {
+            ModelReply::Answer
+        } else {
+            ModelReply::ToolCalls {
+                tools: self.calls.iter().map(|c| c.name.clone()).collect(),
+            }
         }
     }
 }
 
-fn completion(content: &str) -> String {
-    serde_json::json!({
-        "object": "chat.completion",
-        "choices": [{ "index": 0, "message": { "role": "assistant", "content": content }, "finish_reason": "stop" }],
-    })
-    .to_string()
+/// Arguments that satisfy a simple object schema: a value of each property's type.
+fn arguments_for(schema: &Value, rng: &mut impl Rng) -> Value {
+    let mut args = serde_json::Map::new();
+    if let Some(properties) = schema["properties"].as_object() {
+        for (name, property) in properties {
+            let kind = match &property["type"] {
+                Value::String(kind) => kind.clone(),
+                Value::Array(kinds) => kinds
+                    .first()
+                    .and_then(Value::as_str)
+                    .unwrap_or("string")
+                    .to_string(),
+                _ => "string".into(),
+            };
+            let value = match kind.as_str() {
+                "integer" | "number" => json!(rng.gen_range(1..100)),
+                "boolean" => json!(rng.gen_bool(0.5)),
+                _ => json!(format!("q{}", rng.gen_range(0..1_000))),
+            };
+            args.insert(name.clone(), value);
+        }
+    }
+    Value::Object(args)
+}
+
+/// The model's turn for `request`: a pure function of the seed, the script and the request.
+pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number: u64) -> Turn {
+    let behaviour = script.behaviour(request.caller.name.as_deref());
+    let who = match (request.caller.agent, request.caller.run) {
+        (Some(agent), Some(run)) => format!("{agent}/{run}"),
+        // Without the marker the order of calls is all there is to draw by.
+        _ => format!("call/{call_number}"),
+    };
+    // The run's plan (idle? tools? how many rounds? a rest at the end?) comes from the run's
+    // own stream, the same at every round; each round draws its details from its own.
+    let mut plan = vigil_faults::stream(seed, &format!("provider/{who}/plan"));
+    let idle = plan.gen_range(0..1_000) < behaviour.idle_permille;
+    let pause = plan.gen_range(0..1_000) < behaviour.pause_permille;
+    let pause_minutes = plan.gen_range(behaviour.pause_minutes.0..=behaviour.pause_minutes.1);
+    let with_tools =
+        !request.tools.is_empty() && plan.gen_range(0..1_000) < behaviour.tool_permille;
+    let rounds = plan.gen_range(behaviour.tool_rounds.0..=behaviour.tool_rounds.1);
+    let mut rng = vigil_faults::stream(seed, &format!("provider/{who}/{}", request.round));
+    let input_tokens = request.bytes / BYTES_PER_TOKEN + 1;
+    // Everything but the newest message was sent before: a provider's prompt cache holds it.
+    let cached_tokens = if request.messages > 1 {
+        input_tokens * (request.messages - 1) / request.messages / 64 * 64
+    } else {
+        0
+    };
+    let mut turn = Turn {
+        text: String::new(),
+        calls: Vec::new(),
+        input_tokens,
+        cached_tokens,
+        output_tokens: 0,
+    };
+    let call_id = |n: u32| {
+        format!(
+            "call_{}_{}_{n}",
+            request.caller.run.unwrap_or(call_number),
+            request.round
+        )
+    };
+    if request.round == 0 && idle {
+        turn.text = IDLE_ANSWER.into();
+        turn.output_tokens = 3;
+    } else if with_tools && request.round < rounds {
+        let n = rng.gen_range(behaviour.calls_per_round.0..=behaviour.calls_per_round.1);
+        for i in 0..n {
+            let (name, schema) = &request.tools[rng.gen_range(0..request.tools.len())];
+            turn.calls.push(AskedCall {
+                id: call_id(i),
+                name: name.clone(),
+                arguments: arguments_for(schema, &mut rng),
+            });
+        }
+        turn.output_tokens = 15 + 25 * u64::from(n);
+    } else if pause {
+        turn.text = format!("Resting for {pause_minutes} minutes.");
+        turn.calls.push(AskedCall {
+            id: call_id(0),
+            name: PAUSE_TOOL.into(),
+            arguments: json!({ "minutes": pause_minutes }),
+        });
+        turn.output_tokens = 30;
+    } else {
+        let tokens = rng.gen_range(behaviour.answer_tokens.0..=behaviour.answer_tokens.1);
+        turn.text = format!("done ({}): {tokens} tokens of findings", request.model);
+        turn.output_tokens = tokens;
+    }
+    turn
+}
+
+async fn answer(
+    state: &SharedProvider,
+    recorder: &Recorder,
+    api: WireApi,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> (StatusCode, String) {
+    let request = read_request(api, body);
+    let (fault, turn) = {
+        let mut state = state.lock().expect("provider lock");
+        state.calls += 1;
+        let turn = decide(state.seed, &state.script, &request, state.calls);
+        (state.current(), turn)
+    };
+    let reply = match fault {
+        Some(LlmFault::RateLimit) => ModelReply::RateLimited,
+        Some(LlmFault::ServerError) => ModelReply::ServerError,
+        Some(LlmFault::Timeout) => ModelReply::Timeout,
+        Some(LlmFault::Malformed) => ModelReply::Malformed,
+        None => turn.reply(),
+    };
+    let host = headers
+        .get("host")
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
+    recorder.record(
+        "llm-provider",
+        TraceEvent::ModelCallServed {
+            api,
+            host,
+            agent: request.caller.agent,
+            run: request.caller.run,
+            round: request.round,
+            reply,
+        },
+    );
+    match (fault, api) {
+        (Some(LlmFault::RateLimit), WireApi::Openai) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"error":{"type":"rate_limit_exceeded","message":"Rate limit reached; retry later"}}"#.into(),
+        ),
+        (Some(LlmFault::RateLimit), WireApi::Anthropic) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}"#.into(),
+        ),
+        (Some(LlmFault::ServerError), WireApi::Openai) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"error":{"type":"server_error","message":"The server is overloaded"}}"#.into(),
+        ),
+        (Some(LlmFault::ServerError), WireApi::Anthropic) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
+        ),
+        (Some(LlmFault::Timeout), _) => {
+            tokio::time::sleep(Duration::from_millis(SLOW_REPLY_MS)).await;
+            (StatusCode::OK, render(api, &request.model, &turn))
+        }
+        (Some(LlmFault::Malformed), WireApi::Openai) => {
+            (StatusCode::OK, r#"{"choices":[{"mess"#.into())
+        }
+        (Some(LlmFault::Malformed), WireApi::Anthropic) => {
+            (StatusCode::OK, r#"{"type":"message","content":"#.into())
+        }
+        (None, _) => (StatusCode::OK, render(api, &request.model, &turn)),
+    }
+}
+
+/// The turn as a body of `api`'s shape.
+pub fn render(api: WireApi, model: &str, turn: &Turn) -> String {
+    match api {
+        WireApi::Openai => {
+            let mut message = json!({
+                "role": "assistant",
+                "content": if turn.text.is_empty() { Value::Null } else { json!(turn.text) },
+            });
+            if !turn.calls.is_empty() {
+                message["tool_calls"] = turn
+                    .calls
+                    .iter()
+                    .map(|c| {
+                        json!({
+                            "id": c.id,
+                            "type": "function",
+                            "function": { "name": c.name, "arguments": c.arguments.to_string() },
+                        })
+                    })
+                    .collect();
+            }
+            json!({
+                "id": "chatcmpl-sim",
+                "object": "chat.completion",
+                "model": model,
+                "choices": [{
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": if turn.calls.is_empty() { "stop" } else { "tool_calls" },
+                }],
+                "usage": {
+                    "prompt_tokens": turn.input_tokens,
+                    "completion_tokens": turn.output_tokens,
+                    "total_tokens": turn.input_tokens + turn.output_tokens,
+                    "prompt_tokens_details": { "cached_tokens": turn.cached_tokens },
+                },
+            })
+            .to_string()
+        }
+        WireApi::Anthropic => {
+            let mut content = Vec::new();
+            if !turn.text.is_empty() {
+                content.push(json!({ "type": "text", "text": turn.text }));
+            }
+            content.extend(turn.calls.iter().map(
+                |c| json!({ "type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments }),
+            ));
+            json!({
+                "id": "msg_sim",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": content,
+                "stop_reason": if turn.calls.is_empty() { "end_turn" } else { "tool_use" },
+                "usage": {
+                    "input_tokens": turn.input_tokens - turn.cached_tokens,
+                    "cache_read_input_tokens": turn.cached_tokens,
+                    "cache_creation_input_tokens": 0,
+                    "output_tokens": turn.output_tokens,
+                },
+            })
+            .to_string()
+        }
+    }
 }
 
 /// The simulated provider's price list, as a node's price table: what the scenarios' models

@@ -74,11 +74,80 @@ pub enum TraceEvent {
     StreamPage { after: u64, events: Vec<(u64, u64)> },
     /// The safety phase ended; faults are healed from here on.
     QuietPhase,
+    /// The commit whose events were just recorded ends here. Recorded only after a commit that
+    /// holds a `run_finished` with an agent loop's report (so that the oracle knows which events
+    /// share that run end's commit; other scenarios' traces are unchanged).
+    CommitEnd { first_seq: u64, last_seq: u64 },
+    /// The simulated LLM provider served a model call (sim/src/provider.rs): the wire shape, the
+    /// `Host` header it was reached by (an IP or the provider's DNS name), the agent and run the
+    /// system prompt's marker names, the run's tool rounds so far, and what it answered.
+    ModelCallServed {
+        api: WireApi,
+        host: String,
+        agent: Option<u64>,
+        run: Option<u64>,
+        round: u32,
+        reply: ModelReply,
+    },
+    /// The simulated tool server served an HTTP tool call (sim/src/tool_server.rs): the agent
+    /// and run the runtime named in the POST body, the tool, which endpoint, what it did.
+    ToolCallServed {
+        agent: u64,
+        run: u64,
+        tool: String,
+        endpoint: String,
+        outcome: ToolOutcome,
+    },
     /// An invariant was violated; the run stops here.
     Violation {
         invariant: &'static str,
         detail: String,
     },
+}
+
+/// The wire shape of a model call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WireApi {
+    /// `/v1/chat/completions`.
+    Openai,
+    /// `/v1/messages`.
+    Anthropic,
+}
+
+/// What the simulated provider answered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ModelReply {
+    /// Exactly `[IDLE]`, no tool calls.
+    Idle,
+    /// A final answer.
+    Answer,
+    /// Tool calls, by tool name.
+    ToolCalls {
+        tools: Vec<String>,
+    },
+    /// An `llm_*` fault answered for it.
+    RateLimited,
+    ServerError,
+    Timeout,
+    Malformed,
+}
+
+/// What the simulated tool server did with a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolOutcome {
+    /// 200 with a result.
+    Ok,
+    /// 200, after a delay.
+    Slow,
+    /// A 5xx.
+    Failed,
+    /// 200 with a partial result that asks to be called again.
+    Partial,
+    /// Never answered in time (a hung tool).
+    Hung,
 }
 
 impl TraceRecord {

@@ -38,6 +38,10 @@ pub enum Action {
     /// The agent called `agent` (or its host) pulses: one attempt, never retried (a lost pulse
     /// is simply lost, as on a real network); a 2xx is recorded with the send instant.
     Pulse { agent: String },
+    /// A host pulses for all the agents it runs at once (`POST /v1/pulses`): one attempt,
+    /// never retried; a 2xx is recorded as an answered pulse of each agent, with the send
+    /// instant. Agents whose creation is not answered yet are left out.
+    PulseBatch { agents: Vec<String> },
     /// A user writes `text` to the agent called `agent`, retried until answered.
     Input { agent: String, text: String },
 }
@@ -123,6 +127,22 @@ impl Workload {
                         // Before its creation is answered an agent has nothing to pulse to.
                         if let Some(id) = id {
                             madsim::task::spawn_local(pulse(client.clone(), recorder.clone(), id));
+                        }
+                    }
+                    Action::PulseBatch { agents } => {
+                        let ids: Vec<u64> = {
+                            let directory = directory.borrow();
+                            agents
+                                .iter()
+                                .filter_map(|a| directory.get(a).copied())
+                                .collect()
+                        };
+                        if !ids.is_empty() {
+                            madsim::task::spawn_local(pulse_batch(
+                                client.clone(),
+                                recorder.clone(),
+                                ids,
+                            ));
                         }
                     }
                     Action::Input { agent, text } => {
@@ -258,6 +278,25 @@ async fn pulse(client: ApiClient, recorder: Recorder, agent: u64) {
     } else if answer.status.is_client_error() {
         panic!(
             "workload sent a bad pulse: {} {:?}",
+            answer.status, answer.body
+        );
+    }
+}
+
+/// Sends one batch of pulses; records each agent's acknowledgement with the send instant.
+async fn pulse_batch(client: ApiClient, recorder: Recorder, agents: Vec<u64>) {
+    let sent_ms = elapsed_ms();
+    let body = serde_json::json!({ "agents": agents });
+    let Ok(answer) = client.post_json("/v1/pulses", &body).await else {
+        return;
+    };
+    if answer.status.is_success() && !recorder.failed() {
+        for agent in agents {
+            recorder.record("workload", TraceEvent::AckedPulse { agent, sent_ms });
+        }
+    } else if answer.status.is_client_error() {
+        panic!(
+            "workload sent a bad pulse batch: {} {:?}",
             answer.status, answer.body
         );
     }

@@ -3,6 +3,7 @@
 //! It sees only what a trace record says, never the runtime's memory, so what it checks is what
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
+mod agents;
 mod heart;
 mod liveness;
 mod runs;
@@ -68,6 +69,7 @@ pub struct Checker {
     quiet_probes_checked: u32,
     runs: runs::RunsOracle,
     heart: heart::HeartOracle,
+    loops: agents::AgentsOracle,
     liveness: liveness::LivenessOracle,
 }
 
@@ -147,6 +149,13 @@ impl Checker {
                 self.node(record.node).write_failed_ms = None;
                 Ok(())
             }
+            TraceEvent::CommitEnd { .. } => self.loops.commit_end(),
+            TraceEvent::ModelCallServed { agent, run, .. } => {
+                self.loops.model_call_served(*agent, *run)
+            }
+            TraceEvent::ToolCallServed { agent, run, .. } => {
+                self.loops.tool_call_served(*agent, *run)
+            }
             TraceEvent::RunStarted { .. }
             | TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. } => Ok(()),
@@ -172,6 +181,11 @@ impl Checker {
     /// Runs that ended, by terminal status.
     pub fn ended_runs(&self) -> BTreeMap<&'static str, usize> {
         self.runs.ended()
+    }
+
+    /// Runs that stopped as ghosts.
+    pub fn ghost_runs(&self) -> u64 {
+        self.loops.ghost_runs
     }
 
     /// How many agents were marked offline.
@@ -287,6 +301,7 @@ impl Checker {
         }
         self.runs.committed(t_ms, event)?;
         self.heart.committed(event)?;
+        self.loops.committed(event)?;
         self.liveness.committed(t_ms, event)?;
         self.log.push(event_digest(event));
         Ok(())
@@ -340,7 +355,8 @@ impl Checker {
         for event in unreported {
             self.committed(t_ms, node, event)?;
         }
-        Ok(())
+        // They were one commit (a power cut interrupts one), which ends here.
+        self.loops.commit_end()
     }
 
     fn acked_create(&mut self, name: &str, agent: u64, seq: u64) -> Result<(), Violation> {
