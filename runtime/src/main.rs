@@ -292,7 +292,8 @@ fn main() -> ExitCode {
                     message = format!("{message}: {cause}");
                 }
             }
-            eprintln!("error: {message}");
+            // Server errors quote what clients sent; the terminal gets it escaped.
+            eprintln!("error: {}", vigil::cli::escape_controls(&message));
             ExitCode::FAILURE
         }
     }
