@@ -30,6 +30,7 @@ use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use vigil::api::client::ApiClient;
 use vigil::exec::host::RunServices;
+use vigil::net::OutboundPolicy;
 use vigil::exec::pricing::{ModelPrice, PriceTable};
 use vigil::exec::tools::TOOL_ERROR_OUTPUT_CHARS_MAX;
 use vigil::io::clock::Clock;
@@ -597,7 +598,13 @@ impl World {
         let tls = TlsOptions {
             extra_ca_file: Some(self.ca.pem_file.clone()),
         };
-        let mut services = RunServices::production(&tls, prices()).expect("the test CA loads");
+        // The stubs listen on loopback, which the address policy keeps from tenant acme
+        // unless the node allows it (as `[outbound] allow` does).
+        let loopback = OutboundPolicy {
+            allow: vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()],
+        };
+        let mut services =
+            RunServices::guarded(&tls, prices(), loopback).expect("the test CA loads");
         services.secrets = Arc::new(|name: &str| (name == KEY_ENV).then(|| API_KEY.to_string()));
         services
     }

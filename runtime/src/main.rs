@@ -85,9 +85,19 @@ struct ServeArgs {
     #[arg(long, env = "VIGIL_FLEET")]
     fleet: Option<PathBuf>,
     /// Operator token of tenant `default` (at least 16 characters). Without it, the first start
-    /// generates one and writes it to <data-dir>/operator-token.
+    /// generates one and writes it to <data-dir>/operator-token. On the command line it is
+    /// visible to every local user (`ps`): prefer --operator-token-file or the variable.
     #[arg(long, env = "VIGIL_OPERATOR_TOKEN", hide_env_values = true)]
     operator_token: Option<String>,
+    /// A file holding the operator token of tenant `default` (its first line), instead of
+    /// --operator-token.
+    #[arg(
+        long,
+        env = "VIGIL_OPERATOR_TOKEN_FILE",
+        value_name = "PATH",
+        conflicts_with = "operator_token"
+    )]
+    operator_token_file: Option<PathBuf>,
     /// Node config (TOML): the model price table, an extra CA for outbound HTTPS. See
     /// docs/agents.md.
     #[arg(long, env = "VIGIL_CONFIG")]
@@ -282,7 +292,8 @@ fn main() -> ExitCode {
                     message = format!("{message}: {cause}");
                 }
             }
-            eprintln!("error: {message}");
+            // Server errors quote what clients sent; the terminal gets it escaped.
+            eprintln!("error: {}", vigil::cli::escape_controls(&message));
             ExitCode::FAILURE
         }
     }
@@ -434,19 +445,33 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir,
         fleet,
         operator_token,
+        operator_token_file,
         config,
     } = args;
+    if token_on_command_line(std::env::args_os()) {
+        eprintln!(
+            "warning: --operator-token on the command line is visible to every local user (ps, \
+             /proc); use --operator-token-file PATH or VIGIL_OPERATOR_TOKEN instead"
+        );
+    }
+    let operator_token = match operator_token_file {
+        Some(path) => Some(read_token_file(&path)?),
+        None => operator_token,
+    };
     // Everything configured is checked before binding, so a mistake never half-starts a node.
     let node_file = config
         .map(|path| vigil::node_file::NodeFile::load(&path))
         .transpose()?
         .unwrap_or_default();
-    let run_services =
-        vigil::exec::host::RunServices::production(&node_file.tls(), node_file.prices.clone())
-            .context("could not set up outbound HTTPS")?;
+    let run_services = vigil::exec::host::RunServices::guarded(
+        &node_file.tls(),
+        node_file.prices.clone(),
+        node_file.outbound_policy(),
+    )
+    .context("could not set up outbound HTTPS")?;
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
-    std::fs::create_dir_all(&data_dir)
+    create_private_dir(&data_dir)
         .with_context(|| format!("could not create data directory {}", data_dir.display()))?;
     let mut node = Node::start(NodeConfig {
         listen_addr: listen,
@@ -551,15 +576,65 @@ fn configured_tenants(
     Ok(tenants)
 }
 
+/// Mode of a data directory `vigil serve` creates: the owner only.
+#[cfg(unix)]
+const DATA_DIR_MODE: u32 = 0o700;
+/// Mode of the operator-token file: the owner only.
+#[cfg(unix)]
+const TOKEN_FILE_MODE: u32 = 0o600;
+/// Largest operator-token file read, in bytes (a token is at most a few hundred characters).
+const TOKEN_FILE_BYTES_MAX: u64 = 4 * 1024;
+
+/// Whether `--operator-token` itself (not `--operator-token-file`, not the variable) is among
+/// the process arguments, where `ps` shows it.
+fn token_on_command_line(args: impl IntoIterator<Item = std::ffi::OsString>) -> bool {
+    args.into_iter().any(|arg| {
+        let arg = arg.to_string_lossy();
+        arg == "--operator-token" || arg.starts_with("--operator-token=")
+    })
+}
+
+/// The token in `path`: its first line, trimmed.
+fn read_token_file(path: &Path) -> anyhow::Result<String> {
+    let context = || format!("could not read the operator token file {}", path.display());
+    let length = std::fs::metadata(path).with_context(context)?.len();
+    if length > TOKEN_FILE_BYTES_MAX {
+        anyhow::bail!(
+            "the operator token file {} has {length} bytes; a token file holds one token (at most {TOKEN_FILE_BYTES_MAX} bytes)",
+            path.display()
+        );
+    }
+    let text = std::fs::read_to_string(path).with_context(context)?;
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        anyhow::bail!("the operator token file {} is empty", path.display());
+    }
+    Ok(token)
+}
+
+/// Creates `dir` (and its parents) readable by the owner only. An existing directory is left
+/// as it is: it may be the operator's own, shared on purpose.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, DATA_DIR_MODE);
+    builder.create(dir)
+}
+
 /// Writes a generated token where the CLI looks for it, readable by the owner only.
 fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, TOKEN_FILE_MODE);
     let mut file = options
         .open(path)
         .with_context(|| format!("could not write {}", path.display()))?;
+    // An older file keeps its mode through `open`; tighten it before the token goes in.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(TOKEN_FILE_MODE))
+        .with_context(|| format!("could not restrict {}", path.display()))?;
     file.write_all(format!("{token}\n").as_bytes())
         .with_context(|| format!("could not write {}", path.display()))
 }

@@ -4,6 +4,7 @@
 //! ```toml
 //! [outbound]
 //! extra_ca_file = "/etc/vigil/corporate-ca.pem"   # trusted beside the built-in roots
+//! allow = ["10.1.2.0/24", "127.0.0.1/32"]         # special addresses every tenant may reach
 //!
 //! [prices."gpt-4o-mini"]                           # dollars per million tokens
 //! input_usd_per_mtok = 0.15
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::exec::pricing::PriceTable;
-use crate::net::TlsOptions;
+use crate::net::{Cidr, OutboundPolicy, TlsOptions, OUTBOUND_ALLOW_ENTRIES_MAX};
 
 /// Largest config file read.
 pub const NODE_FILE_BYTES_MAX: u64 = 1024 * 1024;
@@ -40,6 +41,10 @@ pub struct OutboundSection {
     /// taken from the config file's directory).
     #[serde(default)]
     pub extra_ca_file: Option<PathBuf>,
+    /// Address ranges that tenants other than `default` may reach although they are not
+    /// public (loopback, link-local, private, …): see `crate::net::policy`.
+    #[serde(default)]
+    pub allow: Vec<Cidr>,
 }
 
 /// Why the file was refused.
@@ -84,7 +89,20 @@ impl NodeFile {
     pub fn parse(text: &str) -> Result<NodeFile, String> {
         let file: NodeFile = toml::from_str(text).map_err(|e| e.to_string())?;
         file.prices.validate()?;
+        if file.outbound.allow.len() > OUTBOUND_ALLOW_ENTRIES_MAX {
+            return Err(format!(
+                "outbound.allow has {} entries; at most {OUTBOUND_ALLOW_ENTRIES_MAX}",
+                file.outbound.allow.len()
+            ));
+        }
         Ok(file)
+    }
+
+    /// The outbound address policy (the SSRF guard) with this file's allow-list.
+    pub fn outbound_policy(&self) -> OutboundPolicy {
+        OutboundPolicy {
+            allow: self.outbound.allow.clone(),
+        }
     }
 
     /// The outbound transport's TLS options.
@@ -114,6 +132,22 @@ mod tests {
         assert_eq!(file.outbound.extra_ca_file, Some(PathBuf::from("ca.pem")));
         assert!(file.prices.knows("gpt-4o-mini"));
         assert_eq!(NodeFile::parse("").unwrap(), NodeFile::default());
+    }
+
+    #[test]
+    fn the_allow_list_parses_and_is_bounded() {
+        let file = NodeFile::parse("[outbound]\nallow = [\"127.0.0.1/32\", \"::1\"]\n").unwrap();
+        let policy = file.outbound_policy();
+        assert_eq!(policy.allow.len(), 2);
+        assert!(policy.check("acme", "127.0.0.1:9".parse().unwrap()).is_ok());
+        let bad = NodeFile::parse("[outbound]\nallow = [\"127.0.0.1/40\"]\n").unwrap_err();
+        assert!(bad.contains("prefix length") && bad.contains("line 2"), "{bad}");
+        let entries = |n: usize| {
+            let list = vec!["\"10.0.0.1\""; n].join(", ");
+            NodeFile::parse(&format!("[outbound]\nallow = [{list}]\n"))
+        };
+        assert!(entries(OUTBOUND_ALLOW_ENTRIES_MAX).is_ok());
+        assert!(entries(OUTBOUND_ALLOW_ENTRIES_MAX + 1).unwrap_err().contains("at most"));
     }
 
     #[test]

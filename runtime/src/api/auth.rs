@@ -10,6 +10,8 @@ use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
 
 use super::error::ApiError;
+use super::streams::StreamSlots;
+use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
 use crate::engine::tenant::Principal;
 use crate::shell::Shell;
@@ -19,8 +21,8 @@ use crate::transcript::SharedTranscriptStore;
 #[derive(Clone)]
 pub struct Gate {
     shell: Arc<OnceLock<Arc<Shell>>>,
-    /// Permits for live event streams (`SSE_STREAMS_MAX`).
-    streams: Arc<tokio::sync::Semaphore>,
+    /// The node's live event stream slots (`api::streams`).
+    streams: StreamSlots,
     /// Where run transcripts are read from (`GET /v1/runs/{id}/log`).
     transcripts: SharedTranscriptStore,
 }
@@ -29,7 +31,7 @@ impl Gate {
     pub fn new(transcripts: SharedTranscriptStore) -> Self {
         Gate {
             shell: Arc::default(),
-            streams: Arc::new(tokio::sync::Semaphore::new(super::events::SSE_STREAMS_MAX)),
+            streams: StreamSlots::default(),
             transcripts,
         }
     }
@@ -54,8 +56,8 @@ impl Gate {
 pub struct Caller {
     pub shell: Arc<Shell>,
     pub principal: Principal,
-    /// The node's live-stream permits.
-    pub streams: Arc<tokio::sync::Semaphore>,
+    /// The node's live event stream slots.
+    pub streams: StreamSlots,
     /// The node's transcript store.
     pub transcripts: SharedTranscriptStore,
 }
@@ -91,11 +93,20 @@ fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
         .to_str()
         .ok()
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
+        .filter(|t| is_token_shaped(t))
         .ok_or_else(|| {
-            ApiError::unauthenticated("the Authorization header must be `Bearer <token>`")
+            ApiError::unauthenticated(
+                "the Authorization header must be `Bearer <token>`: the word Bearer, exactly one \
+                 space, then the token, with no other spaces",
+            )
         })
+}
+
+/// Whether `token` can be a token as sent: non-empty, no whitespace anywhere. Why so strict:
+/// docs/api.md promises exactly one space, and proxies or logs that parse the header the
+/// documented way must see the same token the node authenticates.
+fn is_token_shaped(token: &str) -> bool {
+    !token.is_empty() && !token.contains(|c: char| c.is_whitespace())
 }
 
 impl Caller {
@@ -136,6 +147,6 @@ impl Caller {
 /// Parses a numeric path id, naming `field` when it is not one.
 pub fn parse_id(field: &'static str, raw: &str) -> Result<u64, ApiError> {
     raw.parse().map_err(|_| {
-        ApiError::invalid_field(field, format!("{field} must be a number, got {raw:?}"))
+        ApiError::invalid_field(field, format!("{field} must be a number, got {}", echo(raw)))
     })
 }

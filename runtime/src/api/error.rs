@@ -73,13 +73,32 @@ impl ApiError {
     }
 }
 
+/// Most characters of an error's `message` sent back, and of its `field`. Why: messages quote
+/// what the caller sent (serde names an unknown field, a path id is echoed); values the code
+/// quotes are already cut (`engine::spec_error::ECHOED_VALUE_CHARS_MAX`), this bounds the rest.
+pub const ERROR_MESSAGE_CHARS_MAX: usize = 1_024;
+pub const ERROR_FIELD_CHARS_MAX: usize = 256;
+
+/// `text` cut after `chars_max` characters, ending in `…` when cut.
+fn bounded(text: &str, chars_max: usize) -> std::borrow::Cow<'_, str> {
+    match text.char_indices().nth(chars_max) {
+        None => std::borrow::Cow::Borrowed(text),
+        Some((end, _)) => std::borrow::Cow::Owned(format!("{}…", &text[..end])),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let message = bounded(&self.message, ERROR_MESSAGE_CHARS_MAX);
+        let field = self
+            .field
+            .as_deref()
+            .map(|f| bounded(f, ERROR_FIELD_CHARS_MAX));
         let body = Body {
             error: Inner {
                 code: self.code,
-                message: &self.message,
-                field: self.field.as_deref(),
+                message: &message,
+                field: field.as_deref(),
             },
         };
         (self.status, axum::Json(body)).into_response()
@@ -148,5 +167,20 @@ impl From<Refusal> for ApiError {
             message,
             field: field.map(str::to_string),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_texts_are_cut_at_the_limit() {
+        let exact = "a".repeat(ERROR_FIELD_CHARS_MAX);
+        assert_eq!(bounded(&exact, ERROR_FIELD_CHARS_MAX), exact);
+        let long = "é".repeat(ERROR_FIELD_CHARS_MAX + 1);
+        let cut = bounded(&long, ERROR_FIELD_CHARS_MAX);
+        assert_eq!(cut.chars().count(), ERROR_FIELD_CHARS_MAX + 1);
+        assert!(cut.ends_with('…'));
     }
 }

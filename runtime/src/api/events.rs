@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::RawQuery;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Serialize;
@@ -19,6 +19,7 @@ use serde::Serialize;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::query::Query;
+use super::streams::{StreamRefusal, SSE_RETRY_AFTER_S};
 use crate::engine::event::Event;
 use crate::engine::tenant::Principal;
 use crate::store::EVENTS_PAGE_MAX;
@@ -30,8 +31,6 @@ pub const EVENTS_PAGE_DEFAULT: usize = 100;
 pub const EVENTS_SCAN_PAGES_MAX: usize = 16;
 /// A quiet stream sends a comment this often, so proxies and clients know it is alive.
 pub const SSE_KEEPALIVE_MS: u64 = 15_000;
-/// Most live streams one node serves at once.
-pub const SSE_STREAMS_MAX: usize = 256;
 /// Frames buffered per stream before the writer waits for the client.
 const SSE_BUFFER_FRAMES: usize = 64;
 
@@ -96,12 +95,10 @@ pub async fn list(
     };
     // The header is what a reconnecting EventSource sends; it wins over the query.
     let after = last_event_id.or(after).unwrap_or(0);
-    let permit = caller.streams.clone().try_acquire_owned().map_err(|_| ApiError {
-        status: StatusCode::SERVICE_UNAVAILABLE,
-        code: "too_many_streams",
-        message: format!("this node already serves {SSE_STREAMS_MAX} event streams; retry later or read pages"),
-        field: None,
-    })?;
+    let permit = match caller.streams.try_acquire(&caller.principal) {
+        Ok(permit) => permit,
+        Err(refusal) => return Ok(stream_refused(refusal)),
+    };
     let (sender, receiver) = tokio::sync::mpsc::channel(SSE_BUFFER_FRAMES);
     tokio::spawn(async move {
         stream(caller, after, sender).await;
@@ -115,6 +112,15 @@ pub async fn list(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
+}
+
+/// A 503 naming the stream cap that refused, with `Retry-After`.
+fn stream_refused(refusal: StreamRefusal) -> Response {
+    let mut response = refusal.to_api_error().into_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(SSE_RETRY_AFTER_S));
+    response
 }
 
 /// The caller's events after `after`: (events, next_after, head).

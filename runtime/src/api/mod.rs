@@ -6,12 +6,14 @@
 mod agents;
 mod auth;
 mod body;
+mod body_deadline;
 pub mod client;
 mod error;
 mod events;
 mod pulses;
 mod query;
 mod runs;
+mod streams;
 mod usage;
 mod timer;
 
@@ -29,14 +31,21 @@ use tokio::net::TcpListener;
 
 pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
+pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
+pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX};
 pub use error::ApiError;
-pub use events::{SSE_KEEPALIVE_MS, SSE_STREAMS_MAX};
+pub use events::SSE_KEEPALIVE_MS;
+pub use streams::{
+    SSE_RETRY_AFTER_S, SSE_STREAMS_MAX, SSE_STREAMS_NODE_OPERATOR_RESERVE,
+    SSE_STREAMS_PER_TENANT_MAX, SSE_STREAMS_PER_TOKEN_MAX, SSE_STREAMS_TENANT_OPERATOR_RESERVE,
+};
 pub use runs::{RUN_LOG_PAGE_DEFAULT, RUN_LOG_PAGE_MAX};
 
 /// Most connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 1_024;
 /// A connection that has not sent a complete request head within this long is closed, so idle
-/// and slow clients cannot hold the `CONNECTIONS_MAX` slots.
+/// and slow clients cannot hold the `CONNECTIONS_MAX` slots. (The body has its own timers:
+/// `BODY_READ_TIMEOUT_MS`, `BODY_STALL_TIMEOUT_MS`.)
 pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY_MS: u64 = 100;
@@ -86,6 +95,8 @@ pub fn router(gate: Gate) -> Router {
             }
         })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
+        // Why: the header-read timeout stops at the request head; this bounds the body.
+        .layer(axum::middleware::from_fn(body_deadline::enforce))
         .with_state(gate)
 }
 

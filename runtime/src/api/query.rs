@@ -1,6 +1,7 @@
 //! Query strings with errors that name the parameter, and unknown parameters refused.
 
 use super::error::ApiError;
+use crate::engine::spec_error::echo;
 
 /// The parameters of one query string.
 #[derive(Debug)]
@@ -18,7 +19,8 @@ impl Query {
                 return Err(ApiError::invalid_field(
                     key,
                     format!(
-                        "unknown query parameter {key:?}; accepted: {}",
+                        "unknown query parameter {}; accepted: {}",
+                        echo(key),
                         accepted.join(", ")
                     ),
                 ));
@@ -47,7 +49,7 @@ impl Query {
             Some(raw) => raw.parse().map(Some).map_err(|_| {
                 ApiError::invalid_field(
                     key,
-                    format!("{key} must be a non-negative number, got {raw:?}"),
+                    format!("{key} must be a non-negative number, got {}", echo(&raw)),
                 )
             }),
         }

@@ -157,7 +157,7 @@ fn parse_status(raw: &str) -> Result<RunStatus, ApiError> {
     serde_json::from_value(serde_json::Value::String(raw.to_string())).map_err(|_| {
         ApiError::invalid_field(
             "status",
-            format!("status must be one of queued, running, succeeded, failed, cancelled, timed_out; got {raw:?}"),
+            format!("status must be one of queued, running, succeeded, failed, cancelled, timed_out; got {}", crate::engine::spec_error::echo(raw)),
         )
     })
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::format::{cell, span, time_of, Table};
+use super::format::{cell, safe_json_line, span, time_of, Table};
 use super::interval::format_interval;
 use super::{CliError, Printed, Session};
 
@@ -132,7 +132,7 @@ impl Session {
         let warning = "warning: the agent token is shown only this once; store it now (the agent authenticates with it)\n".to_string();
         if self.json() {
             return Ok(Printed {
-                stdout: format!("{created}\n"),
+                stdout: format!("{}\n", safe_json_line(&created)),
                 stderr: warning,
             });
         }
@@ -155,7 +155,7 @@ impl Session {
     pub async fn agent_list(&self) -> Result<Printed, CliError> {
         let listing = self.get("/v1/agents").await?;
         if self.json() {
-            return Ok(Printed::out(format!("{listing}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&listing))));
         }
         let now_ms = listing["now_ms"].as_u64().unwrap_or(0);
         let mut table = Table::new(&["ID", "NAME", "STATUS", "TIMER", "NEXT FIRE", "RUNS"]);
@@ -182,7 +182,7 @@ impl Session {
         let id = self.agent_id(agent).await?;
         let agent = self.get(&format!("/v1/agents/{id}")).await?;
         if self.json() {
-            return Ok(Printed::out(format!("{agent}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&agent))));
         }
         Ok(Printed::out(agent_details(&agent)))
     }
@@ -198,7 +198,7 @@ impl Session {
             .post(&format!("/v1/agents/{id}/{action}"), None)
             .await?;
         if self.json() {
-            return Ok(Printed::out(format!("{agent}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&agent))));
         }
         Ok(Printed::out(format!(
             "agent {} {} is {}\n",
@@ -223,7 +223,7 @@ impl Session {
             .post(&format!("/v1/agents/{id}/pause"), Some(&body))
             .await?;
         if self.json() {
-            return Ok(Printed::out(format!("{agent}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&agent))));
         }
         Ok(Printed::out(format!(
             "agent {} {} is paused until {}\n",
@@ -279,7 +279,7 @@ impl Session {
             }
         };
         if self.json() {
-            return Ok(Printed::out(format!("{answer}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&answer))));
         }
         Ok(Printed::out(match ids.as_slice() {
             [id] => format!("agent {id} is {}\n", cell(&answer["liveness"])),
@@ -294,7 +294,7 @@ impl Session {
     /// How a wakeup (or an input's wakeup) came out, for humans or as JSON.
     fn wake_answer(&self, id: u64, answer: &serde_json::Value) -> Result<Printed, CliError> {
         if self.json() {
-            return Ok(Printed::out(format!("{answer}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&answer))));
         }
         let what = match answer["outcome"].as_str() {
             Some("queued") => format!("queued run {}", cell(&answer["run"])),
@@ -304,7 +304,7 @@ impl Session {
                 cell(&answer["coalesced_count"])
             ),
             Some("refused") => format!("refused: {}", cell(&answer["refusal"])),
-            _ => format!("answered {answer}"),
+            _ => format!("answered {}", safe_json_line(answer)),
         };
         let replayed = if answer["replayed"] == json!(true) {
             " (replayed: this idempotency key was seen before)"

@@ -13,7 +13,7 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
-use super::format::event_line;
+use super::format::{escape_controls, event_line, safe_json_line};
 use super::{answer_json, CliError, Printed, Session};
 use crate::api::client::REQUEST_TIMEOUT_MS;
 use crate::api::SSE_KEEPALIVE_MS;
@@ -66,10 +66,10 @@ impl Session {
         self.event_feed(after, &mut |item| {
             emit(match item {
                 FeedItem::Event(event) => Printed::out(self.event_text(&event)),
-                FeedItem::Unparsed(data) => Printed::out(format!("{data}\n")),
+                FeedItem::Unparsed(data) => Printed::out(format!("{}\n", escape_controls(&data))),
                 FeedItem::Note(text) => Printed {
                     stdout: String::new(),
-                    stderr: format!("note: {text}\n"),
+                    stderr: format!("note: {}\n", escape_controls(&text)),
                 },
             })
         })
@@ -242,7 +242,7 @@ impl Session {
     /// An event as printed: one line, human or JSON.
     fn event_text(&self, event: &Value) -> String {
         if self.json() {
-            format!("{event}\n")
+            format!("{}\n", safe_json_line(event))
         } else {
             format!("{}\n", event_line(event))
         }

@@ -165,13 +165,14 @@ pub fn relative(at_ms: u64, now_ms: u64) -> String {
     }
 }
 
-/// `value` as text for a table cell: strings bare, null as `-`.
+/// `value` as text for a table cell: strings bare, null as `-`, control characters escaped
+/// (cells show what agents and clients wrote: reasons, details, payloads).
 pub fn cell(value: &Value) -> String {
     match value {
         Value::Null => "-".to_string(),
         Value::String(s) if s.is_empty() => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
+        Value::String(s) => escape_controls(s).into_owned(),
+        other => safe_json_line(other),
     }
 }
 
@@ -182,7 +183,7 @@ const EVENT_FIELDS_HIDDEN: &[&str] = &["seq", "at_ms", "tenant", "type", "spec"]
 pub fn event_line(event: &Value) -> String {
     let seq = event.get("seq").and_then(Value::as_u64).unwrap_or(0);
     let at = time_of(event.get("at_ms").unwrap_or(&Value::Null));
-    let kind = event.get("type").and_then(Value::as_str).unwrap_or("?");
+    let kind = escape_controls(event.get("type").and_then(Value::as_str).unwrap_or("?"));
     let mut line = format!("{seq:>6}  {at}  {kind:<17}");
     let Some(fields) = event.as_object() else {
         return line;
@@ -208,12 +209,15 @@ pub fn event_line(event: &Value) -> String {
             line.push_str(&format!(" {name}_at={}", time(ms)));
             continue;
         }
+        // Everything but the keys the runtime names came from a client, an agent or a model.
         let shown = match value {
-            Value::String(s) if s.is_empty() || s.contains([' ', '"', '=']) => format!("{s:?}"),
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
+            Value::String(s) if s.is_empty() || s.contains([' ', '"', '=']) => {
+                format!("\"{}\"", escape_controls(&s.replace('"', "\\\"")))
+            }
+            Value::String(s) => escape_controls(s).into_owned(),
+            other => safe_json_line(other),
         };
-        line.push_str(&format!(" {key}={shown}"));
+        line.push_str(&format!(" {}={shown}", escape_controls(key)));
     }
     line.trim_end().to_string()
 }
@@ -284,6 +288,20 @@ mod tests {
         let line = safe_json_line(&value);
         assert_eq!(line, r#"{"t":"a\u001bb\u009bc\u007f"}"#);
         assert_eq!(serde_json::from_str::<Value>(&line).unwrap(), value);
+    }
+
+    #[test]
+    fn cells_and_event_lines_escape_what_clients_wrote() {
+        let hostile = "\u{1b}]0;owned\u{7}\u{1b}[2J\r\u{9b}x";
+        let shown = "\\x1b]0;owned\\x07\\x1b[2J\\r\\u{9b}x";
+        assert_eq!(cell(&json!(hostile)), shown);
+        assert_eq!(cell(&json!({"k": hostile})), r#"{"k":"\u001b]0;owned\u0007\u001b[2J\r\u009bx"}"#);
+        let event = json!({"seq": 1, "at_ms": 0, "type": "wakeup_queued", "reason": hostile,
+            "payload": {"p": "\u{1b}[31m"}, "note": "say \"hi\"\u{1b}"});
+        let line = event_line(&event);
+        assert!(!line.chars().any(|c| c.is_control()), "{line:?}");
+        assert!(line.contains(&format!("reason={shown}")), "{line}");
+        assert!(line.contains(r#"note="say \"hi\"\x1b""#), "{line}");
     }
 
     #[test]

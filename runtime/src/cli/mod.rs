@@ -22,6 +22,7 @@ use crate::api::client::{ApiClient, ClientError, REQUEST_TIMEOUT_MS};
 
 pub use agents::{AgentCreate, SpecSource, Wake};
 pub use events::EVENTS_RECONNECTS_MAX;
+pub use format::{escape_controls, safe_json_line};
 pub use interval::{format_interval, parse_interval};
 pub use runs::RunFilter;
 pub use runs_log::{entry_line, RUN_LOG_POLL_MS, RUN_LOG_TEXT_CHARS_MAX};

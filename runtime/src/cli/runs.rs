@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::format::{cell, span, time_of, Table};
+use super::format::{cell, escape_controls, safe_json_line, span, time_of, Table};
 use super::{encode_query, CliError, Printed, Session};
 
 /// What `runs list` asks for.
@@ -36,7 +36,7 @@ impl Session {
         };
         let listing = self.get(&path).await?;
         if self.json() {
-            return Ok(Printed::out(format!("{listing}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&listing))));
         }
         let names = self.agent_names().await?;
         let mut table = Table::new(&[
@@ -45,7 +45,7 @@ impl Session {
         for run in listing["runs"].as_array().into_iter().flatten() {
             let agent = run["agent"].as_u64().unwrap_or(0);
             let agent = match names.get(&agent) {
-                Some(name) => format!("{agent} {name}"),
+                Some(name) => format!("{agent} {}", escape_controls(name)),
                 None => agent.to_string(),
             };
             table.row(vec![
@@ -65,7 +65,7 @@ impl Session {
     pub async fn runs_show(&self, run: u64) -> Result<Printed, CliError> {
         let run = self.get(&format!("/v1/runs/{run}")).await?;
         if self.json() {
-            return Ok(Printed::out(format!("{run}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&run))));
         }
         Ok(Printed::out(run_details(&run)))
     }
@@ -74,7 +74,7 @@ impl Session {
     pub async fn runs_cancel(&self, run: u64) -> Result<Printed, CliError> {
         let run = self.post(&format!("/v1/runs/{run}/cancel"), None).await?;
         if self.json() {
-            return Ok(Printed::out(format!("{run}\n")));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&run))));
         }
         Ok(Printed::out(format!(
             "run {} of agent {} is {}\n",

@@ -18,6 +18,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::events::FeedItem;
+use super::format::safe_json_line;
 use super::{CliError, Printed, Session};
 use crate::engine::agent::AgentStatus;
 use crate::engine::breaker::{BreakerState, FailureCause};
@@ -211,12 +212,15 @@ impl Session {
     pub async fn top_once(&self) -> Result<Printed, CliError> {
         let snapshot = self.fleet_snapshot().await?;
         if self.json() {
-            let json = serde_json::to_string(&snapshot).expect("a snapshot serializes");
-            return Ok(Printed::out(format!("{json}\n")));
+            let json = serde_json::to_value(&snapshot).expect("a snapshot serializes");
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&json))));
         }
         let lines = render_fleet(&snapshot, snapshot.now_ms);
         Ok(Printed::out(
-            lines.iter().map(|l| format!("{l}\n")).collect(),
+            lines
+                .iter()
+                .map(|l| format!("{}\n", super::format::escape_controls(l)))
+                .collect(),
         ))
     }
 
@@ -439,7 +443,8 @@ fn frame(lines: &[String], notes: &[String]) -> String {
     let mut text = String::from(FRAME_START);
     let gap = (!notes.is_empty()).then(String::new);
     for line in lines.iter().chain(&gap).chain(notes) {
-        text.push_str(line);
+        // The frame's own control codes are added here; what it frames never carries any.
+        text.push_str(&super::format::escape_controls(line));
         text.push_str("\x1b[K\n");
     }
     text.push_str("\x1b[J");

@@ -348,7 +348,7 @@ fn validate_time_zone(name: &str) -> Result<(), FieldError> {
     } else {
         Err(FieldError::new(
             "time_zone",
-            format!("time_zone must be an IANA time zone such as \"UTC\" or \"Europe/Paris\" (got {name:?})"),
+            format!("time_zone must be an IANA time zone such as \"UTC\" or \"Europe/Paris\" (got {})", super::spec_error::echo(name)),
         ))
     }
 }

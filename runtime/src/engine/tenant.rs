@@ -86,7 +86,7 @@ pub fn validate_name(field: &'static str, name: &str, chars_max: usize) -> Resul
     } else {
         Err(FieldError::new(
             field,
-            format!("{field} must be 1 to {chars_max} characters of letters, digits, '.', '_' or '-' (got {name:?})"),
+            format!("{field} must be 1 to {chars_max} characters of letters, digits, '.', '_' or '-' (got {})", super::spec_error::echo(name)),
         ))
     }
 }

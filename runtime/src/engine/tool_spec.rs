@@ -211,7 +211,8 @@ fn check_name(name: &str) -> Result<(), String> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     if !(1..=TOOL_NAME_CHARS_MAX).contains(&chars) || !name.chars().all(allowed) {
         return Err(format!(
-            "must be 1 to {TOOL_NAME_CHARS_MAX} of [a-zA-Z0-9_-] (got {name:?})"
+            "must be 1 to {TOOL_NAME_CHARS_MAX} of [a-zA-Z0-9_-] (got {})",
+            super::spec_error::echo(name)
         ));
     }
     if name == PAUSE_HEARTBEATS_TOOL {

@@ -8,7 +8,10 @@ use super::adapter::RunHost;
 use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
 use super::tools::{ToolHttp, ToolHttpAnswer, ToolHttpError, ToolHttpFuture};
-use crate::net::{Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundRequest, TlsOptions, TlsSetupError};
+use crate::net::{
+    Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
+    TlsOptions, TlsSetupError,
+};
 use crate::engine::run::RunId;
 use crate::engine::usage::Usage;
 use crate::engine::Command;
@@ -18,27 +21,71 @@ use crate::shell::Shell;
 /// Reads a secret by environment variable name.
 pub type SecretSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
+/// Where each run gets its poster, knowing the run's tenant: the node's outbound client with
+/// the address policy for that tenant ([`GuardedOutbound`]). Any plain [`Poster`] is a source
+/// too, handing every run itself (the simulator's client, test stubs).
+pub trait PosterSource: Send + Sync {
+    /// The poster for one run of an agent of `tenant`.
+    fn poster_for(self: Arc<Self>, tenant: &str) -> Arc<dyn Poster>;
+}
+
+impl<P: Poster + 'static> PosterSource for P {
+    fn poster_for(self: Arc<Self>, _tenant: &str) -> Arc<dyn Poster> {
+        self
+    }
+}
+
+/// Production's poster source: one outbound client (TLS roots shared), asked per run for a
+/// copy whose address policy is the node's [`OutboundPolicy`] for the run's tenant (the SSRF
+/// guard, `crate::net::policy`).
+pub struct GuardedOutbound {
+    pub client: OutboundClient,
+    pub policy: Arc<OutboundPolicy>,
+}
+
+impl PosterSource for GuardedOutbound {
+    fn poster_for(self: Arc<Self>, tenant: &str) -> Arc<dyn Poster> {
+        let policy = self.policy.for_tenant(tenant);
+        Arc::new(self.client.clone().with_address_policy(policy))
+    }
+}
+
 /// The services a node's runs share.
 #[derive(Clone)]
 pub struct RunServices {
-    pub poster: Arc<dyn Poster>,
+    /// Where each run's poster comes from (`PosterSource::poster_for` the run's tenant).
+    pub poster: Arc<dyn PosterSource>,
     pub prices: PriceTable,
     pub secrets: SecretSource,
 }
 
 impl RunServices {
     /// Production's services with every default: the outbound client with the standard
-    /// roots, no prices (tokens are counted, cost is zero), secrets from the environment.
+    /// roots and the default address policy, no prices (tokens are counted, cost is zero),
+    /// secrets from the environment.
     pub fn standard() -> Self {
         Self::production(&TlsOptions::default(), PriceTable::default())
             .expect("the standard roots always load")
     }
 
-    /// Production's services: the outbound client trusting `tls`'s roots, `prices`, secrets
-    /// from the environment. Reads the extra CA file (blocking, at start-up only).
+    /// Production's services: the outbound client trusting `tls`'s roots under the default
+    /// address policy (special addresses refused to every tenant but `default`), `prices`,
+    /// secrets from the environment. Reads the extra CA file (blocking, at start-up only).
     pub fn production(tls: &TlsOptions, prices: PriceTable) -> Result<Self, TlsSetupError> {
+        Self::guarded(tls, prices, OutboundPolicy::default())
+    }
+
+    /// Like [`RunServices::production`], with the node config's address policy.
+    pub fn guarded(
+        tls: &TlsOptions,
+        prices: PriceTable,
+        policy: OutboundPolicy,
+    ) -> Result<Self, TlsSetupError> {
         Ok(RunServices {
-            poster: Arc::new(OutboundClient::new(tls)?),
+            poster: Arc::new(GuardedOutbound {
+                client: OutboundClient::new(tls)?,
+                policy: Arc::new(policy),
+            }),
             prices,
             secrets: Self::environment_secrets(),
         })
@@ -54,6 +101,20 @@ impl RunServices {
 pub struct ShellHost {
     pub shell: Arc<Shell>,
     pub services: RunServices,
+    /// This run's poster: the services' poster for the agent's tenant.
+    pub poster: Arc<dyn Poster>,
+}
+
+impl ShellHost {
+    /// The host of one run of an agent of `tenant`.
+    pub fn for_run(shell: Arc<Shell>, services: RunServices, tenant: &str) -> Self {
+        let poster = services.poster.clone().poster_for(tenant);
+        ShellHost {
+            shell,
+            services,
+            poster,
+        }
+    }
 }
 
 impl RunHost for ShellHost {
@@ -66,10 +127,8 @@ impl RunHost for ShellHost {
     }
 
     fn poster(&self) -> Arc<dyn Poster> {
-        self.services.poster.clone()
+        self.poster.clone()
     }
-
-
 
     fn prices(&self) -> &PriceTable {
         &self.services.prices

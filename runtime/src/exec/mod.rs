@@ -93,10 +93,12 @@ impl Executor {
                             shell.clock().clone(),
                             self.run_redactor(&spec.adapter),
                         )),
-                        host: Arc::new(ShellHost {
-                            shell: shell.clone(),
-                            services: self.services.clone(),
-                        }),
+                        // Why per run: the outbound address policy depends on the tenant.
+                        host: Arc::new(ShellHost::for_run(
+                            shell.clone(),
+                            self.services.clone(),
+                            &state.agent().tenant,
+                        )),
                     };
                     let timeout_ms = state.agent().spec.limits.run_timeout_ms;
                     let adapter = self.adapters.adapter_for(&state.agent().spec.adapter);

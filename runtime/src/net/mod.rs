@@ -8,6 +8,7 @@
 
 mod client;
 mod endpoint;
+mod policy;
 mod request;
 mod tls;
 
@@ -18,6 +19,7 @@ pub use endpoint::{
     Endpoint, EndpointError, Host, Scheme, HOST_LABEL_CHARS_MAX, HOST_NAME_CHARS_MAX,
     HTTPS_PORT_DEFAULT, HTTP_PORT_DEFAULT, URL_CHARS_MAX,
 };
+pub use policy::{special_kind, Cidr, OutboundPolicy, OUTBOUND_ALLOW_ENTRIES_MAX, UNRESTRICTED_TENANT};
 pub use request::{
     OutboundAnswer, OutboundError, OutboundHeader, OutboundRequest, RESPONSE_BYTES_MAX_DEFAULT,
     TIMEOUT_MS_DEFAULT,

@@ -113,7 +113,7 @@ pub enum OutboundError {
     Request { detail: String },
     #[error("could not resolve the host name `{host}`: {detail}; check the host in the URL and this machine's DNS")]
     Resolve { host: String, detail: String },
-    #[error("refused to connect to `{host}` at {addr}: {reason}; the address policy forbids it, use a host that resolves to an allowed address")]
+    #[error("the address policy refused to connect to `{host}` at {addr}: {reason}")]
     AddressRefused {
         host: String,
         addr: SocketAddr,

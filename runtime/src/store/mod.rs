@@ -30,6 +30,31 @@ pub enum StoreError {
     OutOfOrder { head: u64, first: u64 },
 }
 
+/// Mode of the database file: the owner only. It holds every agent's spec, reasons, payloads
+/// and token hashes.
+#[cfg(unix)]
+pub const DATABASE_FILE_MODE: u32 = 0o600;
+
+/// Makes sure the database file exists with [`DATABASE_FILE_MODE`] before redb opens it. Why
+/// first: redb would create it with the process umask (often 0644), readable by every local
+/// user. A file left by an older version is tightened too.
+fn owner_only(path: &std::path::Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(DATABASE_FILE_MODE)
+            .open(path)?;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(DATABASE_FILE_MODE))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
+}
+
 /// The runtime's database handle.
 #[derive(Debug)]
 pub struct Store {
@@ -41,7 +66,11 @@ impl Store {
     /// crash here, before any read.
     pub fn open(location: StorageLocation) -> Result<Store, StoreError> {
         let db = match location {
-            StorageLocation::File(path) => Database::create(path),
+            StorageLocation::File(path) => {
+                owner_only(&path)
+                    .map_err(|error| StoreError::Open(redb::StorageError::from(error).into()))?;
+                Database::create(path)
+            }
             StorageLocation::Backend(backend) => {
                 Database::builder().create_with_backend(BoxedBackend(backend))
             }

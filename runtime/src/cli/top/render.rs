@@ -2,7 +2,7 @@
 //! cell is tested here and the live loop only decides when to draw.
 
 use super::{ActiveRun, AgentRow, FleetSnapshot, Liveness, LivenessStatus};
-use crate::cli::format::{relative, span_seconds, time, Table};
+use crate::cli::format::{escape_controls, relative, span_seconds, time, Table};
 use crate::engine::agent::AgentStatus;
 use crate::engine::daily_cap::LocalDay;
 use crate::engine::breaker::{BreakerState, FailureCause};
@@ -55,8 +55,8 @@ fn header_line(snapshot: &FleetSnapshot, now_ms: u64) -> String {
     let shown = |n: usize| if reported { n.to_string() } else { "-".into() };
     format!(
         "server {}  tenant {}  agents {}  online {}  offline {}  last seq {}  {}",
-        snapshot.server,
-        snapshot.tenant.as_deref().unwrap_or("-"),
+        escape_controls(&snapshot.server),
+        escape_controls(snapshot.tenant.as_deref().unwrap_or("-")),
         snapshot.agents.len(),
         shown(count(LivenessStatus::Online)),
         shown(count(LivenessStatus::Offline)),
@@ -65,7 +65,10 @@ fn header_line(snapshot: &FleetSnapshot, now_ms: u64) -> String {
     )
 }
 
+/// The name as the server sent it, control characters escaped (the server validates names,
+/// but the terminal must not depend on that), cut to `NAME_CHARS_SHOWN_MAX`.
 fn name_cell(name: &str) -> String {
+    let name = escape_controls(name);
     if name.chars().count() <= NAME_CHARS_SHOWN_MAX {
         return name.to_string();
     }
