@@ -68,7 +68,16 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
-        run_services: vigil::exec::host::RunServices::standard(),
+        // The stub provider listens on loopback, which the default address policy keeps from
+        // tenant acme: allow it, as `[outbound] allow` in a node config does.
+        run_services: vigil::exec::host::RunServices::guarded(
+            &vigil::net::TlsOptions::default(),
+            Default::default(),
+            vigil::net::OutboundPolicy {
+                allow: vec!["127.0.0.1/32".parse().unwrap()],
+            },
+        )
+        .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
     }
 }
