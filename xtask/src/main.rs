@@ -1,12 +1,6 @@
 //! The project's workflows as one portable program, so a fresh machine needs nothing but cargo.
 //! The justfile's recipes call these; README and CI use them directly.
-//!
-//!   cargo xtask run                      vigil serve --fleet examples/fleet.toml on ./vigil-data (release)
-//!   cargo xtask test                     every test: workspace tests, then the simulation suite
-//!   cargo xtask sim <vigil-sim args>     build the simulator (--cfg madsim, target/sim) and run it
-//!   cargo xtask sweep <scenario> <seeds> sweep seeds 0..seeds of a scenario on all cores
-//!   cargo xtask replay <seed> <scenario> [--swarm]  re-run one seed with its whole trace
-//!   cargo xtask bench-smoke [runs] [seed] median wall time of one smoke seed run `runs` times
+//! `cargo xtask` (or `cargo xtask help`) lists the commands: see [`COMMANDS`].
 
 use std::env;
 use std::path::PathBuf;
@@ -16,10 +10,34 @@ use std::process::{exit, Command};
 /// one and vice versa.
 const SIM_TARGET_DIR: &str = "target/sim";
 
+/// Exit status of `cargo xtask` given a command it does not know.
+const EXIT_USAGE: i32 = 2;
+
+/// Every command, with its arguments and one line on what it does: what `cargo xtask` prints.
+const COMMANDS: &[(&str, &str)] = &[
+    ("run [serve args]", "vigil serve --fleet examples/fleet.toml on ./vigil-data (release)"),
+    ("test", "every test: workspace tests, then the simulation suite"),
+    ("sim <vigil-sim args>", "build the simulator (--cfg madsim, target/sim) and run it"),
+    ("sweep [scenario] [seeds]", "sweep seeds 0..seeds of a scenario (default smoke, 100) on all cores"),
+    ("replay <seed> <scenario> [--swarm]", "re-run one seed with its whole trace"),
+    ("bench-smoke [runs] [seed]", "median wall time of one smoke seed run `runs` times"),
+    ("help", "this list"),
+];
+
+/// The command list, one line each.
+fn command_list() -> String {
+    let width = COMMANDS.iter().map(|(usage, _)| usage.len()).max().unwrap_or(0);
+    let mut text = String::from("usage: cargo xtask <command> [args]\n\ncommands:\n");
+    for (usage, what) in COMMANDS {
+        text.push_str(&format!("  {usage:<width$}  {what}\n"));
+    }
+    text
+}
+
 fn main() {
     let args: Vec<String> = env::args().skip(1).collect();
     let Some((task, rest)) = args.split_first() else {
-        usage();
+        help();
     };
     env::set_current_dir(workspace_root()).expect("cannot enter the workspace root");
     match task.as_str() {
@@ -52,8 +70,8 @@ fn main() {
         }
         "replay" => {
             let (Some(seed), Some(scenario)) = (rest.first(), rest.get(1)) else {
-                eprintln!("usage: cargo xtask replay <seed> <scenario>");
-                exit(2);
+                eprintln!("usage: cargo xtask replay <seed> <scenario> [--swarm]");
+                exit(EXIT_USAGE);
             };
             let mut args = strings(&["replay", seed, scenario]);
             args.extend(rest.iter().skip(2).cloned());
@@ -68,13 +86,21 @@ fn main() {
                 .map_or(1, |n| n.parse().expect("seed must be a number"));
             bench_smoke(runs, seed)
         }
-        _ => usage(),
+        "help" | "--help" | "-h" => help(),
+        unknown => usage(unknown),
     }
 }
 
-fn usage() -> ! {
-    eprintln!("usage: cargo xtask <run|test|sim|sweep|replay|bench-smoke> [args]  (see xtask/src/main.rs)");
-    exit(2);
+/// Prints the command list and exits 0: what was asked for.
+fn help() -> ! {
+    print!("{}", command_list());
+    exit(0);
+}
+
+/// Prints what `unknown` is not, then the command list, and exits with [`EXIT_USAGE`].
+fn usage(unknown: &str) -> ! {
+    eprint!("cargo xtask: unknown command {unknown:?}\n\n{}", command_list());
+    exit(EXIT_USAGE);
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -213,4 +239,22 @@ fn bench_smoke(runs: usize, seed: u64) {
         wall_ms[0],
         wall_ms[runs - 1]
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn command_list_names_every_command_on_one_line() {
+        let list = command_list();
+        for name in ["run", "test", "sim", "sweep", "replay", "bench-smoke", "help"] {
+            let lines = list
+                .lines()
+                .filter(|line| line.trim_start().split(' ').next() == Some(name))
+                .count();
+            assert_eq!(lines, 1, "{name} should have exactly one line in:\n{list}");
+        }
+    }
+
 }
