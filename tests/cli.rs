@@ -2,7 +2,7 @@
 //! real binary, asserting on what it prints and how it exits.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,25 +45,17 @@ struct Server {
 impl Server {
     /// Starts `vigil serve` on a free port with the test fleet, in a fresh directory.
     fn start(test: &str, extra_args: &[&str], env: &[(&str, &str)]) -> Server {
-        let dir = std::env::temp_dir().join(format!("vigil-cli-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let fleet = dir.join("fleet.toml");
-        std::fs::write(&fleet, FLEET).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
-        command
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.join("data"))
-            .arg("--fleet")
-            .arg(&fleet)
-            .args(extra_args)
-            .env("VIGIL_LOG", "warn")
-            .env_remove("VIGIL_OPERATOR_TOKEN")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+        let dir = fresh_dir(test);
+        let mut command = serve_command(&dir.join("data"), &dir);
+        command.args(extra_args);
         for (key, value) in env {
             command.env(key, value);
         }
+        Server::attach(command, dir)
+    }
+
+    /// Spawns `command` (a `vigil serve` in `dir`) and reads its first line for the address.
+    fn attach(mut command: Command, dir: PathBuf) -> Server {
         let mut child = command.spawn().expect("vigil serve starts");
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
         let mut line = String::new();
@@ -175,6 +167,31 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// A fresh directory for one test, holding the test fleet.
+fn fresh_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vigil-cli-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("fleet.toml"), FLEET).unwrap();
+    dir
+}
+
+/// `vigil serve` on a free port, on `data_dir`, with the fleet in `dir`; stdout piped, stderr
+/// dropped.
+fn serve_command(data_dir: &Path, dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_vigil"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .arg("--fleet")
+        .arg(dir.join("fleet.toml"))
+        .env("VIGIL_LOG", "warn")
+        .env_remove("VIGIL_OPERATOR_TOKEN")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    command
 }
 
 impl Drop for Server {
@@ -740,4 +757,43 @@ fn runs_log_prints_transcripts_escaped_and_follows_until_complete() {
     // Errors name the run or the field.
     let missing = server.fails(&["runs", "log", "999999"]);
     assert!(missing.contains("no run with id 999999"), "{missing}");
+}
+
+/// What a server printed to stderr, line by line as it comes, until a line containing `until`
+/// (or `WAIT_MS` passed: the test then fails on what it got).
+fn stderr_until(server: &mut Server, until: &str) -> String {
+    let stderr = server.child.stderr.take().expect("stderr piped");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    let mut printed = String::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        let Ok(line) = received.recv_timeout(left) else {
+            break;
+        };
+        printed.push_str(&line);
+        printed.push('\n');
+        if line.contains(until) {
+            return printed;
+        }
+    }
+    panic!("vigil serve never printed {until:?}; it printed:\n{printed}");
+}
+
+#[test]
+fn logs_to_a_pipe_carry_no_colour_codes() {
+    let dir = fresh_dir("plain-logs");
+    let mut command = serve_command(&dir.join("data"), &dir);
+    command.env("VIGIL_LOG", "info").stderr(Stdio::piped());
+    let mut server = Server::attach(command, dir);
+    // The fleet's summary is logged at info after the agents are created; the hint follows it.
+    let printed = stderr_until(&mut server, "Ctrl-C stops");
+    assert!(printed.contains("fleet applied"), "{printed}");
+    assert!(!printed.contains("\x1b["), "colour codes in piped logs:\n{printed:?}");
 }

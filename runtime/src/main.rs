@@ -256,13 +256,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         CliCommand::Serve(args) => {
-            tracing_subscriber::fmt()
-                .with_env_filter(
-                    tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
-                        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-                )
-                .with_writer(std::io::stderr)
-                .init();
+            init_logging();
             runtime.block_on(serve(args))
         }
         CliCommand::Agent {
@@ -297,6 +291,19 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs go to stderr, filtered by `VIGIL_LOG` (default `info`); colour codes only when stderr
+/// is a terminal, so files, pipes and journald get plain text.
+fn init_logging() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 enum Operation {
