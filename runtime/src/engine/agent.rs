@@ -233,6 +233,7 @@ impl AgentSpec {
     /// Checks every field against its limit; the first problem found is returned.
     pub fn validate(&self) -> Result<(), FieldError> {
         validate_name("name", &self.name, AGENT_NAME_CHARS_MAX)?;
+        refuse_id_like_name(&self.name)?;
         let script = match &self.adapter {
             AdapterSpec::Scripted(script) => script,
             AdapterSpec::Llm(llm) => {
@@ -339,6 +340,18 @@ impl AgentSpec {
     }
 }
 
+/// Refuses an all-digit name: `vigil agent show 12` and the API take an id or a name, so ids and
+/// names must never collide.
+fn refuse_id_like_name(name: &str) -> Result<(), FieldError> {
+    if name.chars().all(|c| c.is_ascii_digit()) {
+        return Err(FieldError::new(
+            "name",
+            format!("name must not be all digits (got {name:?}): agent ids are numbers, and ids and names must never collide; add a letter, e.g. \"agent-{name}\""),
+        ));
+    }
+    Ok(())
+}
+
 /// Accepts IANA names from the bundled time-zone database (so every machine agrees).
 fn validate_time_zone(name: &str) -> Result<(), FieldError> {
     let known =
@@ -427,6 +440,17 @@ mod tests {
             spec("has space", 60_000).validate().unwrap_err().field,
             "name"
         );
+    }
+
+    #[test]
+    fn all_digit_names_are_refused_so_ids_and_names_never_collide() {
+        let refused = spec("12", 60_000).validate().unwrap_err();
+        assert_eq!(refused.field, "name");
+        assert!(refused.message.contains("never collide"), "{}", refused.message);
+        assert!(spec("0", 60_000).validate().is_err());
+        for accepted in ["12a", "a12", "1.2", "1-2"] {
+            assert!(spec(accepted, 60_000).validate().is_ok(), "{accepted} refused");
+        }
     }
 
     #[test]
