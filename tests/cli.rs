@@ -797,3 +797,27 @@ fn logs_to_a_pipe_carry_no_colour_codes() {
     assert!(printed.contains("fleet applied"), "{printed}");
     assert!(!printed.contains("\x1b["), "colour codes in piped logs:\n{printed:?}");
 }
+
+#[test]
+fn a_second_serve_on_the_same_data_dir_fails_before_listening() {
+    let first = Server::start("second-serve", &[], &[]);
+    let mut command = serve_command(&first.data_dir(), &first.dir);
+    command.stderr(Stdio::piped());
+    let mut second = command.spawn().expect("vigil serve starts");
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    while second.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = second.kill();
+            panic!("a second vigil serve on the same data directory kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let output = second.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stdout}{stderr}");
+    assert!(!stdout.contains("listening"), "{stdout}");
+    let holder = format!("another vigil (pid {}) holds the data directory", first.child.id());
+    assert!(stderr.contains(&holder), "{stderr}");
+    assert!(stderr.contains(&first.data_dir().display().to_string()), "{stderr}");
+}

@@ -23,6 +23,8 @@ use vigil::transcript::FileTranscripts;
 
 /// Database file name inside the data directory.
 const DATABASE_FILE: &str = "vigil.redb";
+/// File in the data directory that the running `vigil serve` holds locked, holding its PID.
+const PID_FILE: &str = "vigil.pid";
 
 #[derive(Parser)]
 #[command(
@@ -480,6 +482,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     create_private_dir(&data_dir)
         .with_context(|| format!("could not create data directory {}", data_dir.display()))?;
+    // Held until the process exits; a second `vigil serve` on this directory stops here.
+    let _holder = hold_data_dir(&data_dir)?;
     let mut node = Node::start(NodeConfig {
         listen_addr: listen,
         storage: StorageLocation::File(data_dir.join(DATABASE_FILE)),
@@ -617,6 +621,41 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
         anyhow::bail!("the operator token file {} is empty", path.display());
     }
     Ok(token)
+}
+
+/// Locks `dir` for this process through its [`PID_FILE`] (writing our PID into it), or says
+/// which process already holds it. The lock lasts as long as the returned file is open.
+fn hold_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    let path = dir.join(PID_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("could not open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another vigil{} holds the data directory {}; stop it first, or give this one its own --data-dir",
+            holder_pid(&mut file).map_or(String::new(), |pid| format!(" (pid {pid})")),
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(error)) => {
+            return Err(error).with_context(|| format!("could not lock {}", path.display()))
+        }
+    }
+    file.set_len(0)
+        .and_then(|()| file.write_all(format!("{}\n", std::process::id()).as_bytes()))
+        .with_context(|| format!("could not write {}", path.display()))?;
+    Ok(file)
+}
+
+/// The PID a holder wrote into its [`PID_FILE`], if it reads as one.
+fn holder_pid(file: &mut std::fs::File) -> Option<u32> {
+    let mut text = String::new();
+    file.read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
 }
 
 /// Creates `dir` (and its parents) readable by the owner only. An existing directory is left
