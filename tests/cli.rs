@@ -821,3 +821,22 @@ fn a_second_serve_on_the_same_data_dir_fails_before_listening() {
     assert!(stderr.contains(&holder), "{stderr}");
     assert!(stderr.contains(&first.data_dir().display().to_string()), "{stderr}");
 }
+
+/// The annotated spec the README's "Operate it" block creates.
+const EXAMPLE_SPEC: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../examples/agent.toml");
+
+#[test]
+fn the_example_agent_spec_creates_a_working_agent() {
+    let server = Server::start("example-spec", &[], &[]);
+    server.wait_for_fleet(None);
+    let created = server.vigil(&["agent", "create", "--spec", EXAMPLE_SPEC]);
+    assert_succeeded(&["agent", "create", "--spec", EXAMPLE_SPEC], &created);
+    let shown = server.json(&["agent", "show", "explorer"]);
+    let spec = &shown["spec"];
+    assert_eq!(spec["heartbeat"]["interval_ms"], 300_000, "{shown}");
+    assert_eq!(spec["adapter"]["type"], "scripted", "{shown}");
+    // It runs offline: a wakeup on demand queues a run that succeeds.
+    let woken = server.ok(&["agent", "wake", "explorer"]);
+    let run = number_after(&woken, "run");
+    server.wait_run(run, "succeeded", |run| run["status"] == "succeeded");
+}
