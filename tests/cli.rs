@@ -279,6 +279,8 @@ fn operator_cli_drives_a_fleet() {
     );
     let err = server.fails(&["agent", "create", "--name", "fast", "--interval", "soon"]);
     assert!(err.contains("--interval"), "{err}");
+    let err = server.fails(&["agent", "create", "--name", "fast", "--interval", "300"]);
+    assert!(err.contains("use units, e.g. 300s or 5m"), "{err}");
     let err = server.fails(&["agent", "create", "--name", "scout"]);
     assert!(err.contains("(field: name)"), "{err}");
     let err = server.fails(&["agent", "show", "999"]);

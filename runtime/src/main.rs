@@ -135,7 +135,7 @@ enum AgentCommand {
         /// Unique within the tenant: 1 to 64 of A-Z a-z 0-9 . _ -
         #[arg(long)]
         name: Option<String>,
-        /// Timer period: 30s, 5m, 1h, or milliseconds. Without it (and without one in the
+        /// Timer period, with a unit: 30s, 5m, 1h (a bare number is refused). Without it (and without one in the
         /// spec), the agent is only woken on request.
         #[arg(long, value_parser = parse_interval)]
         interval: Option<u64>,

@@ -1,4 +1,5 @@
-//! Intervals as operators type them: `30s`, `5m`, `1h`, `250ms`, or a bare number of milliseconds.
+//! Intervals as operators type them, always with a unit: `250ms`, `30s`, `5m`, `1h`, `1d`. A bare
+//! number is refused: `300` could mean seconds or milliseconds, and guessing wrong is 1000x off.
 
 /// Milliseconds in `text`, or a message saying what is accepted.
 pub fn parse_interval(text: &str) -> Result<u64, String> {
@@ -8,7 +9,7 @@ pub fn parse_interval(text: &str) -> Result<u64, String> {
         .unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
     let unit_ms: u64 = match unit.trim() {
-        "" | "ms" => 1,
+        "ms" => 1,
         "s" => 1_000,
         "m" => 60_000,
         "h" => 3_600_000,
@@ -17,10 +18,24 @@ pub fn parse_interval(text: &str) -> Result<u64, String> {
     };
     let number: Option<u64> = number.parse().ok();
     match number {
+        Some(n) if unit.is_empty() => Err(format!(
+            "{text:?} has no unit; use units, e.g. {}",
+            unit_examples(n)
+        )),
         Some(n) if unit_ms > 0 => n.checked_mul(unit_ms).ok_or_else(|| format!("{text:?} is too long")),
         _ => Err(format!(
-            "{text:?} is not an interval; use a number of milliseconds or a number with a unit: 250ms, 30s, 5m, 1h, 1d"
+            "{text:?} is not an interval; use a number with a unit: 250ms, 30s, 5m, 1h, 1d"
         )),
+    }
+}
+
+/// What a bare `n` probably meant, with units: `300s or 5m`, `45s or 45ms`.
+fn unit_examples(n: u64) -> String {
+    const SECONDS_PER_MINUTE: u64 = 60;
+    if n > 0 && n.is_multiple_of(SECONDS_PER_MINUTE) {
+        format!("{n}s or {}m", n / SECONDS_PER_MINUTE)
+    } else {
+        format!("{n}s or {n}ms")
     }
 }
 
@@ -44,12 +59,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn units_and_bare_milliseconds() {
+    fn units_accepted_and_bare_numbers_refused_with_a_hint() {
         assert_eq!(parse_interval("30s"), Ok(30_000));
         assert_eq!(parse_interval("5m"), Ok(300_000));
         assert_eq!(parse_interval("1h"), Ok(3_600_000));
         assert_eq!(parse_interval("250ms"), Ok(250));
-        assert_eq!(parse_interval("1500"), Ok(1_500));
+        assert_eq!(parse_interval("1d"), Ok(86_400_000));
+        assert_eq!(
+            parse_interval("300"),
+            Err("\"300\" has no unit; use units, e.g. 300s or 5m".to_string())
+        );
+        assert!(parse_interval("45").unwrap_err().contains("e.g. 45s or 45ms"));
+        assert!(parse_interval("0").is_err());
         for bad in [
             "",
             "s",
