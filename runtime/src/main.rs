@@ -627,11 +627,12 @@ fn read_token_file(path: &Path) -> anyhow::Result<String> {
 /// which process already holds it. The lock lasts as long as the returned file is open.
 fn hold_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
     let path = dir.join(PID_FILE);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true).write(true).create(true).truncate(false);
+    // Like every file the node writes: the owner's only.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
         .open(&path)
         .with_context(|| format!("could not open {}", path.display()))?;
     match file.try_lock() {
