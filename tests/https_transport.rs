@@ -3,6 +3,9 @@
 //! boundary, `retry-after`, secrets kept out of errors, the address policy, and the extra CA
 //! file's refusals.
 
+#[path = "support/test_ca.rs"]
+mod test_ca;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -17,12 +20,11 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::{Body, Frame, Incoming};
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, Certificate, CertificateParams, DnType, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
+use test_ca::{acceptor_for, make_ca as make_test_ca, TestCa};
 use tokio_rustls::TlsAcceptor;
 use vigil::net::{
     Endpoint, OutboundAnswer, OutboundClient, OutboundError, OutboundHeader, OutboundRequest,
@@ -33,13 +35,6 @@ const SECRET: &str = "sk-test-5ecret-never-printed";
 /// Long enough for a loopback exchange on a loaded 2-core machine.
 const TIMEOUT_MS: u64 = 10_000;
 
-/// A throwaway CA and the PEM file that holds its certificate.
-struct TestCa {
-    certificate: Certificate,
-    key: KeyPair,
-    pem_file: PathBuf,
-}
-
 fn test_dir(test: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("https_transport")
@@ -49,38 +44,7 @@ fn test_dir(test: &str) -> PathBuf {
 }
 
 fn make_ca(test: &str) -> TestCa {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Vigil throwaway test CA");
-    let key = KeyPair::generate().unwrap();
-    let certificate = params.self_signed(&key).unwrap();
-    let pem_file = test_dir(test).join("ca.pem");
-    std::fs::write(&pem_file, certificate.pem()).unwrap();
-    TestCa {
-        certificate,
-        key,
-        pem_file,
-    }
-}
-
-/// A server certificate for `name`, signed by the CA, and the acceptor that presents it.
-fn acceptor_for(ca: &TestCa, name: &str) -> TlsAcceptor {
-    let params = CertificateParams::new(vec![name.to_string()]).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = params.signed_by(&key, &ca.certificate, &ca.key).unwrap();
-    let chain: Vec<CertificateDer<'static>> = vec![leaf.der().clone()];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .unwrap();
-    TlsAcceptor::from(Arc::new(config))
+    make_test_ca(&test_dir(test))
 }
 
 /// What the server answers: a status, headers, and a body sent with `content-length`, or in

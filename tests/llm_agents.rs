@@ -9,6 +9,9 @@
 //! status codes, delays; every reply reports 60 input and 40 output tokens) and records every
 //! request it got, headers and body, so tests assert on what the runtime sent.
 
+#[path = "support/test_ca.rs"]
+mod test_ca;
+
 use std::collections::{BTreeMap, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -23,10 +26,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
-use rcgen::{BasicConstraints, Certificate, CertificateParams, DnType, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
+use test_ca::{acceptor_for, make_ca as make_test_ca, TestCa};
 use tokio_rustls::TlsAcceptor;
 use vigil::api::client::ApiClient;
 use vigil::exec::host::RunServices;
@@ -257,45 +259,8 @@ fn lookups_forever(shape: Shape, count: usize) -> Vec<Reply> {
 
 // ---- the throwaway CA ----------------------------------------------------------------------------
 
-struct TestCa {
-    certificate: Certificate,
-    key: KeyPair,
-    pem_file: PathBuf,
-}
-
-fn make_ca(dir: &Path) -> TestCa {
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "Vigil llm_agents throwaway CA");
-    let key = KeyPair::generate().unwrap();
-    let certificate = params.self_signed(&key).unwrap();
-    let pem_file = dir.join("ca.pem");
-    std::fs::write(&pem_file, certificate.pem()).unwrap();
-    TestCa {
-        certificate,
-        key,
-        pem_file,
-    }
-}
-
-/// A certificate for `localhost` signed by the CA, and the acceptor that presents it.
 fn localhost_acceptor(ca: &TestCa) -> TlsAcceptor {
-    let params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = params.signed_by(&key, &ca.certificate, &ca.key).unwrap();
-    let chain: Vec<CertificateDer<'static>> = vec![leaf.der().clone()];
-    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_no_client_auth()
-    .with_single_cert(chain, key)
-    .unwrap();
-    TlsAcceptor::from(Arc::new(config))
+    acceptor_for(ca, "localhost")
 }
 
 // ---- the stub provider -------------------------------------------------------------------------
@@ -540,7 +505,7 @@ impl World {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("data")).unwrap();
         World {
-            ca: make_ca(&dir),
+            ca: make_test_ca(&dir),
             dir,
             clock: Arc::new(ManualClock(AtomicU64::new(START_MS))),
         }
