@@ -1,5 +1,5 @@
 //! The engine against a small reference model of the wakeup coordinator and the Heart's
-//! mechanisms (STYLE.md rule 7).
+//! mechanisms (the proptest reference model; docs/ARCHITECTURE.md).
 //!
 //! Random sequences of wakeups, run ends (success, LLM and tool failures, timeouts), cancels,
 //! pauses (until resumed, timed by the operator, the agent's own `pause_heartbeats`), resumes,

@@ -1,4 +1,4 @@
-//! The coordinator's scenarios under the simulator (DESIGN.md invariants 1, 4, 5, 6 and 11):
+//! The coordinator's scenarios under the simulator (docs/invariants.md, invariants 1, 4, 5, 6 and 11):
 //! 500 seeds of each pass, each scenario really exercises what it is named for, and the event
 //! stream of one pinned seed is a reviewed snapshot.
 #![cfg(madsim)]

@@ -1,4 +1,4 @@
-//! The Heart's scenarios under the simulator (DESIGN.md invariants 2 and 3): 500 seeds of each
+//! The Heart's scenarios under the simulator (docs/invariants.md, invariants 2 and 3): 500 seeds of each
 //! pass, and each really exercises what it is named for.
 #![cfg(madsim)]
 

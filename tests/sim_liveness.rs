@@ -1,4 +1,4 @@
-//! Liveness under the simulator (DESIGN.md invariant 10): 500 seeds of `liveness` pass, and the
+//! Liveness under the simulator (docs/invariants.md, invariant 10): 500 seeds of `liveness` pass, and the
 //! scenario really marks silent agents offline (under both detectors), brings them back with
 //! their next pulse, and judges agents that stop for good in the quiet phase.
 #![cfg(madsim)]

@@ -20,7 +20,7 @@ pub enum Fault {
     Crash { downtime_ms: u64 },
     /// Cut the node's power at its `after_ops`-th storage operation from now (a write,
     /// `set_len` or sync: so before or after a sync), in the middle of a commit; the unsynced
-    /// part of that commit partly lands, torn. DESIGN.md's CrashAfterWrite. Restart after
+    /// part of that commit partly lands, torn. CrashAfterWrite (docs/faults.md). Restart after
     /// `downtime_ms`.
     PowerCut { after_ops: u64, downtime_ms: u64 },
     /// Move the node's wall clock by `delta_ms` (negative: backward). Monotonic time is untouched.

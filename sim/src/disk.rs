@@ -171,7 +171,7 @@ impl SimDisk {
 
     /// Arms a power cut: the `after_ops`-th mutating operation (write, `set_len` or sync) from
     /// now fails, and the disk crashes at that instant, mid-commit, with `rng` deciding what of
-    /// the unsynced data lands (DESIGN.md's CrashAfterWrite: since a sync counts as an operation,
+    /// the unsynced data lands (CrashAfterWrite, docs/faults.md `power_cut`: since a sync counts as an operation,
     /// the cut falls before or after a sync). The process using the disk sees I/O errors until the
     /// harness kills it; [`SimDisk::take_power_cut`] tells the harness it happened.
     pub fn arm_power_cut(&self, after_ops: u64, rng: ChaCha8Rng) {

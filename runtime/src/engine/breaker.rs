@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::agent::FieldError;
 use super::run::RunId;
 
-/// Defaults (DESIGN.md §5: three failures, 15 minutes, doubling up to 2 hours).
+/// Defaults (the Heart paper's figures, docs/api.md "Circuit breaker": three failures, 15 minutes, doubling up to 2 hours).
 pub const FAILURES_TO_OPEN_DEFAULT: u32 = 3;
 pub const COOLDOWN_MS_DEFAULT: u64 = 15 * 60 * 1_000;
 pub const COOLDOWN_MS_MAX_DEFAULT: u64 = 2 * 60 * 60 * 1_000;

@@ -1,4 +1,4 @@
-//! Liveness: pulses and stale detection, with no LLM involved (DESIGN.md "Pulse", invariant 10).
+//! Liveness: pulses and stale detection, with no LLM involved (docs/invariants.md, invariant 10).
 //!
 //! An agent (or the host it runs on) sends pulses. Pulses are frequent and carry no fact worth
 //! keeping, so they are never written to the log: the [`PulseBook`] keeps the last arrival of
