@@ -414,6 +414,8 @@ async fn run_node(
             prices: crate::provider::prices(),
             // The simulated world's secrets: none but what scenarios give their agents.
             secrets: Arc::new(|_: &str| None),
+            spawner: Arc::new(vigil::exec::spawn::NoSpawner),
+            work_dir: None,
         },
         transcripts,
         on_replayed: Some({

@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::breaker::{BreakerPolicy, BreakerState};
+use super::cli_spec::{CodingCliSpec, ProcessSpec, WebhookSpec};
 use super::daily_cap::{DayCount, DAILY_CAP_MAX};
 pub use super::llm_spec::LlmSpec;
 use super::usage::{DaySpend, MicroUsd, Usage, DAILY_BUDGET_USD_MAX, MICRO_USD_PER_USD};
@@ -76,15 +77,52 @@ fn default_time_zone() -> String {
     "UTC".into()
 }
 
-/// How runs are executed. (Process and webhook adapters, and the LLM agent loop with tools,
-/// come with their own issue.)
+/// How runs are executed (docs/agents.md has one section per adapter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AdapterSpec {
     /// Built in, offline: each run plays the next step of a script.
     Scripted(ScriptedSpec),
-    /// An OpenAI-compatible chat-completions API: one model call per run.
+    /// The agent loop against an LLM provider (OpenAI-compatible or Anthropic), with tools.
     Llm(LlmSpec),
+    /// Any command, in its own process group.
+    Process(ProcessSpec),
+    /// The Claude Code CLI in print mode with JSON output; the task's session is resumed.
+    ClaudeLocal(CodingCliSpec),
+    /// `codex exec --json`; the task's session is resumed.
+    CodexLocal(CodingCliSpec),
+    /// A signed POST of the wakeup to a webhook.
+    Http(WebhookSpec),
+}
+
+impl AdapterSpec {
+    /// The adapter's wire name (`type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AdapterSpec::Scripted(_) => "scripted",
+            AdapterSpec::Llm(_) => "llm",
+            AdapterSpec::Process(_) => "process",
+            AdapterSpec::ClaudeLocal(_) => "claude_local",
+            AdapterSpec::CodexLocal(_) => "codex_local",
+            AdapterSpec::Http(_) => "http",
+        }
+    }
+
+    /// The node environment variables whose values a run of this adapter must never write
+    /// anywhere (API keys, child secrets, signing keys).
+    pub fn secret_env_names(&self) -> Vec<&str> {
+        match self {
+            AdapterSpec::Scripted(_) => Vec::new(),
+            AdapterSpec::Llm(llm) => llm.api_key_env.as_deref().into_iter().collect(),
+            AdapterSpec::Process(process) => {
+                process.child.secret_env.values().map(String::as_str).collect()
+            }
+            AdapterSpec::ClaudeLocal(cli) | AdapterSpec::CodexLocal(cli) => {
+                cli.child.secret_env.values().map(String::as_str).collect()
+            }
+            AdapterSpec::Http(hook) => vec![hook.secret_env.as_str()],
+        }
+    }
 }
 
 impl Default for AdapterSpec {
@@ -231,20 +269,15 @@ impl AgentSpec {
     }
 
     /// Checks every field against its limit; the first problem found is returned.
-    pub fn validate(&self) -> Result<(), FieldError> {
-        validate_name("name", &self.name, AGENT_NAME_CHARS_MAX)?;
-        refuse_id_like_name(&self.name)?;
+    /// The adapter's own fields; a scripted adapter's steps.
+    fn validate_adapter(&self) -> Result<(), FieldError> {
         let script = match &self.adapter {
             AdapterSpec::Scripted(script) => script,
-            AdapterSpec::Llm(llm) => {
-                llm.validate()?;
-                &ScriptedSpec {
-                    steps: vec![ScriptStep {
-                        duration_ms: 0,
-                        outcome: ScriptOutcome::Succeeded,
-                    }],
-                }
-            }
+            AdapterSpec::Llm(llm) => return llm.validate(),
+            AdapterSpec::Process(process) => return process.validate(),
+            AdapterSpec::ClaudeLocal(cli) => return cli.validate(false),
+            AdapterSpec::CodexLocal(cli) => return cli.validate(true),
+            AdapterSpec::Http(hook) => return hook.validate(),
         };
         if script.steps.is_empty() || script.steps.len() > SCRIPT_STEPS_MAX {
             return Err(FieldError::new(
@@ -268,6 +301,13 @@ impl AgentSpec {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    pub fn validate(&self) -> Result<(), FieldError> {
+        validate_name("name", &self.name, AGENT_NAME_CHARS_MAX)?;
+        refuse_id_like_name(&self.name)?;
+        self.validate_adapter()?;
         if let Some(interval_ms) = self.heartbeat.interval_ms {
             if !(INTERVAL_MS_MIN..=INTERVAL_MS_MAX).contains(&interval_ms) {
                 return Err(FieldError::new(

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use super::agent::Agent;
 use super::coordinator::Coordinator;
 use super::history::History;
+use super::session::Sessions;
 use super::event::{Event, EventKind};
 use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
 use super::wakeup::{WakeupOutcome, WakeupRecord, IDEMPOTENCY_TTL_MS};
@@ -27,6 +28,8 @@ pub struct AgentState {
     keys_clock_ms: u64,
     /// The conversation the model sees again at the next wakeup (`run_finished` appends).
     history: History,
+    /// Coding-CLI sessions by task key.
+    sessions: Sessions,
 }
 
 impl AgentState {
@@ -40,7 +43,13 @@ impl AgentState {
             key_ages: BTreeSet::new(),
             keys_clock_ms: 0,
             history: History::default(),
+            sessions: Sessions::default(),
         }
+    }
+
+    /// The agent's coding-CLI sessions.
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
     }
 
     /// The agent.
@@ -117,6 +126,7 @@ impl AgentState {
         {
             self.history.append(&report.history_append);
         }
+        self.apply_sessions(event);
         let ended = self.coordinator.apply(event);
         self.remember_key(event);
         let ended = ended?;
@@ -129,6 +139,30 @@ impl AgentState {
             return Some(evicted);
         }
         None
+    }
+
+    /// A run's end sets or clears its task's session; an operator reset forgets one.
+    fn apply_sessions(&mut self, event: &Event) {
+        match &event.kind {
+            EventKind::RunFinished {
+                run,
+                report: Some(report),
+                ..
+            } => {
+                let Some(change) = &report.session else {
+                    return;
+                };
+                let Some(ended) = self.coordinator.live_run(*run) else {
+                    return;
+                };
+                let key = Sessions::key_of(ended.task_key.as_deref()).to_string();
+                self.sessions.apply_change(&key, change, *run, event.at_ms);
+            }
+            EventKind::SessionReset { task_key, .. } => {
+                self.sessions.reset(task_key);
+            }
+            _ => {}
+        }
     }
 
     fn remember_key(&mut self, event: &Event) {

@@ -542,6 +542,7 @@ impl Coordinator {
 
     fn end_run(&mut self, draft: &mut Draft, run: RunId, end: RunEnd) {
         let stop_reason = Some(end.stop_reason());
+        let error_class = end.error_class();
         draft.emit(
             self,
             EventKind::RunFinished {
@@ -552,8 +553,30 @@ impl Coordinator {
                 cause: end.cause,
                 stop_reason,
                 report: end.report,
+                error_class,
             },
         );
+    }
+
+    /// Records that the running run `run` spawned its child in process group `pgid`.
+    pub fn record_process_group(
+        &mut self,
+        draft: &mut Draft,
+        run: RunId,
+        pgid: u32,
+    ) -> Result<(), Refusal> {
+        if self.active != Some(run) {
+            return Err(Refusal::RunNotRunning(run));
+        }
+        draft.emit(
+            self,
+            EventKind::RunProcessStarted {
+                run,
+                agent: self.agent.id,
+                pgid,
+            },
+        );
+        Ok(())
     }
 
     /// Records one model call of the running run `run` and what it cost.
@@ -675,6 +698,7 @@ impl Coordinator {
             EventKind::TenantCreated { .. }
             | EventKind::OperatorTokenSet { .. }
             | EventKind::TenantBudgetSet { .. }
+            | EventKind::SessionReset { .. }
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }
@@ -745,6 +769,8 @@ impl Coordinator {
                     stop_reason: None,
                     usage: Usage::default(),
                     report: None,
+                    error_class: None,
+                    process_group: None,
                 });
             }
             EventKind::WakeupCoalesced {
@@ -858,6 +884,8 @@ impl Coordinator {
                         stop_reason: None,
                         usage: Usage::default(),
                         report: None,
+                        error_class: None,
+                        process_group: None,
                         ..old
                     });
                 }
@@ -904,6 +932,12 @@ impl Coordinator {
                 self.agent.day_spend.count(*day, usage);
                 self.agent.usage_total.add(usage);
             }
+            EventKind::RunProcessStarted { run, pgid, .. } => {
+                let running = self.live.get_mut(run).unwrap_or_else(|| {
+                    panic!("process group recorded for run {run}, which is not live")
+                });
+                running.process_group = Some(*pgid);
+            }
             EventKind::RunFinished {
                 run,
                 status,
@@ -911,6 +945,7 @@ impl Coordinator {
                 cause,
                 stop_reason,
                 report,
+                error_class,
                 ..
             } => {
                 assert!(status.is_terminal(), "run {run} finished as {status:?}");
@@ -953,6 +988,7 @@ impl Coordinator {
                 ended.finished_at_ms = Some(at_ms);
                 ended.detail = detail.clone();
                 ended.stop_reason = *stop_reason;
+                ended.error_class = *error_class;
                 ended.report = report.as_ref().map(|r| {
                     Box::new(RunReport {
                         history_append: Vec::new(),

@@ -7,7 +7,7 @@ use super::agent::{AgentId, AgentSpec};
 use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
-use super::run::{RunId, RunReport, RunStatus, StopReason};
+use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use super::usage::{MicroUsd, Usage};
 use super::tenant::{TenantName, TokenHash};
 use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
@@ -139,6 +139,21 @@ pub enum EventKind {
         /// What an agent loop adds: a pause it asked for, history turns, the answer's excerpt.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         report: Option<Box<RunReport>>,
+        /// Why an unsuccessful run failed (absent for successes, and in older logs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error_class: Option<ErrorClass>,
+    },
+    /// A running run's child was spawned in its own process group `pgid`: recorded before the
+    /// run's work is read, so that a restart can kill any member of the group still alive.
+    RunProcessStarted {
+        run: RunId,
+        agent: AgentId,
+        pgid: u32,
+    },
+    /// An operator reset an agent's CLI session for `task_key`: the next run starts fresh.
+    SessionReset {
+        agent: AgentId,
+        task_key: String,
     },
     /// The tenant's daily budget was set (or removed).
     TenantBudgetSet {
@@ -221,6 +236,8 @@ impl EventKind {
             EventKind::RunRequeued { .. } => "run_requeued",
             EventKind::RunStarted { .. } => "run_started",
             EventKind::RunFinished { .. } => "run_finished",
+            EventKind::RunProcessStarted { .. } => "run_process_started",
+            EventKind::SessionReset { .. } => "session_reset",
             EventKind::UsageRecorded { .. } => "usage_recorded",
             EventKind::BreakerOpened { .. } => "breaker_opened",
             EventKind::BreakerHalfOpened { .. } => "breaker_half_opened",
@@ -250,6 +267,8 @@ impl EventKind {
             | EventKind::RunRequeued { agent, .. }
             | EventKind::RunStarted { agent, .. }
             | EventKind::RunFinished { agent, .. }
+            | EventKind::RunProcessStarted { agent, .. }
+            | EventKind::SessionReset { agent, .. }
             | EventKind::UsageRecorded { agent, .. }
             | EventKind::BreakerOpened { agent, .. }
             | EventKind::BreakerHalfOpened { agent }

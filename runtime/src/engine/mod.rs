@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod agent_state;
 pub mod breaker;
+pub mod cli_spec;
 pub mod coordinator;
 pub mod daily_cap;
 pub mod draft;
@@ -22,6 +23,7 @@ pub mod pause;
 pub mod prompt;
 pub mod run;
 pub mod schedule;
+pub mod session;
 pub mod spec_error;
 pub mod tenant;
 pub mod usage;
@@ -110,6 +112,16 @@ pub enum Command {
     RecordUsage {
         run: RunId,
         usage: usage::Usage,
+    },
+    /// The executor spawned the running run's child in process group `pgid`.
+    RecordProcessGroup {
+        run: RunId,
+        pgid: u32,
+    },
+    /// An operator forgets an agent's CLI session for `task_key` (nothing to forget: no event).
+    ResetSession {
+        agent: AgentId,
+        task_key: String,
     },
     /// An operator cancels a queued or running run.
     CancelRun {
@@ -370,6 +382,23 @@ impl Engine {
                 .coordinator
                 .clone()
                 .record_usage(&mut draft, *run, usage)?,
+            Command::RecordProcessGroup { run, pgid } => self
+                .owner(*run)?
+                .coordinator
+                .clone()
+                .record_process_group(&mut draft, *run, *pgid)?,
+            Command::ResetSession { agent, task_key } => {
+                let state = self.state(*agent)?;
+                if state.sessions().get(task_key).is_some() {
+                    draft.emit_global(
+                        state.agent().tenant.clone(),
+                        EventKind::SessionReset {
+                            agent: *agent,
+                            task_key: task_key.clone(),
+                        },
+                    );
+                }
+            }
             Command::CancelRun { run } => {
                 let owner = self.owner(*run)?;
                 let status = owner.run(*run).expect("owned runs are held").status;

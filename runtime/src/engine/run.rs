@@ -119,6 +119,80 @@ impl StopReason {
     }
 }
 
+/// Why a run that did not succeed failed, as a class a dashboard or an alert can group by.
+/// Recorded on every unsuccessful `run_finished` (the adapter's word, or what the stop implies).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// The adapter's program (a coding CLI, a process's command) is not installed.
+    AdapterNotInstalled,
+    /// The child could not be started (permissions, a missing `cwd`, too many processes).
+    SpawnFailed,
+    /// The child exited with a nonzero status or was killed by a signal.
+    ExitNonzero,
+    TimedOut,
+    Cancelled,
+    /// The CLI refused the task's session (unknown or expired) even after one fresh retry.
+    SessionInvalid,
+    /// The child's or webhook's answer could not be read.
+    ParseError,
+    Budget,
+    ControlPlaneRestart,
+    /// The model call failed (the `llm` adapter).
+    LlmError,
+    /// A tool failed.
+    ToolError,
+    /// The webhook failed: unreachable, a timeout, 5xx, a refused signature, no report in time.
+    WebhookError,
+    /// The adapter itself failed before or while starting the work (a panic, a template that
+    /// would not render).
+    AdapterError,
+}
+
+impl ErrorClass {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::AdapterNotInstalled => "adapter_not_installed",
+            ErrorClass::SpawnFailed => "spawn_failed",
+            ErrorClass::ExitNonzero => "exit_nonzero",
+            ErrorClass::TimedOut => "timed_out",
+            ErrorClass::Cancelled => "cancelled",
+            ErrorClass::SessionInvalid => "session_invalid",
+            ErrorClass::ParseError => "parse_error",
+            ErrorClass::Budget => "budget",
+            ErrorClass::ControlPlaneRestart => "control_plane_restart",
+            ErrorClass::LlmError => "llm_error",
+            ErrorClass::ToolError => "tool_error",
+            ErrorClass::WebhookError => "webhook_error",
+            ErrorClass::AdapterError => "adapter_error",
+        }
+    }
+
+    /// The class a stop implies when the adapter named none.
+    pub fn implied(stop: StopReason) -> ErrorClass {
+        match stop {
+            StopReason::TimedOut => ErrorClass::TimedOut,
+            StopReason::Cancelled => ErrorClass::Cancelled,
+            StopReason::ControlPlaneRestart => ErrorClass::ControlPlaneRestart,
+            StopReason::Budget => ErrorClass::Budget,
+            StopReason::LlmError => ErrorClass::LlmError,
+            StopReason::ToolError => ErrorClass::ToolError,
+            _ => ErrorClass::AdapterError,
+        }
+    }
+}
+
+/// What a run says about its task's CLI session (applied with the run's end, so a session id
+/// is durable exactly when the run that produced it ended).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum SessionChange {
+    /// The run worked in this session; the next run on the task resumes it.
+    Set { session_id: String },
+    /// The CLI refused the stored session; it is forgotten.
+    Clear,
+}
+
 /// What an agent loop adds to a run's end beyond its status: kept with the run and applied in
 /// the same event that ends it, so none of it can be durable without the end or vice versa.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,6 +212,21 @@ pub struct RunReport {
     /// Tool calls the run made.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tool_calls: u64,
+    /// A coding CLI's session for the run's task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionChange>,
+    /// A child's exit: its code, or the signal that ended it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ChildExit>,
+}
+
+/// How a run's child process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChildExit {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -158,6 +247,9 @@ pub struct RunEnd {
     pub stop_reason: Option<StopReason>,
     #[serde(default)]
     pub report: Option<Box<RunReport>>,
+    /// Set by adapters that know better than [`ErrorClass::implied`].
+    #[serde(default)]
+    pub error_class: Option<ErrorClass>,
 }
 
 impl RunEnd {
@@ -171,7 +263,27 @@ impl RunEnd {
             cause: None,
             stop_reason: None,
             report: None,
+            error_class: None,
         }
+    }
+
+    /// The same end, failed of class `class`.
+    pub fn classed(self, class: ErrorClass) -> Self {
+        RunEnd {
+            error_class: Some(class),
+            ..self
+        }
+    }
+
+    /// The class of an unsuccessful end (none for a success).
+    pub fn error_class(&self) -> Option<ErrorClass> {
+        if self.status == RunStatus::Succeeded {
+            return None;
+        }
+        Some(
+            self.error_class
+                .unwrap_or_else(|| ErrorClass::implied(self.stop_reason())),
+        )
     }
 
     /// The same end, stopped for `reason`.
@@ -241,4 +353,10 @@ pub struct Run {
     /// The agent loop's report, once finished (history messages dropped: the history has them).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report: Option<Box<RunReport>>,
+    /// Why it failed, for a run that did not succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_class: Option<ErrorClass>,
+    /// The process group of its child, while one may be alive (recovery kills it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_group: Option<u32>,
 }

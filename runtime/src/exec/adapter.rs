@@ -14,6 +14,7 @@ use crate::engine::wakeup::WakeupSource;
 use crate::exec::model::Poster;
 use crate::exec::pricing::PriceTable;
 use crate::exec::run_transcript::RunTranscript;
+use crate::exec::spawn::SharedSpawner;
 
 /// What an adapter is given for one run: the wakeup, the agent's state at the run's start, and
 /// the host's services.
@@ -37,6 +38,10 @@ pub struct RunContext {
     /// The node's wall clock when the run started, and the agent's time zone.
     pub started_at_ms: u64,
     pub time_zone: String,
+    /// The task key of the wakeup that created the run, and the CLI session stored for that
+    /// task (coding-CLI adapters resume it).
+    pub task_key: Option<String>,
+    pub session_id: Option<String>,
     pub host: SharedRunHost,
     /// The run's transcript (the executor writes its stop line and finishes it).
     pub transcript: Arc<RunTranscript>,
@@ -66,6 +71,15 @@ pub trait RunHost: Send + Sync {
     fn prices(&self) -> &PriceTable;
     /// The value of environment variable `name` of the node (API keys), if set.
     fn secret(&self, name: &str) -> Option<String>;
+
+    /// Starts the run's child processes.
+    fn spawner(&self) -> SharedSpawner;
+    /// A child's working directory when its spec names none.
+    fn work_dir(&self) -> Option<std::path::PathBuf>;
+    /// Records, durably, that running run `run` spawned its child in process group `pgid`.
+    /// Called before the child's output is read; an error means the run was ended meanwhile
+    /// or the node stopped (the caller kills the group).
+    fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String>;
 }
 
 /// A run host shared by the runs of a node.
@@ -138,5 +152,10 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
+        // Filled in by the process, coding-CLI and webhook adapters.
+        AdapterSpec::Process(_)
+        | AdapterSpec::ClaudeLocal(_)
+        | AdapterSpec::CodexLocal(_)
+        | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
     }
 }

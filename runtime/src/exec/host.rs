@@ -7,6 +7,7 @@ use std::sync::Arc;
 use super::adapter::RunHost;
 use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
+use super::spawn::{NoSpawner, SharedSpawner};
 use super::tools::{ToolHttp, ToolHttpAnswer, ToolHttpError, ToolHttpFuture};
 use crate::net::{
     Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
@@ -57,6 +58,10 @@ pub struct RunServices {
     pub poster: Arc<dyn PosterSource>,
     pub prices: PriceTable,
     pub secrets: SecretSource,
+    /// Starts the children of `process` and coding-CLI runs.
+    pub spawner: SharedSpawner,
+    /// A child's working directory when its spec names none (the node's data directory).
+    pub work_dir: Option<std::path::PathBuf>,
 }
 
 impl RunServices {
@@ -88,6 +93,8 @@ impl RunServices {
             }),
             prices,
             secrets: Self::environment_secrets(),
+            spawner: Arc::new(NoSpawner),
+            work_dir: None,
         })
     }
 
@@ -136,6 +143,21 @@ impl RunHost for ShellHost {
 
     fn secret(&self, name: &str) -> Option<String> {
         (self.services.secrets)(name)
+    }
+
+    fn spawner(&self) -> SharedSpawner {
+        self.services.spawner.clone()
+    }
+
+    fn work_dir(&self) -> Option<std::path::PathBuf> {
+        self.services.work_dir.clone()
+    }
+
+    fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String> {
+        self.shell
+            .execute(Command::RecordProcessGroup { run, pgid })
+            .map(|_| ())
+            .map_err(|error| error.to_string())
     }
 }
 

@@ -11,6 +11,7 @@ pub mod pricing;
 pub mod run_transcript;
 pub mod prompt;
 pub mod scripted;
+pub mod spawn;
 pub mod tools;
 
 use std::collections::BTreeMap;
@@ -86,6 +87,13 @@ impl Executor {
                         daily_cap_remaining,
                         started_at_ms: event.at_ms,
                         time_zone: spec.time_zone.clone(),
+                        task_key: started.task_key.clone(),
+                        session_id: state
+                            .sessions()
+                            .get(crate::engine::session::Sessions::key_of(
+                                started.task_key.as_deref(),
+                            ))
+                            .map(|session| session.session_id.clone()),
                         transcript: Arc::new(RunTranscript::new(
                             self.transcripts.clone(),
                             *agent,
@@ -115,13 +123,15 @@ impl Executor {
         }
     }
 
-    /// The secrets a run of `adapter` must never write: its API key.
+    /// The secrets a run of `adapter` must never write: its API key, its child's secret
+    /// variables, its webhook's signing key.
     fn run_redactor(&self, adapter: &AdapterSpec) -> Redactor {
-        let key_env = match adapter {
-            AdapterSpec::Llm(llm) => llm.api_key_env.as_deref(),
-            AdapterSpec::Scripted(_) => None,
-        };
-        Redactor::new(key_env.and_then(|name| (self.services.secrets)(name)))
+        Redactor::new(
+            adapter
+                .secret_env_names()
+                .into_iter()
+                .filter_map(|name| (self.services.secrets)(name)),
+        )
     }
 
     /// Runs executing now.
