@@ -122,18 +122,23 @@ impl Caller {
 
     /// The agent called `id`, if the caller may see it: its tenant's operator, or itself.
     pub fn agent(&self, id: AgentId) -> Result<Agent, ApiError> {
-        let agent = self
-            .shell
-            .engine()
+        self.with_agent(id, Agent::clone)
+    }
+
+    /// `look` at the agent called `id`, if the caller may see it, without copying it. Why: a
+    /// batch of pulses checks every agent it names, and an agent's spec (prompts, tool
+    /// schemas) is large; copying it per pulse once cost a tenth of a simulated fleet's time.
+    pub fn with_agent<T>(&self, id: AgentId, look: impl FnOnce(&Agent) -> T) -> Result<T, ApiError> {
+        let engine = self.shell.engine();
+        let agent = engine
             .agent(id)
             .filter(|a| a.tenant == self.principal.tenant())
-            .cloned()
             .ok_or_else(|| ApiError::not_found(format!("no agent with id {id}")))?;
         match &self.principal {
             Principal::Agent { agent: own, .. } if *own != id => Err(ApiError::forbidden(format!(
                 "an agent token acts only on its own agent ({own}), not agent {id}"
             ))),
-            _ => Ok(agent),
+            _ => Ok(look(agent)),
         }
     }
 

@@ -36,10 +36,10 @@ pub async fn pulse(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PulseAnswer>, ApiError> {
     let agent = AgentId(parse_id("id", &id)?);
-    caller.agent(agent)?;
+    caller.with_agent(agent, |_| ())?;
     let PulseRequest {} = optional_body(body)?;
     caller.shell.pulse(&[agent])?;
-    let liveness = caller.agent(agent)?.liveness.status;
+    let liveness = caller.with_agent(agent, |a| a.liveness.status)?;
     Ok(Json(PulseAnswer {
         agent,
         liveness,
@@ -91,8 +91,10 @@ pub async fn batch(
             e.field = Some(format!("agents[{i}]"));
             e
         };
-        let agent = caller.agent(AgentId(*id)).map_err(named)?;
-        was_online.push((agent.id, agent.liveness.status == LivenessStatus::Online));
+        let online = caller
+            .with_agent(AgentId(*id), |a| a.liveness.status == LivenessStatus::Online)
+            .map_err(named)?;
+        was_online.push((AgentId(*id), online));
     }
     caller.shell.pulse(&agents).map_err(|error| {
         let mut e = ApiError::from(error);
