@@ -168,6 +168,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
         agents: AgentWorld {
             provider: provider_script(),
             tools: Some(ToolScript::default()),
+            processes: None,
         },
         pinned: Vec::new(),
         scenario: if safety_ms == DAY_SAFETY_MS {

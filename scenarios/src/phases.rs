@@ -51,6 +51,8 @@ const WINDOW_KINDS: [&str; 5] = [
 pub struct AgentWorld {
     pub provider: vigil_world::provider::ProviderScript,
     pub tools: Option<vigil_world::tool_server::ToolScript>,
+    /// How the simulated machine's children behave, for scenarios whose agents spawn them.
+    pub processes: Option<vigil_world::processes::ProcessScript>,
 }
 
 /// What a scenario asks of the shared runner.
@@ -150,6 +152,9 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         },
     );
     let entropy_seed = stream(seed, "entropy").gen();
+    let processes = setup.agents.processes.map(|script| {
+        vigil_world::processes::SimProcesses::new(&recorder, script, stream(seed, "processes"))
+    });
     let mut node = RuntimeNode::start(
         &recorder,
         "vigil-1",
@@ -157,6 +162,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         skew_ms,
         lying_fsync,
         entropy_seed,
+        processes,
     );
     let end_ms = setup.safety_ms + setup.quiet_ms;
     // Pulse loss (a window fault) drops pulses at the workload, its source.

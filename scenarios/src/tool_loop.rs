@@ -165,6 +165,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 slow_ms: 20_000,
                 flaky_permille: 400,
             }),
+            processes: None,
         },
         pinned: Vec::new(),
         scenario: "tool_loop",

@@ -24,7 +24,9 @@ use crate::check::Violation;
 use crate::clock::SimClock;
 use crate::disk::SimDisk;
 use crate::recorder::Recorder;
+use crate::processes::SimProcesses;
 use crate::run_faults::RunFaults;
+use vigil::exec::spawn::{NoSpawner, SharedSpawner};
 use crate::trace::{event_digest, TraceEvent, TraceRecord};
 
 /// Port every simulated runtime node serves its API on.
@@ -131,6 +133,9 @@ pub struct RuntimeNode {
     /// The node's run transcripts: like its disk, they outlive restarts, and a crash or power
     /// cut keeps what was synced plus a seeded prefix of each unsynced tail.
     pub transcripts: Arc<MemoryTranscripts>,
+    /// The machine's processes (for scenarios whose agents spawn children): they outlive the
+    /// node's restarts, and a crash kills only their leaders.
+    pub processes: Option<SimProcesses>,
     /// Draws for [`MemoryTranscripts::crash`].
     transcript_rng: ChaCha8Rng,
     handle: NodeHandle,
@@ -147,6 +152,7 @@ impl RuntimeNode {
         skew_ms: i64,
         lying_fsync: bool,
         entropy_seed: u64,
+        processes: Option<SimProcesses>,
     ) -> Self {
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
@@ -158,6 +164,10 @@ impl RuntimeNode {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
             let (process, run_faults) = (process.clone(), run_faults.clone());
             let transcripts = transcripts.clone();
+            let spawner: SharedSpawner = match &processes {
+                Some(processes) => Arc::new(processes.clone()),
+                None => Arc::new(NoSpawner),
+            };
             move || {
                 run_node(
                     name,
@@ -167,6 +177,7 @@ impl RuntimeNode {
                         disk: disk.clone(),
                         transcripts: transcripts.clone(),
                         run_faults: run_faults.clone(),
+                        spawner: spawner.clone(),
                     },
                     recorder.clone(),
                     entropy_seed,
@@ -182,6 +193,7 @@ impl RuntimeNode {
             disk,
             run_faults,
             transcripts,
+            processes,
             transcript_rng: vigil_faults::stream::stream(entropy_seed, TRANSCRIPT_CRASH_STREAM),
             handle,
             up: true,
@@ -266,6 +278,7 @@ impl RuntimeNode {
         Handle::current().kill(self.handle.id());
         let report = self.disk.crash(rng);
         self.transcripts.crash(&mut self.transcript_rng);
+        self.parent_died();
         self.up = false;
         self.set_process(Process::Down);
         recorder.record(
@@ -298,6 +311,7 @@ impl RuntimeNode {
                 // The process dies with its disk; until this instant it saw I/O errors.
                 Handle::current().kill(self.handle.id());
                 self.transcripts.crash(&mut self.transcript_rng);
+                self.parent_died();
                 self.up = false;
                 self.set_process(Process::Down);
                 recorder.record(
@@ -318,6 +332,13 @@ impl RuntimeNode {
                 return false;
             }
             tokio::time::sleep(Duration::from_millis(POWER_CUT_POLL_MS)).await;
+        }
+    }
+
+    /// The node's process died: its children's leaders die with it.
+    fn parent_died(&self) {
+        if let Some(processes) = &self.processes {
+            processes.parent_died();
         }
     }
 
@@ -347,6 +368,7 @@ struct NodeWorld {
     disk: Arc<SimDisk>,
     transcripts: Arc<MemoryTranscripts>,
     run_faults: RunFaults,
+    spawner: SharedSpawner,
 }
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
@@ -364,6 +386,7 @@ async fn run_node(
         disk,
         transcripts,
         run_faults,
+        spawner,
     } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -414,7 +437,7 @@ async fn run_node(
             prices: crate::provider::prices(),
             // The simulated world's secrets: none but what scenarios give their agents.
             secrets: Arc::new(|_: &str| None),
-            spawner: Arc::new(vigil::exec::spawn::NoSpawner),
+            spawner,
             work_dir: None,
         },
         transcripts,

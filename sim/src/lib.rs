@@ -15,4 +15,6 @@ pub mod trace;
 #[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
+pub mod processes;
+#[cfg(madsim)]
 pub mod workload;

@@ -98,6 +98,11 @@ pub enum TraceEvent {
         endpoint: String,
         outcome: ToolOutcome,
     },
+    /// A run's child was started on the simulated machine (sim/src/processes.rs): its group and
+    /// what it was drawn to do.
+    ProcessSpawned { run: u64, pgid: u32, plan: String },
+    /// The last process of group `pgid` (of run `run`) is gone.
+    ProcessGroupGone { pgid: u32, run: u64 },
     /// An invariant was violated; the run stops here.
     Violation {
         invariant: &'static str,

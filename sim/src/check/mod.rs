@@ -6,6 +6,7 @@
 mod agents;
 mod heart;
 mod liveness;
+mod processes;
 mod runs;
 
 use std::collections::BTreeMap;
@@ -71,6 +72,7 @@ pub struct Checker {
     heart: heart::HeartOracle,
     loops: agents::AgentsOracle,
     liveness: liveness::LivenessOracle,
+    processes: processes::ProcessesOracle,
 }
 
 impl Checker {
@@ -87,6 +89,9 @@ impl Checker {
         let up_since_ms = self.nodes.values().filter_map(|n| n.up_since_ms).max();
         if let (Some(quiet_ms), Some(up_ms)) = (self.quiet_since_ms, up_since_ms) {
             self.liveness.check_silence(t_ms, quiet_ms.max(up_ms))?;
+        }
+        if up_since_ms.is_some() && self.nodes.values().all(|n| n.up_since_ms.is_some()) {
+            self.processes.check(t_ms)?;
         }
         Ok(())
     }
@@ -112,6 +117,7 @@ impl Checker {
                 unreported,
             } => {
                 self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
+                self.processes.recovered(t_ms);
                 let state = self.node(record.node);
                 state.up_since_ms = Some(t_ms);
                 state.maybe_committed_tail = false;
@@ -156,7 +162,12 @@ impl Checker {
             TraceEvent::ToolCallServed { agent, run, .. } => {
                 self.loops.tool_call_served(*agent, *run)
             }
+            TraceEvent::ProcessGroupGone { pgid, .. } => {
+                self.processes.group_gone(t_ms, *pgid);
+                Ok(())
+            }
             TraceEvent::RunStarted { .. }
+            | TraceEvent::ProcessSpawned { .. }
             | TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. } => Ok(()),
         }
@@ -191,6 +202,11 @@ impl Checker {
     /// How many agents were marked offline.
     pub fn offline_marks(&self) -> u64 {
         self.liveness.offline_marks()
+    }
+
+    /// Process groups spawned, and those still alive.
+    pub fn process_groups(&self) -> (usize, usize) {
+        self.processes.counts()
     }
 
     /// How many durable events the checker knows of.
@@ -303,6 +319,7 @@ impl Checker {
         self.heart.committed(event)?;
         self.loops.committed(event)?;
         self.liveness.committed(t_ms, event)?;
+        self.processes.committed(t_ms, event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
