@@ -6,6 +6,8 @@ pub mod wall_clock;
 #[cfg(madsim)]
 pub mod breaker;
 #[cfg(madsim)]
+pub mod cli_agents;
+#[cfg(madsim)]
 pub mod coalesce_burst;
 #[cfg(madsim)]
 pub mod crash_mid_run;

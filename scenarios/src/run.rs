@@ -180,6 +180,12 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::tool_loop::SAFETY_MS + crate::tool_loop::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::tool_loop::run(seed, recorder)),
     },
+    Scenario {
+        name: "cli_agents",
+        summary: "process agents on a machine whose children hang, ignore SIGTERM, print garbage, die mid-output and leave grandchildren, with cancels, pauses, crashes and power cuts mid-run: no process group outlives its run; 2 h 30 min",
+        virtual_ms: crate::cli_agents::SAFETY_MS + crate::cli_agents::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::cli_agents::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

@@ -44,6 +44,12 @@ pub enum Action {
     PulseBatch { agents: Vec<String> },
     /// A user writes `text` to the agent called `agent`, retried until answered.
     Input { agent: String, text: String },
+    /// The operator pauses the agent called `agent` for `minutes` (which cancels its running
+    /// run), retried until answered.
+    Pause { agent: String, minutes: u64 },
+    /// The operator cancels the agent's running run, if it has one when asked (one attempt:
+    /// a run that ended meanwhile answers 409, which is fine).
+    CancelRunning { agent: String },
 }
 
 /// An action and when it happens.
@@ -157,6 +163,24 @@ impl Workload {
                         );
                         madsim::task::spawn_local(input);
                     }
+                    Action::Pause { agent, minutes } => {
+                        let pause = post_to_agent(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            "pause",
+                            serde_json::json!({ "minutes": minutes }),
+                        );
+                        madsim::task::spawn_local(pause);
+                    }
+                    Action::CancelRunning { agent } => {
+                        let id = directory.borrow().get(agent).copied();
+                        if let Some(id) = id {
+                            madsim::task::spawn_local(cancel_running(client.clone(), id));
+                        }
+                    }
                     Action::Wake { agent, request } => {
                         let wake = wake(
                             self.until_ms,
@@ -257,6 +281,27 @@ async fn wake(
                 replayed: json["replayed"].as_bool().expect("replayed"),
             },
         );
+    }
+}
+
+/// Cancels agent `agent`'s running run, if the node names one (one attempt each; a run that
+/// ended meanwhile answers 409).
+async fn cancel_running(client: ApiClient, agent: u64) {
+    let Ok(answer) = client.get(&format!("/v1/runs?agent={agent}&status=running")).await else {
+        return;
+    };
+    if !answer.status.is_success() {
+        return;
+    }
+    let json = answer.json().expect("run lists are JSON");
+    let Some(run) = json["runs"].as_array().and_then(|runs| runs.first()) else {
+        return;
+    };
+    let run = run["id"].as_u64().expect("run id");
+    let path = format!("/v1/runs/{run}/cancel");
+    if let Ok(answer) = client.post_json(&path, &serde_json::json!({})).await {
+        let refused = answer.status.is_client_error() && answer.status.as_u16() != 409;
+        assert!(!refused, "workload sent a bad cancel: {} {:?}", answer.status, answer.body);
     }
 }
 
