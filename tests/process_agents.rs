@@ -496,6 +496,19 @@ async fn after_a_sigkill_the_restarted_node_kills_what_the_run_left_behind() {
 }
 
 #[tokio::test]
+async fn a_child_that_writes_much_and_exits_at_once_loses_no_line() {
+    let data_dir = fresh_data_dir("many");
+    let serve = Serve::start(&data_dir).await;
+    let api = &serve.api;
+    let agent = create(api, "chatty", json!({"command": fixture("many_lines.sh")})).await;
+    let id = wake(api, agent, "talk").await;
+    assert_eq!(finished(api, id).await["status"], "succeeded");
+    let stdout = output(&log_entries(api, id).await, "stdout");
+    let expected: Vec<String> = (0..5000).map(|i| format!("line {i}")).collect();
+    assert_eq!(stdout, expected);
+}
+
+#[tokio::test]
 async fn hostile_output_is_cut_and_the_transcript_stays_ndjson() {
     let data_dir = fresh_data_dir("garbage");
     let serve = Serve::start(&data_dir).await;
