@@ -152,10 +152,9 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
-        // Filled in by the process, coding-CLI and webhook adapters.
-        AdapterSpec::Process(_)
-        | AdapterSpec::ClaudeLocal(_)
-        | AdapterSpec::CodexLocal(_)
-        | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
+        AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Claude, cli.clone())),
+        AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Codex, cli.clone())),
+        // Filled in by the process and webhook adapters.
+        AdapterSpec::Process(_) | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
     }
 }

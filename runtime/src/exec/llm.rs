@@ -23,7 +23,7 @@ impl Llm {
 }
 
 /// The local time of the run's start in the agent's zone, as templates read it.
-fn now_local(run: &RunContext) -> String {
+pub(crate) fn now_local(run: &RunContext) -> String {
     let zoned = jiff::tz::TimeZone::get(&run.time_zone).ok().and_then(|tz| {
         let ms = i64::try_from(run.started_at_ms).ok()?;
         Some(jiff::Timestamp::from_millisecond(ms).ok()?.to_zoned(tz))
