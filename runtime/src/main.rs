@@ -485,7 +485,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_file.prices.clone(),
         node_file.outbound_policy(),
     )
-    .context("could not set up outbound HTTPS")?;
+    .context("could not set up outbound HTTPS")?
+    .with_work_dir(data_dir.clone());
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     create_private_dir(&data_dir)

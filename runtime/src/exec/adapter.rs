@@ -8,7 +8,7 @@ use std::sync::Arc;
 use crate::engine::agent::{AdapterSpec, AgentId};
 use crate::engine::breaker::FailureCause;
 use crate::engine::history::HistoryMessage;
-use crate::engine::run::{RunId, RunReport, RunStatus, StopReason};
+use crate::engine::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use crate::engine::usage::Usage;
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::model::Poster;
@@ -80,6 +80,11 @@ pub trait RunHost: Send + Sync {
     /// Called before the child's output is read; an error means the run was ended meanwhile
     /// or the node stopped (the caller kills the group).
     fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String>;
+    /// Where the node keeps its runs' live process groups, so that stopping waits for them
+    /// (none: nothing waits).
+    fn live_groups(&self) -> Option<Arc<crate::exec::live_groups::LiveGroups>> {
+        None
+    }
 }
 
 /// A run host shared by the runs of a node.
@@ -97,6 +102,8 @@ pub struct AdapterOutcome {
     pub stop_reason: Option<StopReason>,
     /// What an agent loop adds to the run's end.
     pub report: Option<RunReport>,
+    /// The error class of an unsuccessful end, when the adapter knows better than its stop.
+    pub error_class: Option<ErrorClass>,
 }
 
 impl AdapterOutcome {
@@ -108,6 +115,7 @@ impl AdapterOutcome {
             cause,
             stop_reason: None,
             report: None,
+            error_class: None,
         }
     }
 }
@@ -152,9 +160,10 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
+        AdapterSpec::Process(process) => Box::new(super::process::Process::new(process.clone())),
         AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Claude, cli.clone())),
         AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Codex, cli.clone())),
-        // Filled in by the process and webhook adapters.
-        AdapterSpec::Process(_) | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
+        // Filled in by the webhook adapter.
+        AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
     }
 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use super::adapter::RunHost;
 use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
-use super::spawn::{NoSpawner, SharedSpawner};
+#[cfg(madsim)]
+use super::spawn::NoSpawner;
+use super::spawn::SharedSpawner;
 use super::tools::{ToolHttp, ToolHttpAnswer, ToolHttpError, ToolHttpFuture};
 use crate::net::{
     Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
@@ -93,15 +95,31 @@ impl RunServices {
             }),
             prices,
             secrets: Self::environment_secrets(),
-            spawner: Arc::new(NoSpawner),
+            spawner: production_spawner(),
             work_dir: None,
         })
+    }
+
+    /// The same services, with children started in `dir` when their spec names no `cwd`.
+    pub fn with_work_dir(self, dir: std::path::PathBuf) -> Self {
+        RunServices {
+            work_dir: Some(dir),
+            ..self
+        }
     }
 
     /// Secrets from the process environment (production).
     pub fn environment_secrets() -> SecretSource {
         Arc::new(|name: &str| std::env::var(name).ok().filter(|v| !v.is_empty()))
     }
+}
+
+/// Real processes (the simulator's build starts none; it gives its own spawner).
+fn production_spawner() -> SharedSpawner {
+    #[cfg(not(madsim))]
+    return Arc::new(super::process_spawner::TokioSpawner);
+    #[cfg(madsim)]
+    return Arc::new(NoSpawner);
 }
 
 /// The production run host: spend goes through the shell, as a `RecordUsage` command.
@@ -158,6 +176,10 @@ impl RunHost for ShellHost {
             .execute(Command::RecordProcessGroup { run, pgid })
             .map(|_| ())
             .map_err(|error| error.to_string())
+    }
+
+    fn live_groups(&self) -> Option<Arc<super::live_groups::LiveGroups>> {
+        Some(self.shell.executor.live_groups())
     }
 }
 

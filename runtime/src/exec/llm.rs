@@ -22,26 +22,8 @@ impl Llm {
     }
 }
 
-/// The local time of the run's start in the agent's zone, as templates read it.
-pub(crate) fn now_local(run: &RunContext) -> String {
-    let zoned = jiff::tz::TimeZone::get(&run.time_zone).ok().and_then(|tz| {
-        let ms = i64::try_from(run.started_at_ms).ok()?;
-        Some(jiff::Timestamp::from_millisecond(ms).ok()?.to_zoned(tz))
-    });
-    zoned.map_or_else(String::new, |z| z.strftime("%Y-%m-%d %H:%M %Z").to_string())
-}
-
 fn prompts(spec: &LlmSpec, run: &RunContext) -> Result<Prompts, String> {
-    let vars = PromptVars {
-        agent_name: run.agent_name.clone(),
-        agent_id: run.agent,
-        run_id: run.run,
-        source: run.source,
-        reason: run.reason.clone(),
-        payload: run.payload.clone(),
-        now_local: now_local(run),
-        daily_cap_remaining: run.daily_cap_remaining,
-    };
+    let vars = PromptVars::of_run(run);
     let templates = spec.prompt_spec();
     Ok(Prompts {
         system: render_system(&templates, &vars).map_err(|e| e.to_string())?,

@@ -4,10 +4,19 @@
 
 pub mod adapter;
 pub mod agent_loop;
+pub mod child;
+mod child_env;
 pub mod host;
+pub mod live_groups;
 pub mod llm;
 pub mod model;
 pub mod pricing;
+pub mod process;
+#[cfg(all(not(madsim), target_os = "linux"))]
+mod proc_scan;
+#[cfg(not(madsim))]
+pub mod process_spawner;
+mod unwind;
 pub mod run_transcript;
 pub mod prompt;
 pub mod scripted;
@@ -23,7 +32,7 @@ use tokio::task::JoinHandle;
 
 use crate::engine::breaker::FailureCause;
 use crate::engine::event::{Event, EventKind};
-use crate::engine::run::{RunEnd, RunId, RunReport, RunStatus};
+use crate::engine::run::{ErrorClass, RunEnd, RunId, RunReport, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
 use crate::engine::agent::AdapterSpec;
@@ -31,6 +40,7 @@ use crate::redact::Redactor;
 use crate::transcript::{EntryBody, SharedTranscriptStore};
 use adapter::{RunContext, SharedAdapterSource};
 use host::{RunServices, ShellHost};
+use live_groups::LiveGroups;
 use run_transcript::RunTranscript;
 
 /// The tasks of the runs in progress on this node.
@@ -39,6 +49,8 @@ pub struct Executor {
     adapters: SharedAdapterSource,
     services: RunServices,
     transcripts: SharedTranscriptStore,
+    /// The process groups of this node's runs still alive (a stopping node waits for them).
+    live_groups: Arc<LiveGroups>,
 }
 
 impl Executor {
@@ -52,7 +64,18 @@ impl Executor {
             adapters,
             services,
             transcripts,
+            live_groups: Arc::default(),
         }
+    }
+
+    /// The process groups of this node's runs still alive.
+    pub fn live_groups(&self) -> Arc<LiveGroups> {
+        self.live_groups.clone()
+    }
+
+    /// The spawner the node's runs use (recovery kills orphaned groups with it).
+    pub fn spawner(&self) -> spawn::SharedSpawner {
+        self.services.spawner.clone()
     }
 
     /// Reacts to a committed batch, in log order: `run_started` spawns the run, `run_finished`
@@ -163,11 +186,17 @@ async fn execute(
 ) {
     let run = context.run;
     let transcript = context.transcript.clone();
+    let work = unwind::CatchUnwind::new(adapter.execute(context));
     let end =
-        match tokio::time::timeout(Duration::from_millis(timeout_ms), adapter.execute(context))
-            .await
-        {
-            Ok(outcome) => {
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), work).await {
+            // Why caught: a panicking adapter would otherwise leave its run `running` until a
+            // cancel or a restart.
+            Ok(Err(panic)) => RunEnd::new(
+                RunStatus::Failed,
+                format!("the adapter failed: {}", transcript.redactor().redact(&panic)),
+            )
+            .classed(ErrorClass::AdapterError),
+            Ok(Ok(outcome)) => {
                 // Why: the end is stored in the event log and served by the API, and its text
                 // can carry the run's API key (a failed tool's error body in the detail, a final
                 // answer echoing what a tool returned). The transcript's redactor cleans it as it
@@ -178,6 +207,7 @@ async fn execute(
                 end.cause = outcome.cause;
                 end.stop_reason = outcome.stop_reason;
                 end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
+                end.error_class = outcome.error_class;
                 end
             }
             // A run that never answers counts as a failed model call for the breaker.

@@ -58,6 +58,41 @@ pub fn render_wakeup(spec: &PromptSpec, vars: &PromptVars) -> Result<String, Ren
     render("wakeup", spec.wakeup_template(vars.source), vars)
 }
 
+/// Any template of an agent's spec (a `process` argument, its stdin, a coding CLI's prompt),
+/// named `template` in errors, with the same variables and bounds as the prompts.
+pub fn render_template(
+    template: &str,
+    source: &str,
+    vars: &PromptVars,
+) -> Result<String, RenderError> {
+    render(template, source, vars)
+}
+
+impl PromptVars {
+    /// The variables of `run`.
+    pub fn of_run(run: &crate::exec::adapter::RunContext) -> Self {
+        PromptVars {
+            agent_name: run.agent_name.clone(),
+            agent_id: run.agent,
+            run_id: run.run,
+            source: run.source,
+            reason: run.reason.clone(),
+            payload: run.payload.clone(),
+            now_local: now_local(run),
+            daily_cap_remaining: run.daily_cap_remaining,
+        }
+    }
+}
+
+/// The local time of the run's start in the agent's zone, as templates read it.
+fn now_local(run: &crate::exec::adapter::RunContext) -> String {
+    let zoned = jiff::tz::TimeZone::get(&run.time_zone).ok().and_then(|tz| {
+        let ms = i64::try_from(run.started_at_ms).ok()?;
+        Some(jiff::Timestamp::from_millisecond(ms).ok()?.to_zoned(tz))
+    });
+    zoned.map_or_else(String::new, |z| z.strftime("%Y-%m-%d %H:%M %Z").to_string())
+}
+
 fn render(template: &str, source: &str, vars: &PromptVars) -> Result<String, RenderError> {
     let failed = |error: minijinja::Error| RenderError::Template {
         template: template.to_string(),

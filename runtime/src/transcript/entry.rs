@@ -64,6 +64,9 @@ pub enum EntryBody {
         stop_reason: String,
         detail: Option<String>,
     },
+    /// One line a run's child process wrote (`stream`: `stdout` or `stderr`), cut at the
+    /// child's line cap and then at [`TRANSCRIPT_FIELD_BYTES_MAX`].
+    ChildOutput { stream: String, text: String },
     /// Anything else worth a line (the store's own truncation note among them).
     Note { text: String },
 }
@@ -93,6 +96,7 @@ impl EntryBody {
             EntryBody::ToolCall { .. } => "tool_call",
             EntryBody::ToolResult { .. } => "tool_result",
             EntryBody::Stop { .. } => "stop",
+            EntryBody::ChildOutput { .. } => "child_output",
             EntryBody::Note { .. } => "note",
         }
     }
@@ -186,6 +190,10 @@ impl TranscriptEntry {
                 stop_reason: text(stop_reason),
                 detail: detail.as_ref().map(text),
             },
+            EntryBody::ChildOutput { stream, text: line } => EntryBody::ChildOutput {
+                stream: stream.clone(),
+                text: text(line),
+            },
             EntryBody::Note { text: note } => EntryBody::Note { text: text(note) },
         };
         TranscriptEntry { body, ..*self }
@@ -208,7 +216,7 @@ impl TranscriptEntry {
             EntryBody::ToolCall { arguments, .. } => cap_json(arguments),
             EntryBody::ToolResult { output, .. } => field(output),
             EntryBody::Stop { detail, .. } => detail.iter_mut().for_each(field),
-            EntryBody::Note { text } => field(text),
+            EntryBody::Note { text } | EntryBody::ChildOutput { text, .. } => field(text),
             EntryBody::ModelRequest { .. } => {}
         }
         self

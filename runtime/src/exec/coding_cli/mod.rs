@@ -12,14 +12,12 @@ mod install;
 mod outcome;
 pub mod report;
 
-use std::collections::BTreeMap;
-
 pub use install::{missing_binary_warning, save_warnings};
 
 use super::adapter::{Adapter, AdapterFuture, AdapterOutcome, RunContext};
-use super::prompt::{render_wakeup, PromptVars};
+use super::prompt::{render_template, render_wakeup, PromptVars};
 use crate::engine::cli_spec::CodingCliSpec;
-use crate::engine::prompt::{PromptSpec, WAKEUP_DEFAULT_KEY};
+use crate::engine::prompt::PromptSpec;
 use crate::engine::run::{ErrorClass, RunStatus};
 use report::CliReport;
 
@@ -138,23 +136,10 @@ impl Adapter for CodingCli {
 /// The prompt the CLI gets on stdin: the spec's `prompt` template, else the built-in wakeup
 /// prompt, rendered by the same renderer as an LLM agent's prompts.
 fn render_prompt(spec: &CodingCliSpec, run: &RunContext) -> Result<String, String> {
-    let templates = PromptSpec {
-        system: None,
-        wakeup: spec
-            .prompt
-            .iter()
-            .map(|prompt| (WAKEUP_DEFAULT_KEY.to_string(), prompt.clone()))
-            .collect::<BTreeMap<_, _>>(),
+    let vars = PromptVars::of_run(run);
+    let rendered = match &spec.prompt {
+        Some(template) => render_template("prompt", template, &vars),
+        None => render_wakeup(&PromptSpec::default(), &vars),
     };
-    let vars = PromptVars {
-        agent_name: run.agent_name.clone(),
-        agent_id: run.agent,
-        run_id: run.run,
-        source: run.source,
-        reason: run.reason.clone(),
-        payload: run.payload.clone(),
-        now_local: super::llm::now_local(run),
-        daily_cap_remaining: run.daily_cap_remaining,
-    };
-    render_wakeup(&templates, &vars).map_err(|e| e.to_string())
+    rendered.map_err(|e| e.to_string())
 }

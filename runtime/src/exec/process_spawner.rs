@@ -1,0 +1,263 @@
+//! Production's [`Spawner`]: real processes through `tokio::process`, no shell, each the leader
+//! of its own process group, with nothing of the node's environment but what the request
+//! gives. Signals go to the whole group; recovery finds a previous node's orphaned groups
+//! through `/proc` (procfs: kernel memory, no disk I/O behind the reads).
+
+use std::io;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+use super::spawn::{
+    Child, ChildFuture, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Spawner,
+    Stream, OUTPUT_LINE_BYTES_MAX, RUN_MARKER_ENV,
+};
+use crate::engine::run::RunId;
+
+/// Lines read ahead of the run (both streams together); past it the readers wait, and so does
+/// a child that keeps writing (the pipe fills).
+pub const OUTPUT_LINES_QUEUED_MAX: usize = 256;
+
+/// Spawns real processes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TokioSpawner;
+
+impl Spawner for TokioSpawner {
+    fn spawn(&self, request: SpawnRequest) -> ChildFuture<'_, Result<Box<dyn Child>, SpawnError>> {
+        Box::pin(async move { start(request).await.map(|child| Box::new(child) as Box<dyn Child>) })
+    }
+
+    fn group_alive(&self, pgid: u32) -> bool {
+        // kill(…, 0) sends nothing; it only asks whether the group has a process.
+        if !signal(pgid, 0) {
+            return false;
+        }
+        // A zombie still counts for kill(2) until its parent reaps it; only live ones count.
+        #[cfg(target_os = "linux")]
+        return super::proc_scan::group_members(pgid).iter().any(|p| !p.zombie);
+        #[cfg(not(target_os = "linux"))]
+        return true;
+    }
+
+    fn kill_orphan_group(&self, pgid: u32, run: RunId) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            let marker = format!("{RUN_MARKER_ENV}={}", run.0);
+            let members = super::proc_scan::group_members(pgid);
+            let ours = members
+                .iter()
+                .any(|p| super::proc_scan::environ_has(p.pid, &marker));
+            ours && signal(pgid, libc::SIGKILL)
+        }
+        // Without /proc the marker cannot be checked, and an unchecked group may not be ours.
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (pgid, run);
+            false
+        }
+    }
+}
+
+/// `kill(-pgid, sig)`: whether it reached a process.
+fn signal(pgid: u32, sig: i32) -> bool {
+    let Ok(pgid) = libc::pid_t::try_from(pgid) else {
+        return false;
+    };
+    // Why the guard: kill(0, …) and kill(-1, …) would hit our own group or every process.
+    if pgid <= 1 {
+        return false;
+    }
+    // SAFETY: kill(2) has no memory-safety preconditions.
+    unsafe { libc::kill(-pgid, sig) == 0 }
+}
+
+async fn start(request: SpawnRequest) -> Result<TokioChild, SpawnError> {
+    let mut command = tokio::process::Command::new(&request.program);
+    command
+        .args(&request.args)
+        .env_clear()
+        .envs(&request.env)
+        .stdin(match request.stdin {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // Termination is ours (the run's guard, SIGTERM then SIGKILL to the whole group).
+        .kill_on_drop(false);
+    if let Some(cwd) = &request.cwd {
+        command.current_dir(cwd);
+    }
+    die_with_parent(&mut command);
+    // Why on this (worker) thread: PR_SET_PDEATHSIG fires when the spawning thread ends, and a
+    // blocking-pool thread ends when idle, which would kill the child.
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let cwd_missing = match request.cwd.clone() {
+                Some(cwd) => tokio::task::spawn_blocking(move || !cwd.is_dir())
+                    .await
+                    .unwrap_or(false),
+                None => false,
+            };
+            return Err(spawn_error(&request, error, cwd_missing));
+        }
+    };
+    let pgid = child.id().expect("a child just spawned has its pid");
+    if let (Some(bytes), Some(mut stdin)) = (request.stdin, child.stdin.take()) {
+        // A child that does not read its stdin is not an error: it just does not get it.
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&bytes).await;
+        });
+    }
+    let (lines, queue) = mpsc::channel(OUTPUT_LINES_QUEUED_MAX);
+    if let Some(out) = child.stdout.take() {
+        tokio::spawn(read_lines(out, Stream::Stdout, lines.clone()));
+    }
+    if let Some(err) = child.stderr.take() {
+        tokio::spawn(read_lines(err, Stream::Stderr, lines));
+    }
+    Ok(TokioChild { child, pgid, queue })
+}
+
+/// Linux: the child gets SIGKILL if the node dies (a node SIGKILLed never runs its guards;
+/// recovery finds what else of the group is left).
+fn die_with_parent(command: &mut tokio::process::Command) {
+    #[cfg(target_os = "linux")]
+    {
+        let parent = std::process::id();
+        // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
+        // functions (prctl, getppid), allocating nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // The node may have died before the prctl: then nobody would send the signal.
+                if u32::try_from(libc::getppid()).ok() != Some(parent) {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = command;
+}
+
+/// ENOENT also comes from a missing working directory (`cwd_missing`): not a missing program.
+fn spawn_error(request: &SpawnRequest, error: io::Error, cwd_missing: bool) -> SpawnError {
+    let detail = error.to_string();
+    let program = request.program.clone();
+    match error.kind() {
+        io::ErrorKind::NotFound if !cwd_missing => SpawnError::NotFound { program, detail },
+        _ if cwd_missing => SpawnError::Failed {
+            program,
+            detail: format!("working directory {} does not exist", cwd_display(request)),
+        },
+        _ => SpawnError::Failed { program, detail },
+    }
+}
+
+fn cwd_display(request: &SpawnRequest) -> String {
+    request
+        .cwd
+        .as_ref()
+        .map_or_else(String::new, |cwd| cwd.display().to_string())
+}
+
+/// Reads `stream` line by line into `lines`, each cut at [`OUTPUT_LINE_BYTES_MAX`] (the rest of
+/// a longer line is read and dropped); invalid UTF-8 becomes U+FFFD.
+async fn read_lines(
+    stream: impl AsyncRead + Unpin,
+    which: Stream,
+    lines: mpsc::Sender<OutputLine>,
+) {
+    let mut reader = BufReader::new(stream);
+    loop {
+        match read_capped_line(&mut reader).await {
+            Ok(Some(bytes)) => {
+                let text = String::from_utf8_lossy(&bytes).into_owned();
+                if lines.send(OutputLine { stream: which, text }).await.is_err() {
+                    return;
+                }
+            }
+            Ok(None) | Err(_) => return,
+        }
+    }
+}
+
+/// One line without its newline, at most [`OUTPUT_LINE_BYTES_MAX`] bytes kept; `None` at the
+/// end of the stream.
+async fn read_capped_line(
+    reader: &mut BufReader<impl AsyncRead + Unpin>,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut line = Vec::new();
+    let mut seen_any = false;
+    loop {
+        let buffer = reader.fill_buf().await?;
+        if buffer.is_empty() {
+            return Ok(seen_any.then_some(line));
+        }
+        seen_any = true;
+        let (chunk, newline) = match buffer.iter().position(|&b| b == b'\n') {
+            Some(at) => (&buffer[..at], true),
+            None => (buffer, false),
+        };
+        let room = OUTPUT_LINE_BYTES_MAX.saturating_sub(line.len());
+        line.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let used = chunk.len() + usize::from(newline);
+        reader.consume(used);
+        if newline {
+            return Ok(Some(line));
+        }
+    }
+}
+
+/// A running child of [`TokioSpawner`].
+struct TokioChild {
+    child: tokio::process::Child,
+    pgid: u32,
+    queue: mpsc::Receiver<OutputLine>,
+}
+
+impl Child for TokioChild {
+    fn pgid(&self) -> u32 {
+        self.pgid
+    }
+
+    fn next_line(&mut self) -> ChildFuture<'_, Option<OutputLine>> {
+        Box::pin(self.queue.recv())
+    }
+
+    fn wait(&mut self) -> ChildFuture<'_, ExitStatus> {
+        Box::pin(async move {
+            match self.child.wait().await {
+                Ok(status) => exit_status(status),
+                // Only if the child was already reaped elsewhere: no status to give.
+                Err(_) => ExitStatus {
+                    code: None,
+                    signal: None,
+                },
+            }
+        })
+    }
+
+    fn signal_group(&self, signal_kind: GroupSignal) {
+        let sig = match signal_kind {
+            GroupSignal::Term => libc::SIGTERM,
+            GroupSignal::Kill => libc::SIGKILL,
+        };
+        signal(self.pgid, sig);
+    }
+}
+
+fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
+    use std::os::unix::process::ExitStatusExt;
+    ExitStatus {
+        code: status.code(),
+        signal: status.signal(),
+    }
+}
