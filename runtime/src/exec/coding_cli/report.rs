@@ -1,7 +1,7 @@
 //! What a coding CLI's run produced, as its parsers read it from the output: pure data, shared
 //! by the Claude Code and Codex parsers (docs/adapters/coding-cli.md).
 
-use crate::engine::usage::{MicroUsd, MICRO_USD_PER_USD};
+use crate::engine::usage::MicroUsd;
 use crate::exec::model::TokenUsage;
 
 /// Largest cost a CLI may report for one run, in dollars; a larger (or negative, or not a
@@ -47,6 +47,7 @@ pub fn mentions<'a>(texts: impl IntoIterator<Item = &'a str>, signals: &[&str]) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::usage::MICRO_USD_PER_USD;
     use serde_json::json;
 
     #[test]
