@@ -28,8 +28,8 @@ pub async fn run_with_one_retry(
 ) -> AdapterOutcome {
     let stored = run.session_id.clone();
     let first = invoke(kind, spec, run, &prompt, stored.as_deref()).await;
-    if let Err(outcome) = record_usage(kind, spec, run, &first) {
-        return outcome;
+    if let Err(error) = record_usage(spec, run, &first) {
+        return unrecorded(kind, error);
     }
     let Some(stored) = stored.filter(|_| first.session_refused()) else {
         return conclude(kind, spec, &first, Retry::None);
@@ -40,8 +40,8 @@ pub async fn run_with_one_retry(
     ))
     .await;
     let fresh = invoke(kind, spec, run, &prompt, None).await;
-    if let Err(outcome) = record_usage(kind, spec, run, &fresh) {
-        return outcome;
+    if let Err(error) = record_usage(spec, run, &fresh) {
+        return unrecorded(kind, error);
     }
     conclude(kind, spec, &fresh, Retry::AfterRefusal)
 }
@@ -102,27 +102,28 @@ async fn invoke(
 }
 
 /// Records what the invocation spent, when it reported anything. `Err`: the run was ended
-/// meanwhile (or the node stopped); its outcome no longer matters but is still a failure.
-fn record_usage(
-    kind: CliKind,
-    spec: &CodingCliSpec,
-    run: &RunContext,
-    attempt: &Attempt,
-) -> Result<(), AdapterOutcome> {
+/// meanwhile (or the node stopped).
+fn record_usage(spec: &CodingCliSpec, run: &RunContext, attempt: &Attempt) -> Result<(), String> {
     let Ok(report) = &attempt.parsed else {
         return Ok(());
     };
-    let Some(usage) = usage_of(report, spec.model.as_deref(), run.host.prices()) else {
-        return Ok(());
-    };
-    run.host.record_usage(run.run, usage).map(|_| ()).map_err(|error| AdapterOutcome {
+    match usage_of(report, spec.model.as_deref(), run.host.prices()) {
+        Some(usage) => run.host.record_usage(run.run, usage).map(|_| ()),
+        None => Ok(()),
+    }
+}
+
+/// A run whose usage could not be recorded: it was ended meanwhile, so its outcome no longer
+/// matters, but it is still no success.
+fn unrecorded(kind: CliKind, error: String) -> AdapterOutcome {
+    AdapterOutcome {
         error_class: Some(ErrorClass::AdapterError),
         ..AdapterOutcome::new(
             RunStatus::Failed,
             format!("{}: could not record the run's usage: {error}", kind.adapter_name()),
             None,
         )
-    })
+    }
 }
 
 /// The usage to record: the CLI's tokens, and its own cost when it reports one (Claude Code),

@@ -143,3 +143,30 @@ fn render_prompt(spec: &CodingCliSpec, run: &RunContext) -> Result<String, Strin
     };
     rendered.map_err(|e| e.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::agent::AdapterSpec;
+
+    /// The fleet file of docs/adapters/coding-cli.md: it must load, validated, as documented.
+    #[test]
+    fn the_documented_fleet_file_is_valid() {
+        let doc = include_str!("../../../../docs/adapters/coding-cli.md");
+        let start = doc.find("```toml\n").expect("a TOML example") + "```toml\n".len();
+        let text = &doc[start..start + doc[start..].find("```").expect("closed")];
+        let fleet = crate::fleet::Fleet::parse("coding-cli.md", text).expect("the example loads");
+        assert_eq!(fleet.agent_count(), 2);
+        let mut kinds = Vec::new();
+        for tenant in &fleet.tenants {
+            for agent in &tenant.agents {
+                agent.validate().expect("the example is valid");
+                kinds.push(match &agent.adapter {
+                    AdapterSpec::ClaudeLocal(cli) => ("claude_local", cli.max_turns),
+                    AdapterSpec::CodexLocal(cli) => ("codex_local", cli.max_turns),
+                    _ => ("other", None),
+                });
+            }
+        }
+        assert_eq!(kinds, [("claude_local", Some(20)), ("codex_local", None)]);
+    }
+}
