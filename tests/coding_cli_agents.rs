@@ -45,6 +45,10 @@ const CODEX_CACHED: u64 = 40;
 const CODEX_OUTPUT: u64 = 7;
 /// The model the Codex agents name, priced at $1,000 per million tokens (cached input $100).
 const CODEX_MODEL: &str = "stub-codex";
+/// The node variable holding the secret a leak test's agent gets as `FAKE_SECRET`, and its value
+/// (distinctive, so finding it anywhere is no accident).
+const SECRET_SOURCE_ENV: &str = "VIGIL_FAKE_CLI_SECRET";
+const SECRET: &str = "fake-cli-secret-Qm4vT8zR2pW6";
 const CODEX_COST_MICRO_USD: u64 = (CODEX_INPUT - CODEX_CACHED) * 1_000 + CODEX_CACHED * 100 + CODEX_OUTPUT * 1_000;
 
 /// Which fake CLI an agent runs.
@@ -137,9 +141,11 @@ impl World {
     }
 
     fn config(&self) -> NodeConfig {
-        let services = RunServices::production(&TlsOptions::default(), prices())
+        let mut services = RunServices::production(&TlsOptions::default(), prices())
             .expect("the standard roots load")
             .with_work_dir(self.data_dir());
+        services.secrets =
+            std::sync::Arc::new(|name: &str| (name == SECRET_SOURCE_ENV).then(|| SECRET.to_string()));
         NodeConfig {
             listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             storage: StorageLocation::File(self.data_dir().join("vigil.redb")),
@@ -418,6 +424,61 @@ async fn a_claude_error_result_fails_the_run_with_its_reason() {
     assert!(run["detail"].as_str().unwrap().contains("error_max_turns"), "{run}");
     assert_eq!(run["report"]["exit"], json!({"code": 1}));
     node.stop();
+}
+
+/// A CLI still running after `timeout_sec` is terminated and its run ends `timed_out`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_past_its_time_limit_times_out() {
+    let world = World::new("timeout");
+    let Running { node, api } = world.node().await;
+    let mut spec = world.agent(Cli::Claude, "coder");
+    spec["adapter"]["timeout_sec"] = json!(1);
+    let (agent, _) = create(&api, spec).await;
+    let run = run_once(&api, agent, "t", "mode=hang").await;
+    assert_eq!(run["status"], "timed_out", "{run}");
+    assert_failed(&run, "timed_out");
+    assert!(sessions(&api, agent).await.is_empty());
+    node.stop();
+}
+
+/// A secret the CLI gets through `secret_env` and prints is in nothing the node stores or
+/// serves: not the answer, the transcript, the events, nor any file of the data directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_secret_the_cli_prints_is_redacted_everywhere() {
+    let world = World::new("secret");
+    let Running { node, api } = world.node().await;
+    let mut spec = world.agent(Cli::Claude, "coder");
+    spec["adapter"]["secret_env"] = json!({"FAKE_SECRET": SECRET_SOURCE_ENV});
+    let (agent, created) = create(&api, spec).await;
+    assert!(!created.to_string().contains(SECRET));
+    let run = run_once(&api, agent, "t", "mode=leak").await;
+    assert_succeeded(&run);
+    let answer = run["report"]["answer_excerpt"].as_str().unwrap();
+    assert!(answer.starts_with("the secret is ") && !answer.contains(SECRET), "{answer}");
+    let log = log_text(&api, &run).await;
+    assert!(log.contains("the secret is") && !log.contains(SECRET), "{log}");
+    let events = get(&api, "/v1/events?limit=1000").await;
+    assert!(!events.to_string().contains(SECRET));
+    node.stop();
+    drop(api);
+    for file in files_under(&world.data_dir()) {
+        let bytes = std::fs::read(&file).unwrap();
+        let found = bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes());
+        assert!(!found, "the secret is in {}", file.display());
+    }
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }
 
 /// A binary that is not there: the agent is saved with a warning, and its runs fail
