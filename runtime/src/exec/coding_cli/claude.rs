@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use super::report::{count, micro_usd, CliReport};
+use super::report::{count, micro_usd, session_id, CliReport};
 use crate::engine::cli_spec::CodingCliSpec;
 use crate::exec::model::TokenUsage;
 
@@ -92,7 +92,7 @@ fn report_of(result: &Value) -> CliReport {
     };
     let used = input > 0 || tokens.output_tokens > 0;
     CliReport {
-        session_id: text(&result["session_id"]),
+        session_id: session_id(&result["session_id"]),
         tokens,
         turns: count(&result["num_turns"]).max(u64::from(used)),
         cost_micro_usd: micro_usd(&result["total_cost_usd"]),

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use super::report::{count, CliReport};
+use super::report::{count, session_id, CliReport};
 use crate::engine::cli_spec::CodingCliSpec;
 
 /// The program run when the spec names no `binary`.
@@ -87,10 +87,7 @@ fn fold(reading: &mut Reader, event: &Value) {
     let report = &mut reading.report;
     match event["type"].as_str() {
         Some("thread.started") => {
-            report.session_id = event["thread_id"]
-                .as_str()
-                .filter(|id| !id.is_empty())
-                .map(str::to_string);
+            report.session_id = session_id(&event["thread_id"]);
         }
         Some("turn.completed") => {
             let usage = &event["usage"];

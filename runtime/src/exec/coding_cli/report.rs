@@ -1,6 +1,7 @@
 //! What a coding CLI's run produced, as its parsers read it from the output: pure data, shared
 //! by the Claude Code and Codex parsers (docs/adapters/coding-cli.md).
 
+use crate::engine::session::SESSION_ID_CHARS_MAX;
 use crate::engine::usage::MicroUsd;
 use crate::exec::model::TokenUsage;
 
@@ -23,6 +24,18 @@ pub struct CliReport {
     pub final_text: Option<String>,
     /// The CLI said the run failed, and why.
     pub error: Option<String>,
+}
+
+/// A session id as a CLI reported it, when Vigil may pass it back as an argument: 1 to
+/// `SESSION_ID_CHARS_MAX` characters, no whitespace or control characters, not starting with
+/// `-` (the CLI would read it as an option).
+pub fn session_id(value: &serde_json::Value) -> Option<String> {
+    let id = value.as_str()?;
+    let plausible = !id.is_empty()
+        && id.chars().count() <= SESSION_ID_CHARS_MAX
+        && !id.starts_with('-')
+        && !id.chars().any(|c| c.is_whitespace() || c.is_control());
+    plausible.then(|| id.to_string())
 }
 
 /// A dollar amount as a CLI wrote it, in micro-dollars, when it is a plausible one.
@@ -61,6 +74,15 @@ mod tests {
         assert_eq!(micro_usd(&json!(REPORTED_COST_USD_MAX as f64 + 0.01)), None);
         assert_eq!(micro_usd(&json!(-1.0)), None);
         assert_eq!(micro_usd(&json!("1.0")), None);
+    }
+
+    #[test]
+    fn session_ids_that_could_pass_for_options_or_break_arguments_are_not_kept() {
+        assert_eq!(session_id(&json!("0199a213-81c0")).as_deref(), Some("0199a213-81c0"));
+        assert_eq!(session_id(&json!("x".repeat(SESSION_ID_CHARS_MAX))).map(|s| s.len()), Some(SESSION_ID_CHARS_MAX));
+        for bad in [json!(""), json!("--help"), json!("a b"), json!("a\nb"), json!(7), json!("x".repeat(SESSION_ID_CHARS_MAX + 1))] {
+            assert_eq!(session_id(&bad), None, "{bad}");
+        }
     }
 
     #[test]
