@@ -552,19 +552,24 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         data_dir.display(),
         OPERATOR_TOKEN_FILE
     );
-    tokio::select! {
-        stop = stop_requested() => stop?,
+    let failed_write = tokio::select! {
+        stop = stop_requested() => stop.map(|()| None)?,
+        cause = node.failed() => Some(cause),
+    };
+    tracing::info!("stopping");
+    // Either way the runs' children are terminated (SIGTERM, then SIGKILL after their grace)
+    // before the process exits.
+    node.stop_and_reap().await;
+    if let Some(cause) = failed_write {
         // Crash-only (ADR 0008): a failed write stopped the node; exit non-zero so that the
         // supervisor restarts us and recovery reads what really reached the disk.
-        cause = node.failed() => anyhow::bail!(
+        anyhow::bail!(
             "stopped after a failed write to {}: {cause}; restart vigil serve (a supervisor such \
              as systemd with Restart=on-failure does this): it recovers every acknowledged \
              write from the data directory",
             data_dir.join(DATABASE_FILE).display()
-        ),
+        );
     }
-    tracing::info!("stopping");
-    node.stop();
     Ok(())
 }
 

@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 
 use crate::api::{self, Gate};
 use crate::engine::event::{Event, EventKind};
+use crate::engine::run::RunId;
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::exec::adapter::SharedAdapterSource;
@@ -204,6 +205,28 @@ impl Node {
         failed.clone().expect("waited for a failure")
     }
 
+    /// [`Node::stop`], then waits until the process groups of the runs it stopped are gone:
+    /// each got SIGTERM, then SIGKILL after its grace (`vigil serve` exits only then, so that
+    /// no child outlives it). Waits at most the largest grace and a settling time.
+    pub async fn stop_and_reap(self) {
+        let groups = self
+            .ready
+            .as_ref()
+            .map(|(shell, _)| shell.executor.live_groups());
+        self.stop();
+        let Some(groups) = groups else {
+            return;
+        };
+        let alive = groups.pgids();
+        if alive.is_empty() {
+            return;
+        }
+        tracing::info!(groups = alive.len(), "stopping the runs' child processes");
+        if !groups.drained().await {
+            tracing::warn!(pgids = ?groups.pgids(), "child process groups still alive at exit");
+        }
+    }
+
     /// Stops the timer loop, the runs and the listener. Open connections finish their
     /// current request. Runs that were going are failed by the next start's recovery.
     pub fn stop(self) {
@@ -265,6 +288,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
             .map_err(tenant_error(DEFAULT_TENANT))?;
         generated_token = Some(token);
     }
+    kill_orphaned_groups(&shell);
     let decision = shell
         .execute(Command::RecoverRuns)
         .map_err(StartError::Recovery)?;
@@ -287,6 +311,28 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
             generated_token,
         },
     ))
+}
+
+/// Before the interrupted runs are failed: the process group each one's child was recorded in
+/// gets SIGKILL, if a process of it still carries the run's marker (a group id reused since by
+/// something else is left alone). PR_SET_PDEATHSIG already killed the leaders; this reaches
+/// what they left behind.
+fn kill_orphaned_groups(shell: &Shell) {
+    let groups: Vec<(RunId, u32)> = {
+        let engine = shell.engine();
+        engine
+            .agent_states()
+            .filter_map(|state| state.run(state.active_run()?))
+            .filter_map(|run| Some((run.id, run.process_group?)))
+            .collect()
+    };
+    let spawner = shell.executor.spawner();
+    for (run, pgid) in groups {
+        match spawner.kill_orphan_group(pgid, run) {
+            true => tracing::warn!(%run, pgid, "killed the process group an interrupted run left"),
+            false => tracing::info!(%run, pgid, "the process group of an interrupted run is gone"),
+        }
+    }
 }
 
 fn is_restart_failure(kind: &EventKind) -> bool {
