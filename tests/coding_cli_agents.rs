@@ -296,6 +296,9 @@ async fn session_and_usage_are_read_and_the_next_run_resumes(cli: Cli) {
     assert_eq!(first["report"]["session"], json!({"op": "set", "session_id": "sess-a"}));
     assert_eq!(first["report"]["exit"], json!({"code": 0}));
     assert_eq!(sessions(&api, agent).await["t1"], session_of("sess-a", &first));
+    let log = log_text(&api, &first).await;
+    assert!(log.starts_with(r#"[{"#) && log.contains(r#""kind":"wakeup""#), "{log}");
+    assert!(log.contains(r#""kind":"child_output""#), "the CLI's output is in the transcript: {log}");
 
     let invocations = world.invocations("coder");
     assert_eq!(invocations.len(), 1, "{invocations:?}");
