@@ -496,6 +496,19 @@ async fn after_a_sigkill_the_restarted_node_kills_what_the_run_left_behind() {
 }
 
 #[tokio::test]
+async fn a_child_that_writes_much_and_exits_at_once_loses_no_line() {
+    let data_dir = fresh_data_dir("many");
+    let serve = Serve::start(&data_dir).await;
+    let api = &serve.api;
+    let agent = create(api, "chatty", json!({"command": fixture("many_lines.sh")})).await;
+    let id = wake(api, agent, "talk").await;
+    assert_eq!(finished(api, id).await["status"], "succeeded");
+    let stdout = output(&log_entries(api, id).await, "stdout");
+    let expected: Vec<String> = (0..5000).map(|i| format!("line {i}")).collect();
+    assert_eq!(stdout, expected);
+}
+
+#[tokio::test]
 async fn hostile_output_is_cut_and_the_transcript_stays_ndjson() {
     let data_dir = fresh_data_dir("garbage");
     let serve = Serve::start(&data_dir).await;
@@ -571,4 +584,68 @@ fn files_under(dir: &Path) -> Vec<PathBuf> {
         }
     }
     files
+}
+
+// ---- a panicking adapter (in process: the executor's own path, with an adapter that panics) -----
+
+/// Every adapter panics, after one suspension (so the panic comes from a poll, as a bug would).
+struct Panicking;
+
+impl vigil::exec::adapter::AdapterSource for Panicking {
+    fn adapter_for(
+        &self,
+        _spec: &vigil::engine::agent::AdapterSpec,
+    ) -> Box<dyn vigil::exec::adapter::Adapter> {
+        Box::new(Panicking)
+    }
+}
+
+impl vigil::exec::adapter::Adapter for Panicking {
+    fn execute(
+        &self,
+        _run: vigil::exec::adapter::RunContext,
+    ) -> vigil::exec::adapter::AdapterFuture {
+        Box::pin(async {
+            tokio::task::yield_now().await;
+            panic!("a bug in the adapter");
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_adapter_ends_its_run_failed_with_class_adapter_error() {
+    use vigil::node::{Node, NodeConfig, TenantToken};
+    let data_dir = fresh_data_dir("panic");
+    std::fs::create_dir_all(&data_dir).unwrap();
+    let mut node = Node::start(NodeConfig {
+        listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        storage: vigil::io::storage::StorageLocation::File(data_dir.join("vigil.redb")),
+        clock: vigil::io::clock::SystemClock::shared(),
+        entropy: vigil::io::entropy::OsEntropy::shared(),
+        tenants: vec![TenantToken {
+            tenant: "default".into(),
+            token: TOKEN.into(),
+        }],
+        on_commit: None,
+        on_replayed: None,
+        adapters: std::sync::Arc::new(Panicking),
+        run_services: vigil::exec::host::RunServices::standard(),
+        transcripts: vigil::transcript::FileTranscripts::shared(&data_dir),
+    })
+    .await
+    .expect("node starts");
+    node.ready().await.expect("node recovers");
+    let api = ApiClient::with_token(node.local_addr(), TOKEN);
+    let body = json!({
+        "name": "buggy",
+        "adapter": {"type": "scripted", "steps": [{"duration_ms": 1, "outcome": "succeeded"}]},
+    });
+    let (status, created) = post(&api, "/v1/agents", body).await;
+    assert_eq!(status, 201, "{created}");
+    let agent = created["agent"]["id"].as_u64().unwrap();
+    let ended = finished(&api, wake(&api, agent, "crash").await).await;
+    assert_eq!(ended["status"], "failed", "{ended}");
+    assert_eq!(ended["error_class"], "adapter_error", "{ended}");
+    assert!(ended["detail"].as_str().unwrap().contains("a bug in the adapter"), "{ended}");
+    node.stop();
 }

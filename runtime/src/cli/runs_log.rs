@@ -128,6 +128,7 @@ fn summary(entry: &Value) -> String {
             None => text("stop_reason"),
         },
         "note" => shortened(&text("text")),
+        "child_output" => format!("{} {}", text("stream"), shortened(&text("text"))),
         _ => shortened(&entry.to_string()),
     }
 }
@@ -184,6 +185,7 @@ mod tests {
             json!({"run": 7, "seq": 4, "at_ms": at, "kind": "tool_result", "id": "c1", "name": "search", "output": "found", "is_error": true, "latency_ms": 20}),
             json!({"run": 7, "seq": 5, "at_ms": at, "kind": "stop", "stop_reason": "end_turn", "detail": null}),
             json!({"run": 7, "seq": 6, "at_ms": at, "kind": "note", "text": "hello"}),
+            json!({"run": 7, "seq": 7, "at_ms": at, "kind": "child_output", "stream": "stderr", "text": "warning: x"}),
         ]
         .iter()
         .map(entry_line)
@@ -199,6 +201,7 @@ mod tests {
                 format!("   4  {t}  tool_result     search id=c1 error took=20ms \"found\""),
                 format!("   5  {t}  stop            end_turn"),
                 format!("   6  {t}  note            hello"),
+                format!("   7  {t}  child_output    stderr warning: x"),
             ]
         );
     }

@@ -28,9 +28,11 @@ pub const CHILD_POLL_MS: u64 = 50;
 /// After a SIGKILL, how long the runner waits for the group to be torn down before it stops
 /// waiting (SIGKILL cannot be ignored; this bounds only the kernel's work).
 pub const KILL_WAIT_MS: u64 = 5_000;
-/// After the group is gone, how long the runner keeps reading output that is still buffered (a
-/// process that left the group but kept the pipes open would otherwise hold the run forever).
-pub const DRAIN_AFTER_EXIT_MS: u64 = 1_000;
+/// After the group is gone, the output still buffered is read until the pipes close, unless no
+/// line comes for this long, or this much time has passed in all (a process that left the group
+/// but kept the pipes open would otherwise hold the run forever).
+pub const DRAIN_IDLE_MS: u64 = 1_000;
+pub const DRAIN_AFTER_EXIT_MS: u64 = 10_000;
 
 /// A child's time limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,8 +115,13 @@ pub async fn run_child(
         }
         None => {
             let killed = terminate(guard.child(), &spawner, grace).await;
+            // A leader that even SIGKILL did not end (stuck in the kernel) has no status yet.
+            let unknown = ExitStatus {
+                code: None,
+                signal: None,
+            };
             ChildEnd {
-                status: guard.child().wait().await,
+                status: exited_now(guard.child()).await.unwrap_or(unknown),
                 timed_out: true,
                 killed,
             }
@@ -156,15 +163,16 @@ async fn exited_now(child: &mut dyn Child) -> Option<ExitStatus> {
     tokio::time::timeout(Duration::ZERO, child.wait()).await.ok()
 }
 
-/// Reads what is left of the output once the group is gone, within [`DRAIN_AFTER_EXIT_MS`].
+/// Reads what is left of the output once the group is gone, within [`DRAIN_IDLE_MS`] of the
+/// last line and [`DRAIN_AFTER_EXIT_MS`] in all.
 async fn drain(
     context: &RunContext,
     child: &mut dyn Child,
     on_line: &mut (dyn FnMut(&OutputLine) + Send),
 ) {
-    let bound = Duration::from_millis(DRAIN_AFTER_EXIT_MS);
-    let _ = tokio::time::timeout(bound, async {
-        while let Some(line) = child.next_line().await {
+    let idle = Duration::from_millis(DRAIN_IDLE_MS);
+    let _ = tokio::time::timeout(Duration::from_millis(DRAIN_AFTER_EXIT_MS), async {
+        while let Ok(Some(line)) = tokio::time::timeout(idle, child.next_line()).await {
             record(context, &line, on_line).await;
         }
     })

@@ -261,3 +261,58 @@ fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
         signal: status.signal(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn lines_of(bytes: &[u8]) -> Vec<Vec<u8>> {
+        let mut reader = BufReader::new(bytes);
+        let mut lines = Vec::new();
+        while let Some(line) = read_capped_line(&mut reader).await.unwrap() {
+            lines.push(line);
+        }
+        lines
+    }
+
+    #[tokio::test]
+    async fn lines_are_cut_at_the_cap_and_the_rest_of_a_long_line_is_dropped() {
+        let exact = vec![b'a'; OUTPUT_LINE_BYTES_MAX];
+        let over = vec![b'b'; OUTPUT_LINE_BYTES_MAX + 1];
+        let input = [&exact[..], b"\n", &over[..], b"\n", b"\n", b"tail"].concat();
+        let lines = lines_of(&input).await;
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0], exact, "a line exactly at the cap is kept whole");
+        assert_eq!(lines[1], vec![b'b'; OUTPUT_LINE_BYTES_MAX], "one byte more is cut");
+        assert!(lines[2].is_empty(), "an empty line is a line");
+        assert_eq!(lines[3], b"tail", "a last line without its newline is a line");
+        assert!(lines_of(b"").await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_not_found_and_a_missing_directory_is_not() {
+        let request = |program: &str, cwd: Option<&str>| SpawnRequest {
+            run: RunId(1),
+            program: program.into(),
+            args: Vec::new(),
+            cwd: cwd.map(Into::into),
+            env: Default::default(),
+            stdin: None,
+        };
+        let missing = TokioSpawner.spawn(request("/nonexistent/vigil-program", None)).await;
+        assert!(matches!(missing, Err(SpawnError::NotFound { .. })));
+        let no_dir = TokioSpawner
+            .spawn(request("/bin/sh", Some("/nonexistent/vigil-dir")))
+            .await;
+        assert!(
+            matches!(&no_dir, Err(SpawnError::Failed { detail, .. }) if detail.contains("/nonexistent/vigil-dir"))
+        );
+    }
+
+    #[test]
+    fn signals_never_reach_the_whole_system_or_our_own_group() {
+        assert!(!signal(0, 0));
+        assert!(!signal(1, 0));
+        assert!(!signal(u32::MAX, 0));
+    }
+}
