@@ -366,6 +366,11 @@ impl Fleet {
                 })?;
             }
             for spec in &tenant.agents {
+                let node_path = std::env::var("PATH").ok();
+                let missing = crate::exec::coding_cli::missing_binary_warning(&spec.adapter, node_path.as_deref());
+                if let Some(warning) = missing {
+                    applied.warnings.push(format!("agent {:?} (tenant {:?}): {warning}", spec.name, tenant.name));
+                }
                 let existing = shell
                     .engine()
                     .agent_named(&tenant.name, &spec.name)

@@ -201,6 +201,10 @@ enum AgentCommand {
     Resume { agent: String },
     /// Stop taking wakeups for good; the name stays taken.
     Terminate { agent: String },
+    /// A coding-CLI agent's task sessions (task key, session id, last run).
+    Sessions { agent: String },
+    /// Forget one task's session: its next run starts a fresh one.
+    SessionReset { agent: String, task_key: String },
 }
 
 #[derive(Subcommand)]
@@ -377,6 +381,10 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             AgentCommand::Pause { agent, minutes } => session.agent_pause(&agent, minutes).await?,
             AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
             AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,
+            AgentCommand::Sessions { agent } => session.agent_sessions(&agent).await?,
+            AgentCommand::SessionReset { agent, task_key } => {
+                session.agent_session_reset(&agent, &task_key).await?
+            }
         },
         Operation::Runs(command) => match command {
             RunsCommand::List {

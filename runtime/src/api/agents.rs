@@ -21,6 +21,8 @@ pub struct Created {
     pub agent: Agent,
     pub token: String,
     pub seq: u64,
+    /// What may stop its runs though the spec is valid (a coding CLI not installed).
+    pub warnings: Vec<String>,
 }
 
 /// Answer to a list: the agents and the node's wall clock when it was read.
@@ -46,6 +48,7 @@ pub async fn create(
 ) -> Result<(StatusCode, Json<Created>), ApiError> {
     let tenant = caller.operator()?.to_string();
     let spec: AgentSpec = parse_json(body)?;
+    let warnings = crate::exec::coding_cli::save_warnings(&spec.adapter).await;
     let created = caller.shell.create_agent(&tenant, spec)?;
     let agent = caller.agent(created.agent)?;
     Ok((
@@ -54,6 +57,7 @@ pub async fn create(
             agent,
             token: created.token,
             seq: created.seq,
+            warnings,
         }),
     ))
 }

@@ -13,6 +13,7 @@ mod events;
 mod pulses;
 mod query;
 mod runs;
+mod sessions;
 mod streams;
 mod usage;
 mod timer;
@@ -79,6 +80,8 @@ pub fn router(gate: Gate) -> Router {
             post(|c, p| agents::control(c, p, Control::ResetBreaker)),
         )
         .route("/v1/agents/{id}/history", get(usage::history))
+        .route("/v1/agents/{id}/sessions", get(sessions::list))
+        .route("/v1/agents/{id}/sessions/{task_key}/reset", post(sessions::reset))
         .route("/v1/usage", get(usage::tenant))
         .route("/v1/runs", get(runs::list))
         .route("/v1/runs/{id}", get(runs::show))

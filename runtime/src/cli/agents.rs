@@ -129,7 +129,10 @@ impl Session {
     pub async fn agent_create(&self, request: &AgentCreate) -> Result<Printed, CliError> {
         let body = request.body()?;
         let created = self.post("/v1/agents", Some(&body)).await?;
-        let warning = "warning: the agent token is shown only this once; store it now (the agent authenticates with it)\n".to_string();
+        let mut warning = "warning: the agent token is shown only this once; store it now (the agent authenticates with it)\n".to_string();
+        for saved_with in created["warnings"].as_array().into_iter().flatten() {
+            warning.push_str(&format!("warning: {}\n", cell(saved_with)));
+        }
         if self.json() {
             return Ok(Printed {
                 stdout: format!("{}\n", safe_json_line(&created)),

@@ -10,6 +10,7 @@ mod format;
 mod interval;
 mod runs;
 mod runs_log;
+mod sessions;
 mod top;
 
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -127,6 +127,10 @@ impl AgentState {
             self.history.append(&report.history_append);
         }
         self.apply_sessions(event);
+        // Why: a session reset changes the sessions only; the coordinator has no such state.
+        if matches!(event.kind, EventKind::SessionReset { .. }) {
+            return None;
+        }
         let ended = self.coordinator.apply(event);
         self.remember_key(event);
         let ended = ended?;

@@ -1458,3 +1458,35 @@ fn a_ghost_run_leaves_the_history_byte_identical() {
         Some(super::run::StopReason::Ghost)
     );
 }
+
+#[test]
+fn a_session_reset_forgets_the_task_session_and_nothing_else() {
+    use super::run::{RunReport, SessionChange};
+    let mut engine = with_tenant();
+    let agent = create(&mut engine, "coder", None, 0);
+    let decision = wake(&mut engine, agent, WakeupSource::OnDemand, Some("t1"), 10);
+    let WakeupOutcome::Queued { run: run_id } = outcome(&decision) else {
+        panic!("a run queued");
+    };
+    let report = RunReport {
+        session: Some(SessionChange::Set {
+            session_id: "s1".into(),
+        }),
+        ..RunReport::default()
+    };
+    let end = RunEnd::new(RunStatus::Succeeded, "ok").with_report(report);
+    run(&mut engine, Command::FinishRun { run: run_id, end }, 20);
+    let state = |engine: &Engine| engine.agent_state(agent).unwrap().sessions().get("t1").cloned();
+    assert_eq!(state(&engine).unwrap().session_id, "s1");
+    let reset = |engine: &mut Engine, key: &str| {
+        let command = Command::ResetSession {
+            agent,
+            task_key: key.into(),
+        };
+        types(&run(engine, command, 30).events)
+    };
+    assert_eq!(reset(&mut engine, "other"), Vec::<&str>::new(), "nothing to forget, nothing recorded");
+    assert_eq!(reset(&mut engine, "t1"), ["session_reset"]);
+    assert_eq!(state(&engine), None);
+    assert_eq!(engine.agent_state(agent).unwrap().agent().status, AgentStatus::Active);
+}

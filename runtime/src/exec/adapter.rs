@@ -161,9 +161,9 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
         AdapterSpec::Process(process) => Box::new(super::process::Process::new(process.clone())),
-        // Filled in by the coding-CLI and webhook adapters.
-        AdapterSpec::ClaudeLocal(_)
-        | AdapterSpec::CodexLocal(_)
-        | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
+        AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Claude, cli.clone())),
+        AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Codex, cli.clone())),
+        // Filled in by the webhook adapter.
+        AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
     }
 }

@@ -22,6 +22,7 @@ pub mod prompt;
 pub mod scripted;
 pub mod spawn;
 pub mod tools;
+pub mod coding_cli;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -84,6 +84,7 @@ impl AgentsOracle {
             EventKind::AgentCreated { agent, spec, .. } => {
                 let (max_iterations, tool_calls_max) = match &spec.adapter {
                     AdapterSpec::Llm(llm) => (Some(llm.max_iterations), Some(llm.tool_calls_max)),
+                    // Only the agent loop has these bounds.
                     _ => (None, None),
                 };
                 self.limits.insert(
