@@ -416,6 +416,7 @@ async fn run_node(
             secrets: Arc::new(|_: &str| None),
             spawner: Arc::new(vigil::exec::spawn::NoSpawner),
             work_dir: None,
+            run_tokens: vigil::exec::run_tokens::RunTokens::shared(),
         },
         transcripts,
         on_replayed: Some({

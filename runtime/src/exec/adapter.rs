@@ -8,11 +8,12 @@ use std::sync::Arc;
 use crate::engine::agent::{AdapterSpec, AgentId};
 use crate::engine::breaker::FailureCause;
 use crate::engine::history::HistoryMessage;
-use crate::engine::run::{RunId, RunReport, RunStatus, StopReason};
+use crate::engine::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use crate::engine::usage::Usage;
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::model::Poster;
 use crate::exec::pricing::PriceTable;
+use crate::exec::run_tokens::{ReportRefusal, RunTokenGrant};
 use crate::exec::run_transcript::RunTranscript;
 use crate::exec::spawn::SharedSpawner;
 
@@ -80,6 +81,12 @@ pub trait RunHost: Send + Sync {
     /// Called before the child's output is read; an error means the run was ended meanwhile
     /// or the node stopped (the caller kills the group).
     fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String>;
+
+    /// Mints running run `run` the token an asynchronous webhook reports its result with
+    /// (`crate::exec::run_tokens`); a host without an API refuses.
+    fn issue_run_token(&self, _run: RunId) -> Result<RunTokenGrant, ReportRefusal> {
+        Err(ReportRefusal::NoReportAddress)
+    }
 }
 
 /// A run host shared by the runs of a node.
@@ -97,6 +104,8 @@ pub struct AdapterOutcome {
     pub stop_reason: Option<StopReason>,
     /// What an agent loop adds to the run's end.
     pub report: Option<RunReport>,
+    /// For a failure: its class, when the adapter knows better than the stop implies.
+    pub error_class: Option<ErrorClass>,
 }
 
 impl AdapterOutcome {
@@ -108,6 +117,7 @@ impl AdapterOutcome {
             cause,
             stop_reason: None,
             report: None,
+            error_class: None,
         }
     }
 }
@@ -152,10 +162,10 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
+        AdapterSpec::Http(webhook) => Box::new(super::webhook::Webhook::new(webhook.clone())),
         // Filled in by the process, coding-CLI and webhook adapters.
         AdapterSpec::Process(_)
         | AdapterSpec::ClaudeLocal(_)
-        | AdapterSpec::CodexLocal(_)
-        | AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
+        | AdapterSpec::CodexLocal(_) => Box::new(super::scripted::Unsupported),
     }
 }

@@ -62,6 +62,8 @@ pub struct RunServices {
     pub spawner: SharedSpawner,
     /// A child's working directory when its spec names none (the node's data directory).
     pub work_dir: Option<std::path::PathBuf>,
+    /// The tokens of runs waiting for an asynchronous webhook's report (shared with the API).
+    pub run_tokens: super::run_tokens::SharedRunTokens,
 }
 
 impl RunServices {
@@ -95,6 +97,7 @@ impl RunServices {
             secrets: Self::environment_secrets(),
             spawner: Arc::new(NoSpawner),
             work_dir: None,
+            run_tokens: super::run_tokens::RunTokens::shared(),
         })
     }
 
@@ -158,6 +161,10 @@ impl RunHost for ShellHost {
             .execute(Command::RecordProcessGroup { run, pgid })
             .map(|_| ())
             .map_err(|error| error.to_string())
+    }
+
+    fn issue_run_token(&self, run: RunId) -> Result<super::run_tokens::RunTokenGrant, super::run_tokens::ReportRefusal> {
+        self.services.run_tokens.issue(run, &**self.shell.entropy())
     }
 }
 

@@ -8,11 +8,13 @@ pub mod host;
 pub mod llm;
 pub mod model;
 pub mod pricing;
+pub mod run_tokens;
 pub mod run_transcript;
 pub mod prompt;
 pub mod scripted;
 pub mod spawn;
 pub mod tools;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -134,6 +136,11 @@ impl Executor {
         )
     }
 
+    /// The run tokens asynchronous webhooks report with (the API's `POST /v1/runs/{id}/result`).
+    pub fn run_tokens(&self) -> &run_tokens::SharedRunTokens {
+        &self.services.run_tokens
+    }
+
     /// Runs executing now.
     pub fn executing(&self) -> usize {
         self.tasks.lock().expect("executor lock").len()
@@ -176,6 +183,7 @@ async fn execute(
                 let mut end = RunEnd::new(outcome.status, redactor.redact(&outcome.detail));
                 end.cause = outcome.cause;
                 end.stop_reason = outcome.stop_reason;
+                end.error_class = outcome.error_class;
                 end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
                 end
             }
