@@ -197,11 +197,14 @@ impl RunTokens {
 
     /// Delivers a report for run `run` carried with `token`. The token is checked first, so a
     /// stranger learns nothing from the body's errors; `result` is the parsed body (or why it
-    /// did not parse, answered only to the token's holder).
+    /// did not parse, answered only to the token's holder). `run_over` is the engine's word
+    /// that the run has ended: its task may not have been dropped yet (an abort lands a moment
+    /// after the cancel's commit), and a report must not be taken by a run already over.
     pub fn report<E>(
         &self,
         run: RunId,
         token: Option<&str>,
+        run_over: bool,
         result: Result<WebhookResult, E>,
     ) -> Result<(), ReportOrBody<E>> {
         let hash = TokenHash::of(token.ok_or(ReportRefusal::NoToken)?);
@@ -210,8 +213,14 @@ impl RunTokens {
             if live.run != run {
                 return Err(ReportRefusal::WrongRun(run).into());
             }
+            if live.sender.is_none() {
+                return Err(ReportRefusal::AlreadyReported(run).into());
+            }
+            if run_over {
+                return Err(ReportRefusal::RunEnded(run).into());
+            }
             let result = result.map_err(ReportOrBody::Body)?;
-            let sender = live.sender.take().ok_or(ReportRefusal::AlreadyReported(run))?;
+            let sender = live.sender.take().expect("checked above");
             // A run that stopped waiting this instant (its guard retires it next) is over.
             return sender
                 .send(result)
