@@ -478,6 +478,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         node_file.outbound_policy(),
     )
     .context("could not set up outbound HTTPS")?;
+    if let Some(url) = &node_file.webhook.report_base_url {
+        run_services.run_tokens.set_base_url(url);
+    }
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     create_private_dir(&data_dir)

@@ -110,7 +110,7 @@ fn verify(secret: &str, timestamp: &str, body: &[u8], signature: &str) -> bool {
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())

@@ -326,7 +326,7 @@ mod tests {
         assert_eq!(ok.usage.unwrap().input_tokens, 3);
         assert!(parse_answer(b"{}").is_ok());
         for bad in [&b""[..], b"ok", br#"{"status":"done"}"#, br#"{"outptu":"x"}"#, br#"[1]"#] {
-            let failure = parse_answer(bad).err().expect("refused");
+            let failure = parse_answer(bad).map(|_| ()).expect_err("refused");
             assert_eq!(failure.class, ErrorClass::ParseError);
             assert_eq!(failure.cause, Some(FailureCause::Tool));
         }
