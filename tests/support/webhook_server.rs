@@ -42,12 +42,12 @@ impl Webhook {
             let seen = seen.clone();
             async move {
                 let call = record(secret, &uri, &headers, &body);
-                let verified = call.verified;
+                let (verified, sent) = (call.verified, call.body.clone());
                 seen.lock().unwrap().push(call);
                 if !verified {
                     return (StatusCode::UNAUTHORIZED, "bad signature".to_string());
                 }
-                answer(uri.path()).await
+                answer(uri.path(), sent).await
             }
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -119,7 +119,8 @@ fn decode_hex(hex: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-async fn answer(path: &str) -> (StatusCode, String) {
+/// The answer by path; `/async` echoes the call (run token included), as careless services do.
+async fn answer(path: &str, sent: Value) -> (StatusCode, String) {
     match path {
         "/ok" => (
             StatusCode::OK,
@@ -134,7 +135,7 @@ async fn answer(path: &str) -> (StatusCode, String) {
             tokio::time::sleep(Duration::from_millis(HANG_MS)).await;
             (StatusCode::OK, "{}".into())
         }
-        "/async" => (StatusCode::ACCEPTED, json!({"accepted": true}).to_string()),
+        "/async" => (StatusCode::ACCEPTED, json!({"accepted": true, "echo": sent}).to_string()),
         _ => (StatusCode::NOT_FOUND, "no such hook".into()),
     }
 }

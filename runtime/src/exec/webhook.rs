@@ -199,7 +199,10 @@ async fn post(
         response_bytes_max: WEBHOOK_ANSWER_BYTES_MAX,
     };
     let sent_at = tokio::time::Instant::now();
-    let answer = run.host.poster().post(request).await;
+    let answer = run.host.poster().post(request).await.map(|mut answer| {
+        answer.body = without_token(answer.body, grant);
+        answer
+    });
     let (output, failure) = match &answer {
         Ok(answer) => {
             let text = String::from_utf8_lossy(&answer.body).into_owned();
@@ -224,6 +227,20 @@ async fn post(
         Err(error @ PostError::TooLarge { .. }) => Err(Failure::parse(format!("the webhook's answer: {error}"))),
         Err(PostError::Failed(error)) => Err(Failure::webhook(format!("could not reach the webhook: {error}"))),
     }
+}
+
+/// `body` with the run token taken out. Why: a service that echoes its request would put the
+/// token into the transcript and the run's detail, where anyone reading the run could report
+/// for it while it waits.
+fn without_token(body: bytes::Bytes, grant: Option<&RunTokenGrant>) -> bytes::Bytes {
+    let Some(grant) = grant else {
+        return body;
+    };
+    let text = String::from_utf8_lossy(&body);
+    if !text.contains(&grant.token) {
+        return body;
+    }
+    bytes::Bytes::from(text.replace(&grant.token, TOKEN_PLACEHOLDER))
 }
 
 /// A sync webhook's 2xx answer: a JSON object `{status?, output?, usage?}`.
