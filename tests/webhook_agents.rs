@@ -329,3 +329,21 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     }
     files
 }
+
+/// The `toml` blocks of docs/adapters/http.md, in order.
+fn documented_toml() -> Vec<String> {
+    let doc = include_str!("../docs/adapters/http.md");
+    doc.split("```toml\n").skip(1).map(|block| block.split("```").next().unwrap().to_string()).collect()
+}
+
+#[test]
+fn the_documented_example_is_a_valid_fleet_file_and_node_config() {
+    let blocks = documented_toml();
+    assert_eq!(blocks.len(), 2, "the fleet file and the node config");
+    let fleet = vigil::fleet::Fleet::parse("http.md", &blocks[0]).expect("the fleet example parses");
+    let agent = &fleet.tenants[0].agents[0];
+    agent.validate().expect("the example agent is valid");
+    assert!(matches!(agent.adapter, vigil::engine::agent::AdapterSpec::Http(_)));
+    let node = vigil::node_file::NodeFile::parse(&blocks[1]).expect("the node config parses");
+    assert!(node.webhook.report_base_url.is_some());
+}
