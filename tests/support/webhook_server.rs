@@ -38,18 +38,19 @@ impl Webhook {
     pub async fn start(secret: &'static str) -> Webhook {
         let calls = Arc::new(Mutex::new(Vec::new()));
         let seen = calls.clone();
-        let router = axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
-            let seen = seen.clone();
-            async move {
-                let call = record(secret, &uri, &headers, &body);
-                let (verified, sent) = (call.verified, call.body.clone());
-                seen.lock().unwrap().push(call);
-                if !verified {
-                    return (StatusCode::UNAUTHORIZED, "bad signature".to_string());
+        let router =
+            axum::Router::new().fallback(move |uri: Uri, headers: HeaderMap, body: Bytes| {
+                let seen = seen.clone();
+                async move {
+                    let call = record(secret, &uri, &headers, &body);
+                    let (verified, sent) = (call.verified, call.body.clone());
+                    seen.lock().unwrap().push(call);
+                    if !verified {
+                        return (StatusCode::UNAUTHORIZED, "bad signature".to_string());
+                    }
+                    answer(uri.path(), sent).await
                 }
-                answer(uri.path(), sent).await
-            }
-        });
+            });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(vigil::api::serve(listener, router));
@@ -68,7 +69,10 @@ impl Webhook {
     /// The call for run `run`, once it came (bounded wait).
     pub async fn call_of(&self, run: u64) -> Call {
         for _ in 0..1_200 {
-            let found = self.calls().into_iter().find(|c| c.body["run"]["id"] == run);
+            let found = self
+                .calls()
+                .into_iter()
+                .find(|c| c.body["run"]["id"] == run);
             if let Some(call) = found {
                 return call;
             }
@@ -79,7 +83,12 @@ impl Webhook {
 }
 
 fn record(secret: &str, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Call {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
     let timestamp = header("x-vigil-timestamp");
     let verified = match (&timestamp, header("x-vigil-signature")) {
         (Some(timestamp), Some(signature)) => verify(secret, timestamp, body, &signature),

@@ -34,10 +34,19 @@ pub async fn report(
             "a report needs status: \"succeeded\" or \"failed\"",
         )),
     });
-    let run_over = shell.engine().run(run).is_some_and(|r| r.status.is_terminal());
-    let delivered = shell.executor.run_tokens().report(run, Some(token), run_over, result);
+    let run_over = shell
+        .engine()
+        .run(run)
+        .is_some_and(|r| r.status.is_terminal());
+    let delivered = shell
+        .executor
+        .run_tokens()
+        .report(run, Some(token), run_over, result);
     match delivered {
-        Ok(()) => Ok((StatusCode::ACCEPTED, Json(json!({ "run": run, "accepted": true })))),
+        Ok(()) => Ok((
+            StatusCode::ACCEPTED,
+            Json(json!({ "run": run, "accepted": true })),
+        )),
         Err(ReportOrBody::Body(error)) => Err(error),
         Err(ReportOrBody::Refused(why)) => Err(refusal(why)),
     }

@@ -79,7 +79,9 @@ pub enum ReportRefusal {
     AlreadyReported(RunId),
     #[error("run {0} is over (its report wait ran out, or it was cancelled or timed out); the report came too late")]
     RunEnded(RunId),
-    #[error("{RUN_TOKENS_LIVE_MAX} runs already wait for a webhook's report (RUN_TOKENS_LIVE_MAX)")]
+    #[error(
+        "{RUN_TOKENS_LIVE_MAX} runs already wait for a webhook's report (RUN_TOKENS_LIVE_MAX)"
+    )]
     TooManyWaiting,
     #[error("this node has no API address a webhook could report to")]
     NoReportAddress,

@@ -31,25 +31,49 @@ fn a_report_reaches_its_run_once_and_only_with_its_token() {
     assert!(grant.token.starts_with(RUN_TOKEN_PREFIX));
     assert_eq!(grant.report_url, "http://127.0.0.1:7070/v1/runs/7/result");
     let run = RunId(7);
-    assert_eq!(refusal(tokens.report(run, None, false, ok())), ReportRefusal::NoToken);
-    assert_eq!(refusal(tokens.report(run, Some("vgl_run_nope"), false, ok())), ReportRefusal::UnknownToken);
-    assert_eq!(refusal(tokens.report(run, Some(&other.token), false, ok())), ReportRefusal::WrongRun(run));
+    assert_eq!(
+        refusal(tokens.report(run, None, false, ok())),
+        ReportRefusal::NoToken
+    );
+    assert_eq!(
+        refusal(tokens.report(run, Some("vgl_run_nope"), false, ok())),
+        ReportRefusal::UnknownToken
+    );
+    assert_eq!(
+        refusal(tokens.report(run, Some(&other.token), false, ok())),
+        ReportRefusal::WrongRun(run)
+    );
     // A bad body is answered to the token's holder, and does not use up the report.
     let bad = tokens.report(run, Some(&grant.token), false, Err("status".to_string()));
     assert!(matches!(bad, Err(ReportOrBody::Body(field)) if field == "status"));
     // The engine says the run is over while its task is still being dropped: too late.
-    assert_eq!(refusal(tokens.report(run, Some(&grant.token), true, ok())), ReportRefusal::RunEnded(run));
+    assert_eq!(
+        refusal(tokens.report(run, Some(&grant.token), true, ok())),
+        ReportRefusal::RunEnded(run)
+    );
     tokens.report(run, Some(&grant.token), false, ok()).unwrap();
-    assert_eq!(grant.report.try_recv().unwrap().output.as_deref(), Some("done"));
-    assert_eq!(refusal(tokens.report(run, Some(&grant.token), false, ok())), ReportRefusal::AlreadyReported(run));
+    assert_eq!(
+        grant.report.try_recv().unwrap().output.as_deref(),
+        Some("done")
+    );
+    assert_eq!(
+        refusal(tokens.report(run, Some(&grant.token), false, ok())),
+        ReportRefusal::AlreadyReported(run)
+    );
     // Once the run stops waiting, its token is retired: still a second report, not a stranger.
     drop(grant);
     assert_eq!((tokens.live(), tokens.retired()), (1, 1));
-    assert_eq!(refusal(tokens.report(run, Some(&other.token), false, ok())), ReportRefusal::WrongRun(run));
+    assert_eq!(
+        refusal(tokens.report(run, Some(&other.token), false, ok())),
+        ReportRefusal::WrongRun(run)
+    );
     let run_8 = RunId(8);
     let token_8 = other.token.clone();
     drop(other);
-    assert_eq!(refusal(tokens.report(run_8, Some(&token_8), false, ok())), ReportRefusal::RunEnded(run_8));
+    assert_eq!(
+        refusal(tokens.report(run_8, Some(&token_8), false, ok())),
+        ReportRefusal::RunEnded(run_8)
+    );
 }
 
 #[test]
@@ -88,8 +112,14 @@ fn retired_tokens_are_forgotten_oldest_first_past_the_cap() {
         drop(tokens.issue(RunId(n), &*entropy).unwrap());
     }
     assert_eq!(tokens.retired(), RUN_TOKENS_RETIRED_MAX);
-    assert_eq!(refusal(tokens.report(RunId(0), Some(&first_token), false, ok())), ReportRefusal::RunEnded(RunId(0)));
+    assert_eq!(
+        refusal(tokens.report(RunId(0), Some(&first_token), false, ok())),
+        ReportRefusal::RunEnded(RunId(0))
+    );
     drop(tokens.issue(RunId(u64::MAX), &*entropy).unwrap());
     assert_eq!(tokens.retired(), RUN_TOKENS_RETIRED_MAX);
-    assert_eq!(refusal(tokens.report(RunId(0), Some(&first_token), false, ok())), ReportRefusal::UnknownToken);
+    assert_eq!(
+        refusal(tokens.report(RunId(0), Some(&first_token), false, ok())),
+        ReportRefusal::UnknownToken
+    );
 }

@@ -20,8 +20,8 @@ use crate::engine::breaker::FailureCause;
 use crate::engine::cli_spec::{WebhookMode, WebhookSpec};
 use crate::engine::run::{ErrorClass, RunReport, RunStatus, StopReason};
 use crate::engine::usage::Usage;
-use crate::transcript::{excerpt as cut, FINAL_ANSWER_EXCERPT_BYTES_MAX};
 use crate::transcript::EntryBody;
+use crate::transcript::{excerpt as cut, FINAL_ANSWER_EXCERPT_BYTES_MAX};
 
 /// Most bytes of a webhook's answer read; a longer one is a `parse_error`.
 pub const WEBHOOK_ANSWER_BYTES_MAX: u64 = 1024 * 1024;
@@ -61,7 +61,12 @@ pub fn signature(key: &[u8], timestamp_ms: u64, body: &[u8]) -> String {
     mac.update(timestamp_ms.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    let hex: String = mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let hex: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{SIGNATURE_PREFIX}{hex}")
 }
 
@@ -180,15 +185,27 @@ async fn post(
     // signature over the bytes it received, so a change on either side fails it.
     let bytes = serde_json::to_vec(&body).expect("a JSON value serialises");
     let headers = vec![
-        Header { name: TIMESTAMP_HEADER, value: timestamp_ms.to_string(), sensitive: false },
-        Header { name: SIGNATURE_HEADER, value: signature(key, timestamp_ms, &bytes), sensitive: false },
+        Header {
+            name: TIMESTAMP_HEADER,
+            value: timestamp_ms.to_string(),
+            sensitive: false,
+        },
+        Header {
+            name: SIGNATURE_HEADER,
+            value: signature(key, timestamp_ms, &bytes),
+            sensitive: false,
+        },
     ];
     let mut logged = body.clone();
     if grant.is_some() {
         logged["report_token"] = json!(TOKEN_PLACEHOLDER);
     }
     run.transcript
-        .write(EntryBody::ToolCall { id: CALL_ID.into(), name: CALL_ID.into(), arguments: logged })
+        .write(EntryBody::ToolCall {
+            id: CALL_ID.into(),
+            name: CALL_ID.into(),
+            arguments: logged,
+        })
         .await;
     let request = PostRequest {
         base_url: &spec.url,
@@ -206,7 +223,10 @@ async fn post(
     let (output, failure) = match &answer {
         Ok(answer) => {
             let text = String::from_utf8_lossy(&answer.body).into_owned();
-            (format!("{} {text}", answer.status), !(200..=299).contains(&answer.status))
+            (
+                format!("{} {text}", answer.status),
+                !(200..=299).contains(&answer.status),
+            )
         }
         Err(error) => (error.to_string(), true),
     };
@@ -224,8 +244,12 @@ async fn post(
         Err(PostError::Timeout { timeout_ms }) => Err(Failure::webhook(format!(
             "the webhook did not answer within adapter.timeout_ms = {timeout_ms}"
         ))),
-        Err(error @ PostError::TooLarge { .. }) => Err(Failure::parse(format!("the webhook's answer: {error}"))),
-        Err(PostError::Failed(error)) => Err(Failure::webhook(format!("could not reach the webhook: {error}"))),
+        Err(error @ PostError::TooLarge { .. }) => {
+            Err(Failure::parse(format!("the webhook's answer: {error}")))
+        }
+        Err(PostError::Failed(error)) => Err(Failure::webhook(format!(
+            "could not reach the webhook: {error}"
+        ))),
     }
 }
 
@@ -272,12 +296,10 @@ async fn await_report(
     let report = match tokio::time::timeout(wait, &mut grant.report).await {
         Ok(Ok(report)) => report,
         Ok(Err(_)) => return Err(Failure::webhook("the run's report channel closed")),
-        Err(_) => {
-            return Err(Failure::webhook(format!(
-                "the webhook accepted the run but sent no report within adapter.report_wait_sec = {}",
-                spec.report_wait_sec
-            )))
-        }
+        Err(_) => return Err(Failure::webhook(format!(
+            "the webhook accepted the run but sent no report within adapter.report_wait_sec = {}",
+            spec.report_wait_sec
+        ))),
     };
     run.transcript
         .write(EntryBody::ToolResult {
@@ -315,11 +337,22 @@ async fn finish(run: &RunContext, result: WebhookResult) -> AdapterOutcome {
     let outcome = match result.status.unwrap_or(ResultStatus::Succeeded) {
         ResultStatus::Succeeded => AdapterOutcome {
             stop_reason: Some(StopReason::EndTurn),
-            ..AdapterOutcome::new(RunStatus::Succeeded, format!("the webhook answered: {}", excerpt(&output)), None)
+            ..AdapterOutcome::new(
+                RunStatus::Succeeded,
+                format!("the webhook answered: {}", excerpt(&output)),
+                None,
+            )
         },
-        ResultStatus::Failed => Failure::webhook(format!("the webhook reported a failure: {}", excerpt(&output))).outcome(),
+        ResultStatus::Failed => Failure::webhook(format!(
+            "the webhook reported a failure: {}",
+            excerpt(&output)
+        ))
+        .outcome(),
     };
-    AdapterOutcome { report: Some(report), ..outcome }
+    AdapterOutcome {
+        report: Some(report),
+        ..outcome
+    }
 }
 
 #[cfg(test)]
@@ -338,11 +371,19 @@ mod tests {
 
     #[test]
     fn answers_parse_strictly() {
-        let ok = parse_answer(br#"{"status":"failed","output":"no","usage":{"input_tokens":3}}"#).ok().unwrap();
+        let ok = parse_answer(br#"{"status":"failed","output":"no","usage":{"input_tokens":3}}"#)
+            .ok()
+            .unwrap();
         assert_eq!(ok.status, Some(ResultStatus::Failed));
         assert_eq!(ok.usage.unwrap().input_tokens, 3);
         assert!(parse_answer(b"{}").is_ok());
-        for bad in [&b""[..], b"ok", br#"{"status":"done"}"#, br#"{"outptu":"x"}"#, br#"[1]"#] {
+        for bad in [
+            &b""[..],
+            b"ok",
+            br#"{"status":"done"}"#,
+            br#"{"outptu":"x"}"#,
+            br#"[1]"#,
+        ] {
             let failure = parse_answer(bad).map(|_| ()).expect_err("refused");
             assert_eq!(failure.class, ErrorClass::ParseError);
             assert_eq!(failure.cause, Some(FailureCause::Tool));
