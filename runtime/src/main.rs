@@ -487,6 +487,9 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     )
     .context("could not set up outbound HTTPS")?
     .with_work_dir(data_dir.clone());
+    if let Some(url) = &node_file.webhook.report_base_url {
+        run_services.run_tokens.set_base_url(url);
+    }
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     create_private_dir(&data_dir)

@@ -133,6 +133,7 @@ impl Node {
             source,
         })?;
         let transcripts = config.transcripts.clone();
+        config.run_services.run_tokens.default_base_url(local_addr);
         let gate = Gate::new(transcripts.clone());
         let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
         let recovery = tokio::spawn(recover(config));

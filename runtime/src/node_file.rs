@@ -6,6 +6,9 @@
 //! extra_ca_file = "/etc/vigil/corporate-ca.pem"   # trusted beside the built-in roots
 //! allow = ["10.1.2.0/24", "127.0.0.1/32"]         # special addresses every tenant may reach
 //!
+//! [webhook]
+//! report_base_url = "https://vigil.example.com"  # where async webhooks reach this node's API
+//!
 //! [prices."gpt-4o-mini"]                           # dollars per million tokens
 //! input_usd_per_mtok = 0.15
 //! cached_input_usd_per_mtok = 0.075
@@ -31,6 +34,18 @@ pub struct NodeFile {
     /// Prices by model name.
     #[serde(default)]
     pub prices: PriceTable,
+    #[serde(default)]
+    pub webhook: WebhookSection,
+}
+
+/// `[webhook]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookSection {
+    /// The node's API as asynchronous webhooks reach it (`report_url` is this plus
+    /// `/v1/runs/{id}/result`); unset, the listen address (loopback for `0.0.0.0`).
+    #[serde(default)]
+    pub report_base_url: Option<String>,
 }
 
 /// `[outbound]`.
@@ -89,6 +104,10 @@ impl NodeFile {
     pub fn parse(text: &str) -> Result<NodeFile, String> {
         let file: NodeFile = toml::from_str(text).map_err(|e| e.to_string())?;
         file.prices.validate()?;
+        if let Some(url) = &file.webhook.report_base_url {
+            crate::net::Endpoint::parse(url)
+                .map_err(|error| format!("webhook.report_base_url: {error}"))?;
+        }
         if file.outbound.allow.len() > OUTBOUND_ALLOW_ENTRIES_MAX {
             return Err(format!(
                 "outbound.allow has {} entries; at most {OUTBOUND_ALLOW_ENTRIES_MAX}",
@@ -159,6 +178,10 @@ mod tests {
         assert!(price.contains("input_usd_per_mtok"), "{price}");
         let missing = NodeFile::parse("[prices.m]\ninput_usd_per_mtok = 1\n").unwrap_err();
         assert!(missing.contains("output_usd_per_mtok"), "{missing}");
+        let report = NodeFile::parse("[webhook]\nreport_base_url = \"ftp://x\"\n").unwrap_err();
+        assert!(report.contains("webhook.report_base_url"), "{report}");
+        let fine = NodeFile::parse("[webhook]\nreport_base_url = \"https://v.example\"\n").unwrap();
+        assert_eq!(fine.webhook.report_base_url.as_deref(), Some("https://v.example"));
     }
 
     #[test]

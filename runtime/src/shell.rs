@@ -121,6 +121,11 @@ impl Shell {
         })
     }
 
+    /// Where the node's tokens come from (run tokens are minted from it too).
+    pub(crate) fn entropy(&self) -> &SharedEntropy {
+        &self.entropy
+    }
+
     /// The engine, read-only, under the shell's lock. Keep the guard short.
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock means an engine invariant broke; nothing after it can

@@ -439,6 +439,7 @@ async fn run_node(
             secrets: Arc::new(|_: &str| None),
             spawner,
             work_dir: None,
+            run_tokens: vigil::exec::run_tokens::RunTokens::shared(),
         },
         transcripts,
         on_replayed: Some({

@@ -82,7 +82,7 @@ impl FromRequestParts<Gate> for Caller {
     }
 }
 
-fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
+pub(super) fn bearer_token(parts: &Parts) -> Result<&str, ApiError> {
     let value = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
         ApiError::unauthenticated(
             "send `Authorization: Bearer <token>`; the operator token is printed on first start \

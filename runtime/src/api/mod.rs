@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod pulses;
 mod query;
+mod run_result;
 mod runs;
 mod sessions;
 mod streams;
@@ -87,6 +88,7 @@ pub fn router(gate: Gate) -> Router {
         .route("/v1/runs/{id}", get(runs::show))
         .route("/v1/runs/{id}/log", get(runs::log))
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
+        .route("/v1/runs/{id}/result", post(run_result::report))
         .route("/v1/events", get(events::list))
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
         .method_not_allowed_fallback(|| async {

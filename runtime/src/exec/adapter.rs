@@ -13,6 +13,7 @@ use crate::engine::usage::Usage;
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::model::Poster;
 use crate::exec::pricing::PriceTable;
+use crate::exec::run_tokens::{ReportRefusal, RunTokenGrant};
 use crate::exec::run_transcript::RunTranscript;
 use crate::exec::spawn::SharedSpawner;
 
@@ -84,6 +85,12 @@ pub trait RunHost: Send + Sync {
     /// (none: nothing waits).
     fn live_groups(&self) -> Option<Arc<crate::exec::live_groups::LiveGroups>> {
         None
+    }
+
+    /// Mints running run `run` the token an asynchronous webhook reports its result with
+    /// (`crate::exec::run_tokens`); a host without an API refuses.
+    fn issue_run_token(&self, _run: RunId) -> Result<RunTokenGrant, ReportRefusal> {
+        Err(ReportRefusal::NoReportAddress)
     }
 }
 
@@ -163,7 +170,6 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
         AdapterSpec::Process(process) => Box::new(super::process::Process::new(process.clone())),
         AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Claude, cli.clone())),
         AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Codex, cli.clone())),
-        // Filled in by the webhook adapter.
-        AdapterSpec::Http(_) => Box::new(super::scripted::Unsupported),
+        AdapterSpec::Http(webhook) => Box::new(super::webhook::Webhook::new(webhook.clone())),
     }
 }

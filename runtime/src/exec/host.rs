@@ -64,6 +64,8 @@ pub struct RunServices {
     pub spawner: SharedSpawner,
     /// A child's working directory when its spec names none (the node's data directory).
     pub work_dir: Option<std::path::PathBuf>,
+    /// The tokens of runs waiting for an asynchronous webhook's report (shared with the API).
+    pub run_tokens: super::run_tokens::SharedRunTokens,
 }
 
 impl RunServices {
@@ -97,6 +99,7 @@ impl RunServices {
             secrets: Self::environment_secrets(),
             spawner: production_spawner(),
             work_dir: None,
+            run_tokens: super::run_tokens::RunTokens::shared(),
         })
     }
 
@@ -180,6 +183,10 @@ impl RunHost for ShellHost {
 
     fn live_groups(&self) -> Option<Arc<super::live_groups::LiveGroups>> {
         Some(self.shell.executor.live_groups())
+    }
+
+    fn issue_run_token(&self, run: RunId) -> Result<super::run_tokens::RunTokenGrant, super::run_tokens::ReportRefusal> {
+        self.services.run_tokens.issue(run, &**self.shell.entropy())
     }
 }
 

@@ -17,12 +17,14 @@ mod proc_scan;
 #[cfg(not(madsim))]
 pub mod process_spawner;
 mod unwind;
+pub mod run_tokens;
 pub mod run_transcript;
 pub mod prompt;
 pub mod scripted;
 pub mod spawn;
 pub mod tools;
 pub mod coding_cli;
+pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -158,6 +160,11 @@ impl Executor {
         )
     }
 
+    /// The run tokens asynchronous webhooks report with (the API's `POST /v1/runs/{id}/result`).
+    pub fn run_tokens(&self) -> &run_tokens::SharedRunTokens {
+        &self.services.run_tokens
+    }
+
     /// Runs executing now.
     pub fn executing(&self) -> usize {
         self.tasks.lock().expect("executor lock").len()
@@ -206,6 +213,7 @@ async fn execute(
                 let mut end = RunEnd::new(outcome.status, redactor.redact(&outcome.detail));
                 end.cause = outcome.cause;
                 end.stop_reason = outcome.stop_reason;
+                end.error_class = outcome.error_class;
                 end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
                 end.error_class = outcome.error_class;
                 end

@@ -46,6 +46,11 @@ impl RunTranscript {
         &self.redactor
     }
 
+    /// The run's wall clock now (Unix ms): the node's `Clock`, as the lines are stamped.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.wall_now_ms()
+    }
+
     /// Appends one line.
     pub async fn write(&self, body: EntryBody) {
         let entry = TranscriptEntry {

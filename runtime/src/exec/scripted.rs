@@ -42,13 +42,3 @@ impl Adapter for Scripted {
         })
     }
 }
-
-/// An adapter this build does not carry yet: every run fails with `adapter_error`.
-#[derive(Debug, Clone, Copy)]
-pub struct Unsupported;
-
-impl Adapter for Unsupported {
-    fn execute(&self, _run: RunContext) -> AdapterFuture {
-        Box::pin(async { AdapterOutcome::new(RunStatus::Failed, "this adapter is not built into this node", None) })
-    }
-}
