@@ -215,7 +215,6 @@ async fn execute(
                 end.stop_reason = outcome.stop_reason;
                 end.error_class = outcome.error_class;
                 end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
-                end.error_class = outcome.error_class;
                 end
             }
             // A run that never answers counts as a failed model call for the breaker.
