@@ -197,6 +197,7 @@ fn finished(stop: StopReason, report: RunReport) -> EventKind {
         cause: None,
         stop_reason: Some(stop),
         report: Some(Box::new(report)),
+        error_class: None,
     }
 }
 

@@ -84,7 +84,8 @@ impl AgentsOracle {
             EventKind::AgentCreated { agent, spec, .. } => {
                 let (max_iterations, tool_calls_max) = match &spec.adapter {
                     AdapterSpec::Llm(llm) => (Some(llm.max_iterations), Some(llm.tool_calls_max)),
-                    AdapterSpec::Scripted(_) => (None, None),
+                    // Only the agent loop has these limits.
+                    _ => (None, None),
                 };
                 self.limits.insert(
                     agent.0,
