@@ -21,7 +21,7 @@ use rand_chacha::ChaCha8Rng;
 use tokio::sync::{mpsc, Notify};
 use vigil::engine::run::RunId;
 use vigil::exec::spawn::{
-    Child, ChildFuture, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Spawner,
+    Child, ChildEvent, ChildFuture, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Spawner,
     Stream,
 };
 
@@ -349,6 +349,8 @@ impl Spawner for SimProcesses {
                 pgid,
                 lines: lines_rx,
                 changed,
+                exit_told: false,
+                output_open: true,
             }) as Box<dyn Child>)
         })
     }
@@ -413,6 +415,10 @@ struct SimChild {
     pgid: u32,
     lines: mpsc::Receiver<OutputLine>,
     changed: Arc<Notify>,
+    /// Whether `next_event` told the leader's exit.
+    exit_told: bool,
+    /// Whether the child may still write (its writer has not closed the pipe).
+    output_open: bool,
 }
 
 impl SimChild {
@@ -439,6 +445,51 @@ impl Child for SimChild {
                     line = self.lines.recv() => return line,
                     _ = notified => {}
                 }
+            }
+        })
+    }
+
+    fn next_event(&mut self) -> ChildFuture<'_, Option<ChildEvent>> {
+        Box::pin(async move {
+            loop {
+                let changed = self.changed.clone();
+                let notified = changed.notified();
+                if let Ok(line) = self.lines.try_recv() {
+                    return Some(ChildEvent::Line(line));
+                }
+                match self.leader_exit() {
+                    Some(exit) if !self.exit_told => {
+                        self.exit_told = true;
+                        return Some(ChildEvent::Exited(exit));
+                    }
+                    // The writer is gone and what it wrote was read.
+                    Some(_) => return None,
+                    None => {}
+                }
+                tokio::select! {
+                    line = self.lines.recv(), if self.output_open => match line {
+                        Some(line) => return Some(ChildEvent::Line(line)),
+                        None => self.output_open = false,
+                    },
+                    _ = notified => {}
+                }
+            }
+        })
+    }
+
+    fn try_exit(&mut self) -> Option<ExitStatus> {
+        self.leader_exit()
+    }
+
+    fn group_gone(&mut self) -> ChildFuture<'_, ()> {
+        Box::pin(async move {
+            loop {
+                let changed = self.changed.clone();
+                let notified = changed.notified();
+                if !self.inner.groups.lock().expect("groups")[&self.pgid].alive() {
+                    return;
+                }
+                notified.await;
             }
         })
     }

@@ -15,16 +15,13 @@ use std::time::Duration;
 use super::adapter::RunContext;
 use super::live_groups::LiveGroup;
 use super::spawn::{
-    Child, ExitStatus, GroupSignal, OutputLine, SharedSpawner, SpawnError, SpawnRequest, Stream,
+    Child, ChildEvent, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Stream,
 };
 use crate::engine::cli_spec::ChildSpec;
 use crate::transcript::EntryBody;
 
 pub use super::child_env::{child_request, NODE_ENV_ALLOWED};
 
-/// How often the runner checks whether the leader exited while its output is still open (a
-/// grandchild may hold the pipes) and, while terminating, whether the group is gone.
-pub const CHILD_POLL_MS: u64 = 50;
 /// After a SIGKILL, how long the runner waits for the group to be torn down before it stops
 /// waiting (SIGKILL cannot be ignored; this bounds only the kernel's work).
 pub const KILL_WAIT_MS: u64 = 5_000;
@@ -92,9 +89,9 @@ pub async fn run_child(
     let pgid = child.pgid();
     let grace = Duration::from_millis(limits.grace_ms);
     let registration = context.host.live_groups().map(|g| g.enter(pgid, limits.grace_ms));
-    let mut guard = GroupGuard::new(child, spawner.clone(), grace, registration);
+    let mut guard = GroupGuard::new(child, grace, registration);
     if let Err(error) = context.host.record_process_group(context.run, pgid) {
-        terminate(guard.child(), &spawner, grace).await;
+        terminate(guard.child(), grace).await;
         guard.disarm();
         return ChildRun::NotRecorded(error);
     }
@@ -104,7 +101,7 @@ pub async fn run_child(
         Some(status) => {
             // The leader is done; anything it left in its group goes the same way.
             let killed = match spawner.group_alive(pgid) {
-                true => terminate(guard.child(), &spawner, grace).await,
+                true => terminate(guard.child(), grace).await,
                 false => false,
             };
             ChildEnd {
@@ -114,14 +111,14 @@ pub async fn run_child(
             }
         }
         None => {
-            let killed = terminate(guard.child(), &spawner, grace).await;
+            let killed = terminate(guard.child(), grace).await;
             // A leader that even SIGKILL did not end (stuck in the kernel) has no status yet.
             let unknown = ExitStatus {
                 code: None,
                 signal: None,
             };
             ChildEnd {
-                status: exited_now(guard.child()).await.unwrap_or(unknown),
+                status: guard.child().try_exit().unwrap_or(unknown),
                 timed_out: true,
                 killed,
             }
@@ -139,28 +136,20 @@ async fn read_until_exit(
     deadline: tokio::time::Instant,
     on_line: &mut (dyn FnMut(&OutputLine) + Send),
 ) -> Option<ExitStatus> {
-    let poll = Duration::from_millis(CHILD_POLL_MS);
-    let mut open = true;
+    // One timer for the whole wait, not one per line.
+    let limit = tokio::time::sleep_until(deadline);
+    tokio::pin!(limit);
     loop {
-        if let Some(status) = exited_now(child).await {
-            return Some(status);
-        }
         tokio::select! {
-            line = child.next_line(), if open => match line {
-                Some(line) => record(context, &line, on_line).await,
-                None => open = false,
+            event = child.next_event() => match event {
+                Some(ChildEvent::Line(line)) => record(context, &line, on_line).await,
+                Some(ChildEvent::Exited(status)) => return Some(status),
+                // Output closed with the exit already told: cannot happen before the exit.
+                None => return Some(child.wait().await),
             },
-            // Why poll: `next_line` and `wait` both need the child, and a grandchild holding
-            // the pipes open must not hide the leader's exit.
-            () = tokio::time::sleep(poll) => {}
-            () = tokio::time::sleep_until(deadline) => return None,
+            () = &mut limit => return None,
         }
     }
-}
-
-/// The leader's status if it has exited (`Child::wait` is cancel-safe).
-async fn exited_now(child: &mut dyn Child) -> Option<ExitStatus> {
-    tokio::time::timeout(Duration::ZERO, child.wait()).await.ok()
 }
 
 /// Reads what is left of the output once the group is gone, within [`DRAIN_IDLE_MS`] of the
@@ -201,25 +190,23 @@ async fn record(
 /// SIGTERM to the group, SIGKILL after `grace` if any of it is left; returns once the leader is
 /// reaped and the group is gone (or [`KILL_WAIT_MS`] after the SIGKILL). Answers whether the
 /// SIGKILL was needed.
-pub async fn terminate(child: &mut dyn Child, spawner: &SharedSpawner, grace: Duration) -> bool {
+pub async fn terminate(child: &mut dyn Child, grace: Duration) -> bool {
     child.signal_group(GroupSignal::Term);
-    if tokio::time::timeout(grace, gone(child, spawner)).await.is_ok() {
+    if tokio::time::timeout(grace, gone(child)).await.is_ok() {
         return false;
     }
     child.signal_group(GroupSignal::Kill);
     let settle = Duration::from_millis(KILL_WAIT_MS);
-    if tokio::time::timeout(settle, gone(child, spawner)).await.is_err() {
+    if tokio::time::timeout(settle, gone(child)).await.is_err() {
         tracing::warn!(pgid = child.pgid(), "a SIGKILLed process group is still there");
     }
     true
 }
 
 /// Resolves once the leader is reaped and no process of its group is left.
-async fn gone(child: &mut dyn Child, spawner: &SharedSpawner) {
+async fn gone(child: &mut dyn Child) {
     child.wait().await;
-    while spawner.group_alive(child.pgid()) {
-        tokio::time::sleep(Duration::from_millis(CHILD_POLL_MS)).await;
-    }
+    child.group_gone().await;
 }
 
 /// Owns a started child; if dropped before [`GroupGuard::disarm`] (the run's future was dropped)
@@ -227,7 +214,6 @@ async fn gone(child: &mut dyn Child, spawner: &SharedSpawner) {
 /// that is done.
 struct GroupGuard {
     child: Option<Box<dyn Child>>,
-    spawner: SharedSpawner,
     grace: Duration,
     registration: Option<LiveGroup>,
 }
@@ -235,13 +221,11 @@ struct GroupGuard {
 impl GroupGuard {
     fn new(
         child: Box<dyn Child>,
-        spawner: SharedSpawner,
         grace: Duration,
         registration: Option<LiveGroup>,
     ) -> Self {
         GroupGuard {
             child: Some(child),
-            spawner,
             grace,
             registration,
         }
@@ -263,15 +247,14 @@ impl Drop for GroupGuard {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        let (spawner, grace, registration) =
-            (self.spawner.clone(), self.grace, self.registration.take());
+        let (grace, registration) = (self.grace, self.registration.take());
         if !in_runtime() {
             // No runtime left to wait out a grace in: the group gets SIGKILL at once.
             child.signal_group(GroupSignal::Kill);
             return;
         }
         tokio::spawn(async move {
-            terminate(child.as_mut(), &spawner, grace).await;
+            terminate(child.as_mut(), grace).await;
             drop(registration);
         });
     }

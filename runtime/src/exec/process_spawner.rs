@@ -10,10 +10,14 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::sync::mpsc;
 
 use super::spawn::{
-    Child, ChildFuture, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Spawner,
+    Child, ChildEvent, ChildFuture, ExitStatus, GroupSignal, OutputLine, SpawnError, SpawnRequest, Spawner,
     Stream, OUTPUT_LINE_BYTES_MAX, RUN_MARKER_ENV,
 };
 use crate::engine::run::RunId;
+
+/// While terminating, how often the group is looked for in `/proc` (the kernel tells no one
+/// when the last process of a group is gone).
+pub const GROUP_POLL_MS: u64 = 50;
 
 /// Lines read ahead of the run (both streams together); past it the readers wait, and so does
 /// a child that keeps writing (the pipe fills).
@@ -119,7 +123,13 @@ async fn start(request: SpawnRequest) -> Result<TokioChild, SpawnError> {
     if let Some(err) = child.stderr.take() {
         tokio::spawn(read_lines(err, Stream::Stderr, lines));
     }
-    Ok(TokioChild { child, pgid, queue })
+    Ok(TokioChild {
+        child,
+        pgid,
+        queue,
+        output_open: true,
+        exit_told: false,
+    })
 }
 
 /// Linux: the child gets SIGKILL if the node dies (a node SIGKILLed never runs its guards;
@@ -221,6 +231,10 @@ struct TokioChild {
     child: tokio::process::Child,
     pgid: u32,
     queue: mpsc::Receiver<OutputLine>,
+    /// Whether a reader may still send lines.
+    output_open: bool,
+    /// Whether `next_event` told the leader's exit.
+    exit_told: bool,
 }
 
 impl Child for TokioChild {
@@ -230,6 +244,42 @@ impl Child for TokioChild {
 
     fn next_line(&mut self) -> ChildFuture<'_, Option<OutputLine>> {
         Box::pin(self.queue.recv())
+    }
+
+    fn next_event(&mut self) -> ChildFuture<'_, Option<ChildEvent>> {
+        Box::pin(async move {
+            loop {
+                if !self.output_open && self.exit_told {
+                    return None;
+                }
+                // Both branches are cancel-safe: a line or an exit not returned is not lost.
+                tokio::select! {
+                    line = self.queue.recv(), if self.output_open => match line {
+                        Some(line) => return Some(ChildEvent::Line(line)),
+                        None => self.output_open = false,
+                    },
+                    status = self.child.wait(), if !self.exit_told => {
+                        self.exit_told = true;
+                        return Some(ChildEvent::Exited(status.map_or(UNKNOWN_EXIT, exit_status)));
+                    }
+                }
+            }
+        })
+    }
+
+    fn try_exit(&mut self) -> Option<ExitStatus> {
+        match self.child.try_wait() {
+            Ok(status) => status.map(exit_status),
+            Err(_) => Some(UNKNOWN_EXIT),
+        }
+    }
+
+    fn group_gone(&mut self) -> ChildFuture<'_, ()> {
+        Box::pin(async move {
+            while TokioSpawner.group_alive(self.pgid) {
+                tokio::time::sleep(std::time::Duration::from_millis(GROUP_POLL_MS)).await;
+            }
+        })
     }
 
     fn wait(&mut self) -> ChildFuture<'_, ExitStatus> {
@@ -253,6 +303,12 @@ impl Child for TokioChild {
         signal(self.pgid, sig);
     }
 }
+
+/// The status of a child reaped elsewhere: none to give.
+const UNKNOWN_EXIT: ExitStatus = ExitStatus {
+    code: None,
+    signal: None,
+};
 
 fn exit_status(status: std::process::ExitStatus) -> ExitStatus {
     use std::os::unix::process::ExitStatusExt;

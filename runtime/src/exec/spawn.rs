@@ -82,6 +82,16 @@ pub enum GroupSignal {
     Kill,
 }
 
+/// What a child does next, as its runner sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildEvent {
+    /// A line of output.
+    Line(OutputLine),
+    /// The leader exited (told once). Lines may still follow while another process of the
+    /// group holds the pipes open.
+    Exited(ExitStatus),
+}
+
 /// A boxed future of a child's.
 pub type ChildFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -92,8 +102,16 @@ pub trait Child: Send {
     /// The next line of output, in the order the child wrote them per stream; `None` once both
     /// streams are closed.
     fn next_line(&mut self) -> ChildFuture<'_, Option<OutputLine>>;
+    /// The next line or the leader's exit, whichever comes first; `None` once the output is
+    /// closed and the exit was told. Cancel-safe. Why one method: a runner that waited on
+    /// lines and on the exit separately would have to poll one of them.
+    fn next_event(&mut self) -> ChildFuture<'_, Option<ChildEvent>>;
     /// Waits for the child (the group leader) to exit.
     fn wait(&mut self) -> ChildFuture<'_, ExitStatus>;
+    /// The leader's status if it has exited, without waiting.
+    fn try_exit(&mut self) -> Option<ExitStatus>;
+    /// Resolves once no process of the group is left.
+    fn group_gone(&mut self) -> ChildFuture<'_, ()>;
     /// Sends `signal` to every process of the group. Never blocks.
     fn signal_group(&self, signal: GroupSignal);
 }
