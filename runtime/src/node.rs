@@ -314,26 +314,32 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     ))
 }
 
-/// Before the interrupted runs are failed: the process group each one's child was recorded in
-/// gets SIGKILL, if a process of it still carries the run's marker (a group id reused since by
+/// Before the interrupted runs are failed: every process group a run still held recorded
+/// (running, or finished while its group was being terminated when the node stopped) gets
+/// SIGKILL, if a process of it still carries the run's marker (a group id reused since by
 /// something else is left alone). PR_SET_PDEATHSIG already killed the leaders; this reaches
-/// what they left behind.
+/// what they left behind. The new node has started no child yet, so nothing of its own is hit.
 fn kill_orphaned_groups(shell: &Shell) {
-    let groups: Vec<(RunId, u32)> = {
+    let groups: Vec<(u32, RunId)> = {
         let engine = shell.engine();
         engine
             .agent_states()
-            .filter_map(|state| state.run(state.active_run()?))
-            .filter_map(|run| Some((run.id, run.process_group?)))
+            .flat_map(|state| state.runs())
+            .filter_map(|run| Some((run.process_group?, run.id)))
             .collect()
     };
-    let spawner = shell.executor.spawner();
-    for (run, pgid) in groups {
-        match spawner.kill_orphan_group(pgid, run) {
-            true => tracing::warn!(%run, pgid, "killed the process group an interrupted run left"),
-            false => tracing::info!(%run, pgid, "the process group of an interrupted run is gone"),
-        }
+    if groups.is_empty() {
+        return;
     }
+    let killed = shell.executor.spawner().kill_orphan_groups(&groups);
+    for pgid in &killed {
+        tracing::warn!(pgid, "killed a process group a run of the previous start left");
+    }
+    tracing::info!(
+        recorded = groups.len(),
+        killed = killed.len(),
+        "looked for process groups left by the previous start"
+    );
 }
 
 fn is_restart_failure(kind: &EventKind) -> bool {

@@ -43,7 +43,8 @@ const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 const SIGSEGV: i32 = 11;
 
-/// How often each behaviour is drawn, per mille (the rest: quick, clean runs).
+/// How often each behaviour is drawn, per mille (the rest of the first seven: quick, clean
+/// runs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcessScript {
     pub slow_permille: u32,
@@ -52,6 +53,7 @@ pub struct ProcessScript {
     pub garbage_permille: u32,
     pub nonzero_permille: u32,
     pub die_mid_output_permille: u32,
+    /// Drawn apart from the others: any child may also fork a grandchild.
     pub spawn_child_permille: u32,
 }
 
@@ -64,7 +66,7 @@ impl Default for ProcessScript {
             garbage_permille: 60,
             nonzero_permille: 100,
             die_mid_output_permille: 60,
-            spawn_child_permille: 120,
+            spawn_child_permille: 200,
         }
     }
 }
@@ -117,7 +119,9 @@ impl ProcessPlan {
         } else if pick(script.die_mid_output_permille) {
             plan.lines.truncate(1);
             plan.end = Some(LeaderEnd::Signal(SIGSEGV));
-        } else if pick(script.spawn_child_permille) {
+        }
+        // Any leader may leave a grandchild in its group, whatever else it does.
+        if rng.gen_range(0..1_000u32) < script.spawn_child_permille {
             plan.grandchild = Some((
                 rng.gen_range(0..500),
                 rng.gen_range(60_000..1_800_000),
@@ -364,16 +368,17 @@ impl Spawner for SimProcesses {
             .is_some_and(Group::alive)
     }
 
-    fn kill_orphan_group(&self, pgid: u32, run: RunId) -> bool {
-        let marked = self
-            .inner
-            .groups
-            .lock()
-            .expect("groups")
-            .get(&pgid)
-            .is_some_and(|g| g.alive() && g.run == run);
-        if marked {
-            self.inner.signal(pgid, GroupSignal::Kill);
+    fn kill_orphan_groups(&self, groups: &[(u32, RunId)]) -> Vec<u32> {
+        let marked: Vec<u32> = {
+            let all = self.inner.groups.lock().expect("groups");
+            groups
+                .iter()
+                .filter(|(pgid, run)| all.get(pgid).is_some_and(|g| g.alive() && g.run == *run))
+                .map(|(pgid, _)| *pgid)
+                .collect()
+        };
+        for pgid in &marked {
+            self.inner.signal(*pgid, GroupSignal::Kill);
         }
         marked
     }

@@ -11,9 +11,16 @@ pub struct Member {
     pub zombie: bool,
 }
 
-/// The processes whose process group is `pgid` (those that vanish while being read are left
-/// out).
-pub fn group_members(pgid: u32) -> Vec<Member> {
+/// A process, as `/proc/<pid>/stat` tells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub state: char,
+    pub pgrp: u32,
+}
+
+/// Every process of the machine (those that vanish while being read are left out).
+pub fn processes() -> Vec<Process> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -23,10 +30,19 @@ pub fn group_members(pgid: u32) -> Vec<Member> {
         .filter_map(|pid| {
             let stat = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("stat"));
             let (state, pgrp) = parse_stat(&stat.ok()?)?;
-            (pgrp == pgid).then_some(Member {
-                pid,
-                zombie: state == 'Z',
-            })
+            Some(Process { pid, state, pgrp })
+        })
+        .collect()
+}
+
+/// The processes whose process group is `pgid`.
+pub fn group_members(pgid: u32) -> Vec<Member> {
+    processes()
+        .into_iter()
+        .filter(|p| p.pgrp == pgid)
+        .map(|p| Member {
+            pid: p.pid,
+            zombie: p.state == 'Z',
         })
         .collect()
 }

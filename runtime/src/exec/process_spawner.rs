@@ -44,21 +44,34 @@ impl Spawner for TokioSpawner {
         return true;
     }
 
-    fn kill_orphan_group(&self, pgid: u32, run: RunId) -> bool {
+    fn kill_orphan_groups(&self, groups: &[(u32, RunId)]) -> Vec<u32> {
         #[cfg(target_os = "linux")]
         {
-            let marker = format!("{RUN_MARKER_ENV}={}", run.0);
-            let members = super::proc_scan::group_members(pgid);
-            let ours = members
+            let wanted: std::collections::BTreeMap<u32, String> = groups
                 .iter()
-                .any(|p| super::proc_scan::environ_has(p.pid, &marker));
-            ours && signal(pgid, libc::SIGKILL)
+                .map(|(pgid, run)| (*pgid, format!("{RUN_MARKER_ENV}={}", run.0)))
+                .collect();
+            let mut marked = std::collections::BTreeSet::new();
+            for process in super::proc_scan::processes() {
+                let Some(marker) = wanted.get(&process.pgrp) else {
+                    continue;
+                };
+                if !marked.contains(&process.pgrp)
+                    && super::proc_scan::environ_has(process.pid, marker)
+                {
+                    marked.insert(process.pgrp);
+                }
+            }
+            marked
+                .into_iter()
+                .filter(|pgid| signal(*pgid, libc::SIGKILL))
+                .collect()
         }
         // Without /proc the marker cannot be checked, and an unchecked group may not be ours.
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = (pgid, run);
-            false
+            let _ = groups;
+            Vec::new()
         }
     }
 }

@@ -121,9 +121,10 @@ pub trait Spawner: Send + Sync {
     fn spawn(&self, request: SpawnRequest) -> ChildFuture<'_, Result<Box<dyn Child>, SpawnError>>;
     /// Whether any process of group `pgid` is alive.
     fn group_alive(&self, pgid: u32) -> bool;
-    /// Recovery: SIGKILLs group `pgid` if one of its processes carries `run`'s marker. Answers
-    /// whether it signalled anything.
-    fn kill_orphan_group(&self, pgid: u32, run: RunId) -> bool;
+    /// Recovery: SIGKILLs each group `(pgid, run)` one of whose processes carries `run`'s
+    /// marker (nothing the new node started can be among them: it has started nothing yet).
+    /// Answers the groups it signalled. One call for all, so production reads `/proc` once.
+    fn kill_orphan_groups(&self, groups: &[(u32, RunId)]) -> Vec<u32>;
 }
 
 /// A spawner shared by a node's runs.
@@ -148,7 +149,7 @@ impl Spawner for NoSpawner {
         false
     }
 
-    fn kill_orphan_group(&self, _pgid: u32, _run: RunId) -> bool {
-        false
+    fn kill_orphan_groups(&self, _groups: &[(u32, RunId)]) -> Vec<u32> {
+        Vec::new()
     }
 }

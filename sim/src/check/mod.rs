@@ -7,6 +7,8 @@ mod agents;
 mod heart;
 mod liveness;
 mod processes;
+
+pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
 
 use std::collections::BTreeMap;
