@@ -409,6 +409,30 @@ impl Fleet {
 
 #[cfg(test)]
 mod tests {
+    /// Every fleet-file example of docs/agents.md (a TOML block declaring `[[agents]]`) loads
+    /// and validates, with the adapter its section is about.
+    #[test]
+    fn every_fleet_example_in_the_agents_guide_loads() {
+        let doc = include_str!("../../docs/agents.md");
+        let mut kinds = Vec::new();
+        for block in doc.split("```toml\n").skip(1) {
+            let text = &block[..block.find("```").expect("closed block")];
+            if !text.contains("[[agents]]") {
+                continue;
+            }
+            let fleet = Fleet::parse("agents.md", text).expect("the example loads");
+            for tenant in &fleet.tenants {
+                for agent in &tenant.agents {
+                    agent.validate().expect("the example is valid");
+                    kinds.push(agent.adapter.kind());
+                }
+            }
+        }
+        for kind in ["llm", "process", "claude_local", "http"] {
+            assert!(kinds.contains(&kind), "no {kind} example in {kinds:?}");
+        }
+    }
+
     use super::*;
     use crate::engine::agent::{AdapterSpec, ScriptOutcome};
 
