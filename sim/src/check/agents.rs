@@ -369,6 +369,7 @@ mod tests {
                 cause: None,
                 stop_reason: Some(stop),
                 report: Some(Box::new(report)),
+                error_class: None,
             },
         )
     }

@@ -382,6 +382,7 @@ mod tests {
             cause: None,
             stop_reason: None,
             report: None,
+            error_class: None,
         })
     }
 
