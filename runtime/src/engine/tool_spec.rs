@@ -478,7 +478,8 @@ mod tests {
     fn the_example_in_docs_agents_md_validates() {
         // The tools example continues the prompts example's agent: read them as one file.
         let doc = include_str!("../../../docs/agents.md");
-        let doc = &doc[doc.find("## Prompt templates").expect("the templates section")..];
+        let doc = &doc[doc.find("### Prompt templates").expect("the templates section")..];
+        let doc = &doc[..doc.find("\n## ").expect("the next adapter's section")];
         let blocks: Vec<&str> = doc
             .split("```toml")
             .skip(1)
