@@ -48,6 +48,19 @@ pub struct RunContext {
     pub transcript: Arc<RunTranscript>,
 }
 
+impl RunContext {
+    /// Opens the run's transcript with why it was woken: every adapter's first line.
+    pub async fn record_wakeup(&self) {
+        self.transcript
+            .write(crate::transcript::EntryBody::Wakeup {
+                source: self.source.as_str().to_string(),
+                reason: Some(self.reason.clone()),
+                payload: (!self.payload.is_null()).then(|| self.payload.clone()),
+            })
+            .await;
+    }
+}
+
 impl std::fmt::Debug for RunContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RunContext")

@@ -53,14 +53,7 @@ pub async fn run_loop(
     prompts: Prompts,
     tools: &Toolbox,
 ) -> AdapterOutcome {
-    context
-        .transcript
-        .write(EntryBody::Wakeup {
-            source: context.source.as_str().to_string(),
-            reason: Some(context.reason.clone()),
-            payload: (!context.payload.is_null()).then(|| context.payload.clone()),
-        })
-        .await;
+    context.record_wakeup().await;
     let mut messages: Vec<ChatMessage> = context.history.iter().map(from_history).collect();
     messages.push(ChatMessage::User {
         text: prompts.wakeup.clone(),

@@ -13,7 +13,6 @@ use crate::engine::breaker::FailureCause;
 use crate::engine::cli_spec::ProcessSpec;
 use crate::engine::run::{ChildExit, ErrorClass, RunReport, RunStatus, StopReason};
 use crate::redact::Redactor;
-use crate::transcript::EntryBody;
 use crate::transcript::FINAL_ANSWER_EXCERPT_BYTES_MAX;
 
 /// Runs a command.
@@ -32,13 +31,7 @@ impl Adapter for Process {
     fn execute(&self, run: RunContext) -> AdapterFuture {
         let spec = self.spec.clone();
         Box::pin(async move {
-            run.transcript
-                .write(EntryBody::Wakeup {
-                    source: run.source.as_str().to_string(),
-                    reason: Some(run.reason.clone()),
-                    payload: (!run.payload.is_null()).then(|| run.payload.clone()),
-                })
-                .await;
+            run.record_wakeup().await;
             let (args, stdin) = match rendered(&spec, &run) {
                 Ok(rendered) => rendered,
                 Err(error) => return failed(ErrorClass::AdapterError, error, None),

@@ -121,13 +121,7 @@ async fn call(spec: &WebhookSpec, run: &RunContext) -> Result<AdapterOutcome, Fa
             spec.secret_env
         ))
     })?;
-    run.transcript
-        .write(EntryBody::Wakeup {
-            source: run.source.as_str().to_string(),
-            reason: Some(run.reason.clone()),
-            payload: (!run.payload.is_null()).then(|| run.payload.clone()),
-        })
-        .await;
+    run.record_wakeup().await;
     let mut grant = match spec.mode {
         WebhookMode::Sync => None,
         WebhookMode::Async => Some(run.host.issue_run_token(run.run).map_err(|refusal| {

@@ -19,7 +19,6 @@ use super::prompt::{render_template, render_wakeup, PromptVars};
 use crate::engine::cli_spec::CodingCliSpec;
 use crate::engine::prompt::PromptSpec;
 use crate::engine::run::{ErrorClass, RunStatus};
-use crate::transcript::EntryBody;
 use report::CliReport;
 
 /// Which CLI an adapter runs.
@@ -120,13 +119,7 @@ impl Adapter for CodingCli {
         let (kind, spec) = (self.kind, self.spec.clone());
         Box::pin(async move {
             // The transcript opens with why the run was woken, as every adapter's does.
-            run.transcript
-                .write(EntryBody::Wakeup {
-                    source: run.source.as_str().to_string(),
-                    reason: Some(run.reason.clone()),
-                    payload: (!run.payload.is_null()).then(|| run.payload.clone()),
-                })
-                .await;
+            run.record_wakeup().await;
             let prompt = match render_prompt(&spec, &run) {
                 Ok(prompt) => prompt,
                 Err(error) => {
