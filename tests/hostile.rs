@@ -392,7 +392,9 @@ async fn get_raw(addr: SocketAddr, token: &str, path: &str) -> Raw {
         "GET {path} HTTP/1.1\r\nHost: vigil\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
     );
     stream.write_all(request.as_bytes()).await.unwrap();
-    read_answer(&mut stream, Duration::from_millis(WAIT_MS_MAX)).await.unwrap()
+    read_answer(&mut stream, Duration::from_millis(WAIT_MS_MAX))
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -416,12 +418,15 @@ async fn one_agent_token_s_flood_is_refused_429_while_the_operator_is_served() {
         assert_eq!(answer.status.as_u16(), 200, "{operator}");
     }
     // One request's worth of time later, exactly one more request passes.
-    mono.0.fetch_add(1_000 / REQUESTS_PER_SECOND_PER_TOKEN, Ordering::SeqCst);
+    let one_request_ms = 1_000 / REQUESTS_PER_SECOND_PER_TOKEN;
+    mono.0.fetch_add(one_request_ms, Ordering::SeqCst);
     assert_eq!(agent.get(&own).await.unwrap().status.as_u16(), 200);
     assert_eq!(agent.get(&own).await.unwrap().status.as_u16(), 429);
     // Unauthenticated requests and health checks are not charged, so not refused.
-    assert_eq!(node.api("not-a-token").get(&own).await.unwrap().status.as_u16(), 401);
-    assert_eq!(ApiClient::new(node.addr()).get("/v1/health").await.unwrap().status.as_u16(), 200);
+    let stranger = node.api("not-a-token").get(&own).await.unwrap();
+    assert_eq!(stranger.status.as_u16(), 401);
+    let health = ApiClient::new(node.addr()).get("/v1/health").await.unwrap();
+    assert_eq!(health.status.as_u16(), 200);
 }
 
 // ---- small ones ---------------------------------------------------------------------------

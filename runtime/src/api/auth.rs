@@ -11,7 +11,7 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
-use super::rate_limit::RateLimits;
+use super::rate_limit::{RateLimited, RateLimits};
 use super::streams::StreamSlots;
 use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
@@ -58,11 +58,9 @@ impl Gate {
 
     /// Charges one request of the authenticated token `token` to its bucket, at the node's
     /// monotonic now (429 `rate_limited` past the limit).
-    pub(super) fn charge(&self, shell: &Shell, token: &TokenHash) -> Result<(), Response> {
+    pub(super) fn charge(&self, shell: &Shell, token: &TokenHash) -> Result<(), RateLimited> {
         let now_ms = u64::try_from(shell.clock().mono_now().as_millis()).unwrap_or(u64::MAX);
-        self.rate_limits
-            .charge(token, now_ms)
-            .map_err(IntoResponse::into_response)
+        self.rate_limits.charge(token, now_ms)
     }
 }
 
@@ -91,7 +89,8 @@ impl FromRequestParts<Gate> for Caller {
             )
             .into_response()
         })?;
-        gate.charge(&shell, &hash)?;
+        gate.charge(&shell, &hash)
+            .map_err(IntoResponse::into_response)?;
         Ok(Caller {
             shell,
             principal,

@@ -233,7 +233,10 @@ mod tests {
 
     #[test]
     fn the_answer_is_429_with_retry_after_and_names_the_limit() {
-        let response = RateLimited { retry_after_ms: 1_500 }.into_response();
+        let response = RateLimited {
+            retry_after_ms: 1_500,
+        }
+        .into_response();
         assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(response.headers()[header::RETRY_AFTER], "2");
     }
@@ -271,6 +274,9 @@ mod tests {
         // Nothing is full now: the least recently charged (token 3, at 5) makes room.
         limits.charge(&token(5), ONE_REQUEST_MS + 1).unwrap();
         assert_eq!(limits.tracked(), 3);
-        assert!(limits.charge(&token(2), ONE_REQUEST_MS + 1).is_err(), "token 2 is kept");
+        assert!(
+            limits.charge(&token(2), ONE_REQUEST_MS + 1).is_err(),
+            "token 2 is kept"
+        );
     }
 }

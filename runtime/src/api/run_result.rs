@@ -28,11 +28,13 @@ pub async fn report(
 ) -> Result<(StatusCode, Json<Value>), Response> {
     let shell = gate.shell().map_err(IntoResponse::into_response)?;
     let run = RunId(parse_id("id", &id).map_err(IntoResponse::into_response)?);
-    let token = bearer_token(&parts).map_err(|_| refusal(ReportRefusal::NoToken).into_response())?;
+    let token =
+        bearer_token(&parts).map_err(|_| refusal(ReportRefusal::NoToken).into_response())?;
     // A known run token is charged like any bearer token; an unknown one is refused below,
     // before it could take a bucket.
     if shell.executor.run_tokens().knows(token) {
-        gate.charge(&shell, &TokenHash::of(token))?;
+        gate.charge(&shell, &TokenHash::of(token))
+            .map_err(IntoResponse::into_response)?;
     }
     let result = parse_json::<WebhookResult>(body).and_then(|result| match result.status {
         Some(_) => Ok(result),
