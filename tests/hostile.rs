@@ -1,14 +1,15 @@
 //! `vigil serve` against a hostile client, on loopback only: a slow request body, one token
 //! taking the event streams, control sequences aimed at the operator's terminal, outbound calls
 //! to loopback and link-local addresses, secrets on the command line and in world-readable
-//! files, a sloppy `Authorization` header and a huge echoed value. Each test is bounded in count
-//! and time, and fails on a node without the matching defence.
+//! files, a sloppy `Authorization` header, a huge echoed value, and one token flooding
+//! requests. Each test is bounded in count and time, and fails on a node without the matching
+//! defence.
 
 use std::io::{BufRead, BufReader, Read as _, Write as _};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +20,10 @@ use vigil::api::client::ApiClient;
 use vigil::api::{
     BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS, ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX,
     SSE_RETRY_AFTER_S, SSE_STREAMS_PER_TENANT_MAX, SSE_STREAMS_PER_TOKEN_MAX,
-    SSE_STREAMS_TENANT_OPERATOR_RESERVE,
+    SSE_STREAMS_TENANT_OPERATOR_RESERVE, REQUESTS_PER_SECOND_PER_TOKEN, REQUEST_BURST_PER_TOKEN,
 };
 use vigil::engine::spec_error::ECHOED_VALUE_CHARS_MAX;
-use vigil::io::clock::SystemClock;
+use vigil::io::clock::{Clock, SharedClock, SystemClock};
 use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::net::OutboundPolicy;
@@ -60,6 +61,11 @@ fn fresh_dir(test: &str) -> PathBuf {
 
 /// A ready node with tenants `default` and `acme`, its outbound calls under `policy`.
 async fn start(test: &str, policy: OutboundPolicy) -> Fixture {
+    start_clocked(test, policy, SystemClock::shared()).await
+}
+
+/// Like [`start`], with the node's time from `clock`.
+async fn start_clocked(test: &str, policy: OutboundPolicy, clock: SharedClock) -> Fixture {
     let dir = fresh_dir(test);
     let mut services = vigil::exec::host::RunServices::guarded(
         &vigil::net::TlsOptions::default(),
@@ -71,7 +77,7 @@ async fn start(test: &str, policy: OutboundPolicy) -> Fixture {
     let config = NodeConfig {
         listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
         storage: StorageLocation::File(dir.join("vigil.redb")),
-        clock: SystemClock::shared(),
+        clock,
         entropy: SeededEntropy::shared(11),
         tenants: vec![
             TenantToken {
@@ -361,6 +367,66 @@ async fn a_tenant_s_agents_leave_its_operator_the_reserve() {
     let (_, other) = node.agent(DEFAULT_OP, scripted("other")).await;
     let (answer, _stream) = open_stream(node.addr(), &other).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
+// ---- request rate --------------------------------------------------------------------------
+
+/// Real wall time, and a monotonic time that moves only when the test says: the rate limit's
+/// buckets refill on the monotonic clock, so the flood's boundary is exact whatever the speed.
+#[derive(Debug, Default)]
+struct SteppedMono(AtomicU64);
+
+impl Clock for SteppedMono {
+    fn wall_now_ms(&self) -> u64 {
+        SystemClock::new().wall_now_ms()
+    }
+    fn mono_now(&self) -> Duration {
+        Duration::from_millis(self.0.load(Ordering::SeqCst))
+    }
+}
+
+/// `GET path` as `token` on a raw socket, to read `Retry-After`.
+async fn get_raw(addr: SocketAddr, token: &str, path: &str) -> Raw {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: vigil\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    read_answer(&mut stream, Duration::from_millis(WAIT_MS_MAX))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn one_agent_token_s_flood_is_refused_429_while_the_operator_is_served() {
+    let mono = Arc::new(SteppedMono::default());
+    let node = start_clocked("rate", OutboundPolicy::default(), mono.clone()).await;
+    let (id, token) = node.agent(ACME_OP, scripted("flood")).await;
+    let own = format!("/v1/agents/{id}");
+    let agent = node.api(&token);
+    for i in 0..REQUEST_BURST_PER_TOKEN {
+        let answer = agent.get(&own).await.unwrap();
+        assert_eq!(answer.status.as_u16(), 200, "request {i} of the burst");
+    }
+    let refused = get_raw(node.addr(), &token, &own).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(refused.body.contains("rate_limited"), "{}", refused.body);
+    assert_eq!(header(&refused.head, "retry-after"), Some("1"));
+    // The operators (of the agent's tenant and another) spend their own buckets.
+    for operator in [ACME_OP, DEFAULT_OP] {
+        let answer = node.api(operator).get("/v1/agents").await.unwrap();
+        assert_eq!(answer.status.as_u16(), 200, "{operator}");
+    }
+    // One request's worth of time later, exactly one more request passes.
+    let one_request_ms = 1_000 / REQUESTS_PER_SECOND_PER_TOKEN;
+    mono.0.fetch_add(one_request_ms, Ordering::SeqCst);
+    assert_eq!(agent.get(&own).await.unwrap().status.as_u16(), 200);
+    assert_eq!(agent.get(&own).await.unwrap().status.as_u16(), 429);
+    // Unauthenticated requests and health checks are not charged, so not refused.
+    let stranger = node.api("not-a-token").get(&own).await.unwrap();
+    assert_eq!(stranger.status.as_u16(), 401);
+    let health = ApiClient::new(node.addr()).get("/v1/health").await.unwrap();
+    assert_eq!(health.status.as_u16(), 200);
 }
 
 // ---- small ones ---------------------------------------------------------------------------

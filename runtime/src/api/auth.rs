@@ -8,12 +8,14 @@ use std::sync::{Arc, OnceLock};
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
+use super::rate_limit::{RateLimited, RateLimits};
 use super::streams::StreamSlots;
 use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
-use crate::engine::tenant::Principal;
+use crate::engine::tenant::{Principal, TokenHash};
 use crate::shell::Shell;
 use crate::transcript::SharedTranscriptStore;
 
@@ -23,6 +25,8 @@ pub struct Gate {
     shell: Arc<OnceLock<Arc<Shell>>>,
     /// The node's live event stream slots (`api::streams`).
     streams: StreamSlots,
+    /// Every token's request-rate bucket (`api::rate_limit`).
+    rate_limits: RateLimits,
     /// Where run transcripts are read from (`GET /v1/runs/{id}/log`).
     transcripts: SharedTranscriptStore,
 }
@@ -32,6 +36,7 @@ impl Gate {
         Gate {
             shell: Arc::default(),
             streams: StreamSlots::default(),
+            rate_limits: RateLimits::default(),
             transcripts,
         }
     }
@@ -50,6 +55,13 @@ impl Gate {
             field: None,
         })
     }
+
+    /// Charges one request of the authenticated token `token` to its bucket, at the node's
+    /// monotonic now (429 `rate_limited` past the limit).
+    pub(super) fn charge(&self, shell: &Shell, token: &TokenHash) -> Result<(), RateLimited> {
+        let now_ms = u64::try_from(shell.clock().mono_now().as_millis()).unwrap_or(u64::MAX);
+        self.rate_limits.charge(token, now_ms)
+    }
 }
 
 /// An authenticated request.
@@ -63,16 +75,22 @@ pub struct Caller {
 }
 
 impl FromRequestParts<Gate> for Caller {
-    type Rejection = ApiError;
+    type Rejection = Response;
 
+    /// Authenticates the bearer token, then charges the request to it: an unknown token is
+    /// refused before it can cost anything or take a bucket.
     async fn from_request_parts(parts: &mut Parts, gate: &Gate) -> Result<Self, Self::Rejection> {
-        let shell = gate.shell()?;
-        let token = bearer_token(parts)?;
-        let principal = shell.authenticate(token).ok_or_else(|| {
+        let shell = gate.shell().map_err(IntoResponse::into_response)?;
+        let token = bearer_token(parts).map_err(IntoResponse::into_response)?;
+        let hash = TokenHash::of(token);
+        let principal = shell.engine().principal(&hash).cloned().ok_or_else(|| {
             ApiError::unauthenticated(
                 "this token is not known; use the operator token or an agent's token",
             )
+            .into_response()
         })?;
+        gate.charge(&shell, &hash)
+            .map_err(IntoResponse::into_response)?;
         Ok(Caller {
             shell,
             principal,

@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod pulses;
 mod query;
+mod rate_limit;
 mod run_result;
 mod runs;
 mod sessions;
@@ -37,6 +38,9 @@ pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
 pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX};
 pub use error::ApiError;
 pub use events::SSE_KEEPALIVE_MS;
+pub use rate_limit::{
+    RATE_LIMITED_TOKENS_MAX, REQUESTS_PER_SECOND_PER_TOKEN, REQUEST_BURST_PER_TOKEN,
+};
 pub use streams::{
     SSE_RETRY_AFTER_S, SSE_STREAMS_MAX, SSE_STREAMS_NODE_OPERATOR_RESERVE,
     SSE_STREAMS_PER_TENANT_MAX, SSE_STREAMS_PER_TOKEN_MAX, SSE_STREAMS_TENANT_OPERATOR_RESERVE,

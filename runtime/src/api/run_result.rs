@@ -8,6 +8,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
@@ -15,6 +16,7 @@ use super::auth::{bearer_token, parse_id, Gate};
 use super::body::parse_json;
 use super::error::ApiError;
 use crate::engine::run::RunId;
+use crate::engine::tenant::TokenHash;
 use crate::exec::run_tokens::{ReportOrBody, ReportRefusal, WebhookResult};
 
 /// Takes one report: `{status: "succeeded"|"failed", output?, usage?}`.
@@ -23,10 +25,17 @@ pub async fn report(
     Path(id): Path<String>,
     parts: Parts,
     body: Result<Bytes, BytesRejection>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let shell = gate.shell()?;
-    let run = RunId(parse_id("id", &id)?);
-    let token = bearer_token(&parts).map_err(|_| refusal(ReportRefusal::NoToken))?;
+) -> Result<(StatusCode, Json<Value>), Response> {
+    let shell = gate.shell().map_err(IntoResponse::into_response)?;
+    let run = RunId(parse_id("id", &id).map_err(IntoResponse::into_response)?);
+    let token =
+        bearer_token(&parts).map_err(|_| refusal(ReportRefusal::NoToken).into_response())?;
+    // A known run token is charged like any bearer token; an unknown one is refused below,
+    // before it could take a bucket.
+    if shell.executor.run_tokens().knows(token) {
+        gate.charge(&shell, &TokenHash::of(token))
+            .map_err(IntoResponse::into_response)?;
+    }
     let result = parse_json::<WebhookResult>(body).and_then(|result| match result.status {
         Some(_) => Ok(result),
         None => Err(ApiError::invalid_field(
@@ -47,8 +56,8 @@ pub async fn report(
             StatusCode::ACCEPTED,
             Json(json!({ "run": run, "accepted": true })),
         )),
-        Err(ReportOrBody::Body(error)) => Err(error),
-        Err(ReportOrBody::Refused(why)) => Err(refusal(why)),
+        Err(ReportOrBody::Body(error)) => Err(error.into_response()),
+        Err(ReportOrBody::Refused(why)) => Err(refusal(why).into_response()),
     }
 }
 

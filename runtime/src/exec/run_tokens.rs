@@ -236,6 +236,14 @@ impl RunTokens {
         }
     }
 
+    /// Whether `token` is a run token this node issued and still remembers (live or retired):
+    /// the API charges only such tokens to the request-rate limit.
+    pub fn knows(&self, token: &str) -> bool {
+        let hash = TokenHash::of(token);
+        let inner = self.inner.lock().expect("run tokens lock");
+        inner.live.contains_key(&hash) || inner.retired.contains_key(&hash)
+    }
+
     /// Runs waiting for a report now.
     pub fn live(&self) -> usize {
         self.inner.lock().expect("run tokens lock").live.len()
