@@ -31,9 +31,9 @@ pub const IDEMPOTENCY_KEYS_PER_NODE_MAX: usize = 100_000;
 
 /// Most finished runs the node keeps in memory for the API, across agents; the oldest finished
 /// go first (the event log keeps them all). A retained run drops its payload; it carries its
-/// reason (≤ 500 chars), detail (≤ 1,000 chars), task key (≤ 200 chars) and ~500 bytes of
-/// structure: ≤ ~2.2 KB with ASCII text, ≤ ~7.5 KB with 4-byte characters, so ≤ ~750 MB at
-/// worst (≈ 220 MB ASCII), excerpts apart (below).
+/// reason (≤ 500 chars), detail (≤ 1,000 chars), task key (≤ 200 chars), a CLI session id
+/// (≤ 256 chars) and ~500 bytes of structure: ≤ ~2.5 KB with ASCII text, ≤ ~8.5 KB with 4-byte
+/// characters, so ≤ ~850 MB at worst (≈ 250 MB ASCII), excerpts apart (below).
 pub const FINISHED_RUNS_KEPT_PER_NODE: usize = 100_000;
 
 /// Most retained finished runs that keep their `report.answer_excerpt` (≤ 32 KiB each,
