@@ -152,6 +152,12 @@ impl From<Refusal> for ApiError {
                 "limit_reached",
                 Some("idempotency_key"),
             ),
+            // The node's capacity, not this caller's rate: 503 (the message says when to retry).
+            Refusal::TooManyIdempotencyKeysOnNode { .. } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "node_limit_reached",
+                Some("idempotency_key"),
+            ),
             Refusal::UnknownTenant(_) | Refusal::UnknownAgent(_) | Refusal::UnknownRun(_) => {
                 (StatusCode::NOT_FOUND, "not_found", None)
             }

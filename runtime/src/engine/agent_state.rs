@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use super::agent::Agent;
 use super::coordinator::Coordinator;
 use super::history::History;
+use super::node_bounds::{FinishedAt, KeySummary};
 use super::session::Sessions;
 use super::event::{Event, EventKind};
 use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
@@ -17,8 +18,8 @@ pub struct AgentState {
     pub coordinator: Coordinator,
     /// Finished runs still held in memory, by id...
     finished: BTreeMap<RunId, Run>,
-    /// ...and in the order they finished, oldest first.
-    finished_order: VecDeque<RunId>,
+    /// ...and in the order they finished, oldest first, with their `run_finished`'s seq.
+    finished_order: VecDeque<FinishedAt>,
     /// Wakeups that carried an idempotency key, by key.
     keys: BTreeMap<String, WakeupRecord>,
     /// The same keys ordered by the wall time they were first seen, for expiry.
@@ -116,9 +117,54 @@ impl AgentState {
         self.keys.len() - expired
     }
 
+    /// How many idempotency keys the agent holds (expired ones not yet forgotten included), and
+    /// the first use of its oldest.
+    pub fn key_summary(&self) -> KeySummary {
+        KeySummary {
+            held: self.keys.len(),
+            oldest_at_ms: self.key_ages.first().map(|(at_ms, _)| *at_ms),
+        }
+    }
+
+    /// Forgets the agent's oldest idempotency key (the node is over its node-wide cap).
+    pub(super) fn evict_oldest_key(&mut self) {
+        let (_, key) = self.key_ages.pop_first().expect("an agent evicted has keys");
+        self.keys.remove(&key);
+    }
+
+    /// Evicts the agent's oldest finished run (the node is over its node-wide cap).
+    pub(super) fn evict_oldest_finished(&mut self) -> FinishedAt {
+        let oldest = self
+            .finished_order
+            .pop_front()
+            .expect("an agent evicted holds finished runs");
+        self.finished.remove(&oldest.1);
+        oldest
+    }
+
+    /// Whether finished run `run` still carries an answer excerpt.
+    pub(super) fn has_answer_excerpt(&self, run: RunId) -> bool {
+        self.finished
+            .get(&run)
+            .and_then(|r| r.report.as_ref())
+            .is_some_and(|r| r.answer_excerpt.is_some())
+    }
+
+    /// Drops finished run `run`'s answer excerpt (the node keeps excerpts on its newest runs
+    /// only); `excerpt_truncated` tells readers it was cut.
+    pub(super) fn drop_answer_excerpt(&mut self, run: RunId) {
+        let report = self
+            .finished
+            .get_mut(&run)
+            .and_then(|r| r.report.as_mut())
+            .expect("a run counted with an excerpt has a report");
+        report.answer_excerpt = None;
+        report.excerpt_truncated = true;
+    }
+
     /// Folds one persisted event about this agent into its state. Returns the finished run that
-    /// fell out of the in-memory history, if one did.
-    pub fn apply(&mut self, event: &Event) -> Option<RunId> {
+    /// fell out of the agent's own in-memory history, if one did.
+    pub fn apply(&mut self, event: &Event) -> Option<FinishedAt> {
         if let EventKind::RunFinished {
             report: Some(report),
             ..
@@ -136,11 +182,9 @@ impl AgentState {
         let ended = ended?;
         let id = ended.id;
         self.finished.insert(id, ended);
-        self.finished_order.push_back(id);
+        self.finished_order.push_back((event.seq, id));
         if self.finished_order.len() > FINISHED_RUNS_KEPT_PER_AGENT {
-            let evicted = self.finished_order.pop_front().expect("non-empty");
-            self.finished.remove(&evicted);
-            return Some(evicted);
+            return Some(self.evict_oldest_finished());
         }
         None
     }

@@ -19,6 +19,7 @@ pub mod event;
 pub mod history;
 pub mod liveness;
 pub mod llm_spec;
+pub mod node_bounds;
 pub mod pause;
 pub mod prompt;
 pub mod run;
@@ -36,6 +37,7 @@ use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
 use agent_state::AgentState;
 use draft::Draft;
 use event::{Event, EventKind};
+use node_bounds::{NodeBounds, NodeLimits};
 use run::{Run, RunEnd, RunId, RunStatus};
 use tenant::{
     validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
@@ -146,7 +148,7 @@ pub enum Refusal {
     UnknownTenant(String),
     #[error("no agent with id {0}")]
     UnknownAgent(AgentId),
-    #[error("no run with id {0} (finished runs older than the last {kept} of their agent are only in the event log)", kept = run::FINISHED_RUNS_KEPT_PER_AGENT)]
+    #[error("no run with id {0} (finished runs older than the last {kept} of their agent, or than the node's last {node}, are only in the event log)", kept = run::FINISHED_RUNS_KEPT_PER_AGENT, node = node_bounds::FINISHED_RUNS_KEPT_PER_NODE)]
     UnknownRun(RunId),
     #[error("run {0} is not running")]
     RunNotRunning(RunId),
@@ -156,6 +158,10 @@ pub enum Refusal {
     AgentTerminated(AgentId),
     #[error("agent {0} already holds {IDEMPOTENCY_KEYS_PER_AGENT_MAX} idempotency keys from the last 24 h; retry later or send wakeups without a key")]
     TooManyIdempotencyKeys(AgentId),
+    /// The node-wide cap on idempotency keys (`IDEMPOTENCY_KEYS_PER_NODE_MAX`) is reached and
+    /// none has expired: a live key is never forgotten early.
+    #[error("this node already holds {limit} idempotency keys from the last 24 h across all agents, its node-wide limit; the oldest expires in {retry_after_s} s: retry then, or send wakeups without a key")]
+    TooManyIdempotencyKeysOnNode { limit: usize, retry_after_s: u64 },
     #[error("this token is already in use")]
     TokenInUse,
 }
@@ -193,6 +199,8 @@ pub struct Engine {
     last_seq: u64,
     next_wakeup: u64,
     next_run: u64,
+    /// Node-wide counts of keys and finished runs, and their eviction orders.
+    bounds: NodeBounds,
 }
 
 impl Default for Engine {
@@ -206,6 +214,7 @@ impl Default for Engine {
             last_seq: 0,
             next_wakeup: 1,
             next_run: 1,
+            bounds: NodeBounds::default(),
         }
     }
 }
@@ -214,6 +223,19 @@ impl Engine {
     /// An engine with no tenants, no agents and an empty log.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty engine enforcing other node-wide limits than the defaults (tests use small ones).
+    pub fn with_limits(limits: NodeLimits) -> Self {
+        Engine {
+            bounds: NodeBounds::new(limits),
+            ..Self::default()
+        }
+    }
+
+    /// The node-wide memory bounds: limits and what is held against them.
+    pub fn bounds(&self) -> &NodeBounds {
+        &self.bounds
     }
 
     /// Sequence number of the last applied event (0 for an empty log).
@@ -426,7 +448,7 @@ impl Engine {
     }
 
     /// For a keyed wakeup: the original answer if the key was seen within its TTL, or a
-    /// refusal if the agent holds too many keys. Validates the request first.
+    /// refusal if the agent, or the node, holds too many keys. Validates the request first.
     fn replay(
         &self,
         state: &AgentState,
@@ -446,6 +468,12 @@ impl Engine {
         }
         if state.live_keys(now_ms) >= IDEMPOTENCY_KEYS_PER_AGENT_MAX {
             return Err(Refusal::TooManyIdempotencyKeys(state.agent().id));
+        }
+        if let Err(retry_after_s) = self.bounds.key_room(now_ms) {
+            return Err(Refusal::TooManyIdempotencyKeysOnNode {
+                limit: self.bounds.limits().idempotency_keys,
+                retry_after_s,
+            });
         }
         Ok(None)
     }
@@ -701,8 +729,13 @@ impl Engine {
                     event.tenant,
                     "event filed under the wrong tenant"
                 );
-                if let Some(evicted) = state.apply(event) {
-                    self.run_owner.remove(&evicted);
+                let keys_before = state.key_summary();
+                let evicted = state.apply(event);
+                self.bounds
+                    .keys_changed(agent, keys_before, state.key_summary());
+                if let Some(evicted) = evicted {
+                    self.run_owner.remove(&evicted.1);
+                    self.bounds.run_evicted(evicted);
                 }
                 match kind {
                     EventKind::UsageRecorded { usage, .. } => {
@@ -727,11 +760,48 @@ impl Engine {
                         self.run_owner.insert(*run, agent);
                         self.next_run = self.next_run.max(run.0 + 1);
                     }
+                    EventKind::RunFinished { run, .. } => {
+                        let has_excerpt = self.agents[&agent].has_answer_excerpt(*run);
+                        self.bounds.run_finished((event.seq, *run), has_excerpt);
+                    }
                     _ => {}
                 }
+                self.enforce_node_bounds();
             }
         }
         self.last_seq = event.seq;
+    }
+
+    /// Evicts what the node holds beyond its node-wide limits, oldest first. Keys: `decide`
+    /// admits a new key at the cap only when the oldest has expired, so only expired keys go
+    /// (a log written under a larger cap may evict live ones on replay: memory stays bounded).
+    fn enforce_node_bounds(&mut self) {
+        while let Some(agent) = self.bounds.key_over_cap() {
+            let state = self.agents.get_mut(&agent).expect("keys of a known agent");
+            let before = state.key_summary();
+            state.evict_oldest_key();
+            self.bounds.keys_changed(agent, before, state.key_summary());
+        }
+        while let Some(oldest) = self.bounds.run_over_cap() {
+            let owner = self
+                .run_owner
+                .remove(&oldest.1)
+                .expect("a finished run held has an owner");
+            let evicted = self
+                .agents
+                .get_mut(&owner)
+                .expect("owners are known agents")
+                .evict_oldest_finished();
+            assert_eq!(evicted, oldest, "an agent's oldest finished run is the node's");
+            self.bounds.run_evicted(oldest);
+        }
+        while let Some((_, run)) = self.bounds.take_excerpt_over_cap() {
+            let owner = self.run_owner[&run];
+            self.agents
+                .get_mut(&owner)
+                .expect("owners are known agents")
+                .drop_answer_excerpt(run);
+        }
     }
 
     /// The earliest wall time at which `FireDueTimers` would decide something (a timer slot
@@ -747,3 +817,5 @@ impl Engine {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod bounds_tests;
