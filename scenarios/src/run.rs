@@ -182,7 +182,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "cli_agents",
-        summary: "process agents on a machine whose children hang, ignore SIGTERM, print garbage, die mid-output and leave grandchildren, with cancels, pauses, crashes and power cuts mid-run: no process group outlives its run; 2 h 30 min",
+        summary: "process agents on a machine whose children hang, ignore SIGTERM, print garbage, die mid-output and leave grandchildren, with cancels, pauses, crashes and power cuts mid-run: no process group outlives its run; 3 h",
         virtual_ms: crate::cli_agents::SAFETY_MS + crate::cli_agents::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::cli_agents::run(seed, recorder)),
     },
