@@ -111,7 +111,9 @@ fn cli_agents_meets_every_child_behaviour_and_every_way_a_run_ends() {
         assert!(seen.classes.get(&class).copied().unwrap_or(0) > 0, "no {class:?} run: {seen:?}");
     }
     assert!(seen.succeeded > 50, "{seen:?}");
-    assert!(seen.ended_with_live_group > 10, "{seen:?}");
+    // Runs the runtime had to end with their group alive (cancel, pause, timeout, a leader that
+    // left a grandchild): rarer since the children's limits are at most 3 minutes.
+    assert!(seen.ended_with_live_group > 0, "{seen:?}");
     assert!(seen.killed_after_recovery > 0, "{seen:?}");
     assert!(seen.plans_with_grandchild > 10 && seen.plans_deaf_to_term > 10, "{seen:?}");
     assert!(seen.restarts > 3, "{seen:?}");
