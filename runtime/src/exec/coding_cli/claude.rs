@@ -47,12 +47,7 @@ impl Reader {
     /// One stdout line.
     pub fn push(&mut self, line: &str) {
         self.lines += 1;
-        let line = line.trim();
-        // Why the cheap check first: most lines of a chatty run are not the result.
-        if !line.starts_with('{') {
-            return;
-        }
-        if let Ok(value) = serde_json::from_str::<Value>(line) {
+        if let Some(value) = super::report::json_line(line) {
             if value["type"] == RESULT_TYPE {
                 self.result = Some(value);
             }

@@ -50,11 +50,7 @@ impl Reader {
     /// One stdout line.
     pub fn push(&mut self, line: &str) {
         self.lines += 1;
-        let line = line.trim();
-        if !line.starts_with('{') {
-            return;
-        }
-        if let Ok(event) = serde_json::from_str::<Value>(line) {
+        if let Some(event) = super::report::json_line(line) {
             fold(self, &event);
         }
     }

@@ -91,3 +91,13 @@ mod tests {
         assert!(!mentions(["all good"], &["no saved session"]));
     }
 }
+
+/// A stdout line as a JSON object, if it is one. Why the cheap check first: most lines of a
+/// chatty run are not JSON at all.
+pub fn json_line(line: &str) -> Option<serde_json::Value> {
+    let line = line.trim();
+    if !line.starts_with('{') {
+        return None;
+    }
+    serde_json::from_str(line).ok()
+}
