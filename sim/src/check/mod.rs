@@ -4,10 +4,12 @@
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
 mod agents;
+mod executions;
 mod heart;
 mod liveness;
 mod processes;
 
+pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
 
@@ -75,6 +77,7 @@ pub struct Checker {
     loops: agents::AgentsOracle,
     liveness: liveness::LivenessOracle,
     processes: processes::ProcessesOracle,
+    executions: executions::ExecutionsOracle,
 }
 
 impl Checker {
@@ -159,17 +162,36 @@ impl Checker {
             }
             TraceEvent::CommitEnd { .. } => self.loops.commit_end(),
             TraceEvent::ModelCallServed { agent, run, .. } => {
+                if let Some(run) = run {
+                    self.executions
+                        .started(t_ms, executions::Service::Model, *agent, *run)?;
+                }
                 self.loops.model_call_served(*agent, *run)
             }
             TraceEvent::ToolCallServed { agent, run, .. } => {
+                self.executions
+                    .started(t_ms, executions::Service::Tool, Some(*agent), *run)?;
                 self.loops.tool_call_served(*agent, *run)
+            }
+            TraceEvent::CallEnded { run, .. } => {
+                let service = match record.node {
+                    "tool-server" => executions::Service::Tool,
+                    _ => executions::Service::Model,
+                };
+                if let Some(run) = run {
+                    self.executions.ended(service, *run);
+                }
+                Ok(())
+            }
+            TraceEvent::ProcessSpawned { run, pgid, .. } => {
+                self.executions.process_spawned(t_ms, *run, *pgid)
             }
             TraceEvent::ProcessGroupGone { pgid, .. } => {
                 self.processes.group_gone(t_ms, *pgid);
+                self.executions.group_gone(*pgid);
                 Ok(())
             }
             TraceEvent::RunStarted { .. }
-            | TraceEvent::ProcessSpawned { .. }
             | TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. } => Ok(()),
         }
@@ -199,6 +221,11 @@ impl Checker {
     /// Runs that stopped as ghosts.
     pub fn ghost_runs(&self) -> u64 {
         self.loops.ghost_runs
+    }
+
+    /// Executions (model calls, tool calls, process groups) the execution-side checks saw.
+    pub fn executions_checked(&self) -> u64 {
+        self.executions.executions()
     }
 
     /// How many agents were marked offline.
@@ -322,6 +349,7 @@ impl Checker {
         self.loops.committed(event)?;
         self.liveness.committed(t_ms, event)?;
         self.processes.committed(t_ms, event)?;
+        self.executions.committed(t_ms, event);
         self.log.push(event_digest(event));
         Ok(())
     }
