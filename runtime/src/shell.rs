@@ -312,8 +312,8 @@ impl Shell {
     }
 
     /// The earliest wall time at which a timer is due.
-    pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.engine().next_deadline_ms()
+    pub fn next_deadline_ms(&self, now_ms: u64) -> Option<u64> {
+        self.engine().next_deadline_ms(now_ms)
     }
 
     /// Seq of the last durable event.

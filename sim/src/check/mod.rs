@@ -4,6 +4,7 @@
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
 mod agents;
+mod cooldown;
 mod executions;
 mod heart;
 mod liveness;
@@ -78,6 +79,7 @@ pub struct Checker {
     liveness: liveness::LivenessOracle,
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
+    cooldown: cooldown::CooldownOracle,
 }
 
 impl Checker {
@@ -228,6 +230,11 @@ impl Checker {
         self.executions.executions()
     }
 
+    /// Runs that started after a run of an agent with a cooldown (each checked against it).
+    pub fn starts_after_a_cooldown(&self) -> u64 {
+        self.cooldown.starts_after_a_cooldown()
+    }
+
     /// How many agents were marked offline.
     pub fn offline_marks(&self) -> u64 {
         self.liveness.offline_marks()
@@ -350,6 +357,7 @@ impl Checker {
         self.liveness.committed(t_ms, event)?;
         self.processes.committed(t_ms, event)?;
         self.executions.committed(t_ms, event);
+        self.cooldown.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
