@@ -42,8 +42,8 @@ const COMMANDS: &[(&str, &str)] = &[
         "sweep seeds 0..seeds of a scenario (default smoke, 100) on all cores",
     ),
     (
-        "replay <seed> <scenario> [--swarm]",
-        "re-run one seed with its whole trace",
+        "replay <seed> <scenario> [--swarm] [--out FILE] [--format json]",
+        "re-run one seed: a summary, and its whole trace in a file",
     ),
     (
         "bench-smoke [runs] [seed]",
@@ -107,7 +107,7 @@ fn main() {
         }
         "replay" => {
             let (Some(seed), Some(scenario)) = (rest.first(), rest.get(1)) else {
-                eprintln!("usage: cargo xtask replay <seed> <scenario> [--swarm]");
+                eprintln!("usage: cargo xtask replay <seed> <scenario> [--swarm] [--out FILE] [--format json]");
                 exit(EXIT_USAGE);
             };
             let mut args = strings(&["replay", seed, scenario]);
