@@ -179,3 +179,64 @@ fn a_malformed_regression_file_names_the_line() {
     assert!(stderr.contains("line 3: seed must be a number"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn replay_summarises_and_writes_the_whole_trace_to_a_file() {
+    let dir = std::env::temp_dir().join(format!("vigil-sim-replay-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("trace.jsonl");
+    let path = file.to_str().unwrap();
+    let json = vigil_sim(
+        &["replay", "4242", "smoke", "--out", path, "--format", "json"],
+        &[],
+    );
+    assert!(json.status.success());
+    let summary: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&json.stdout).trim())
+            .expect("one JSON object");
+    let trace = std::fs::read_to_string(&file).expect("trace written");
+    let records = trace.lines().count() as u64;
+    assert_eq!(summary["records"], records);
+    assert!(trace
+        .lines()
+        .all(|line| serde_json::from_str::<serde_json::Value>(line).is_ok()));
+    let by_kind = summary["records_by_kind"].as_object().expect("counts");
+    let counted: u64 = by_kind.values().map(|n| n.as_u64().unwrap()).sum();
+    assert_eq!(
+        counted, records,
+        "every record is counted once: {by_kind:?}"
+    );
+    assert_eq!(by_kind["run_started"], 1);
+    assert!(
+        by_kind.keys().any(|k| k.starts_with("committed.")),
+        "{by_kind:?}"
+    );
+    assert_eq!(summary["verdict"], "pass");
+    assert_eq!(summary["violations"], serde_json::json!([]));
+
+    // The text summary of the same seed: same hash, ends with the usual result line.
+    let text = vigil_sim(&["replay", "4242", "smoke", "--out", path], &[]);
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("verdict: pass\n") && stdout.contains("violations: none\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("trace: {records} records written to {path}\n")),
+        "{stdout}"
+    );
+    let last = last_line(&text);
+    assert!(
+        last.contains(&format!(
+            "trace_hash={}",
+            summary["trace_hash"].as_str().unwrap()
+        )),
+        "{last}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        trace,
+        "same seed, same trace"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -550,10 +550,11 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     eprintln!(
-        "try: vigil agent list --server http://{0} --data-dir {1}   or   curl -s -H \"Authorization: Bearer $(cat {1}/{2})\" http://{0}/v1/agents   (Ctrl-C stops)",
+        "try: {3} agent list --server http://{0} --data-dir {1}   or   curl -s -H \"Authorization: Bearer $(cat {1}/{2})\" http://{0}/v1/agents   (Ctrl-C stops)",
         node.local_addr(),
         data_dir.display(),
-        OPERATOR_TOKEN_FILE
+        OPERATOR_TOKEN_FILE,
+        this_binary()
     );
     let failed_write = tokio::select! {
         stop = stop_requested() => stop.map(|()| None)?,
@@ -684,6 +685,20 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, DATA_DIR_MODE);
     builder.create(dir)
+}
+
+/// How the startup banner names the CLI: this very binary's path, so the suggested command
+/// works as printed whether `vigil` is installed or was built by `cargo xtask run` (where a bare
+/// `vigil` is not on the PATH). Quoted for a POSIX shell when it needs it.
+fn this_binary() -> String {
+    let path = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "vigil".into());
+    if path.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+".contains(c)) {
+        path
+    } else {
+        format!("'{}'", path.replace('\'', r"'\''"))
+    }
 }
 
 /// Writes a generated token where the CLI looks for it, readable by the owner only.

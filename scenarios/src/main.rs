@@ -41,6 +41,13 @@ mod cli {
         command: Command,
     }
 
+    /// How `replay` prints its summary.
+    #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+    enum Format {
+        Text,
+        Json,
+    }
+
     #[derive(Subcommand)]
     enum Command {
         /// Run one seed of a scenario and print its verdict line.
@@ -61,13 +68,21 @@ mod cli {
             #[arg(long)]
             swarm: bool,
         },
-        /// Re-run a seed with its whole trace printed: `vigil-sim replay SEED SCENARIO [--swarm]`.
+        /// Re-run a seed: print a summary (verdict, trace records by kind, the violation) and
+        /// write the whole trace, one JSON record per line, to a file.
         Replay {
             seed: u64,
             scenario: String,
             /// Replay a swarm run.
             #[arg(long)]
             swarm: bool,
+            /// Where the whole trace goes (`-`: stdout, before the summary). Default:
+            /// vigil-sim-<scenario>-<seed>[-swarm].jsonl in the system's temporary directory.
+            #[arg(long, value_name = "FILE")]
+            out: Option<std::path::PathBuf>,
+            /// The summary as text, or as one JSON object for tools.
+            #[arg(long, value_enum, default_value_t = Format::Text)]
+            format: Format,
         },
         /// Run many seeds on all cores; list the failing ones. `--scenario all` sweeps every
         /// scenario and ends with a table.
@@ -123,11 +138,13 @@ mod cli {
                 seed,
                 scenario,
                 swarm,
+                out,
+                format,
             } => {
                 let Some(scenario) = scenario_named(&scenario) else {
                     return ExitCode::from(2);
                 };
-                run_one(scenario, seed, mode(swarm), false, true)
+                replay(scenario, seed, mode(swarm), out, format)
             }
             Command::Sweep {
                 scenario,
@@ -247,6 +264,127 @@ mod cli {
             print!("{}", figures.table());
         }
         finish(&outcome)
+    }
+
+    /// `replay`: the run, its whole trace to `out`, and a summary on stdout.
+    fn replay(
+        scenario: &'static Scenario,
+        seed: u64,
+        mode: Mode,
+        out: Option<std::path::PathBuf>,
+        format: Format,
+    ) -> ExitCode {
+        let outcome = run_seed_in(scenario, seed, mode);
+        let out = out.unwrap_or_else(|| {
+            let swarm = if mode == Mode::Swarm { "-swarm" } else { "" };
+            std::env::temp_dir().join(format!("vigil-sim-{}-{seed}{swarm}.jsonl", scenario.name))
+        });
+        let trace: String = outcome.records.iter().map(|r| r.line() + "\n").collect();
+        let written = if out.as_os_str() == "-" {
+            print!("{trace}");
+            "stdout".to_string()
+        } else if let Err(error) = std::fs::write(&out, trace) {
+            eprintln!("could not write the trace to {}: {error}", out.display());
+            return ExitCode::from(2);
+        } else {
+            out.display().to_string()
+        };
+        let counts = kind_counts(&outcome);
+        match format {
+            Format::Text => print!("{}", replay_text(&outcome, &counts, &written)),
+            Format::Json => println!("{}", replay_json(&outcome, &counts, &written)),
+        }
+        if outcome.passed() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    }
+
+    /// Trace records by kind: the record's `type`, and for a committed runtime event its own
+    /// type too (`committed.agent_created`), in name order.
+    fn kind_counts(outcome: &Outcome) -> std::collections::BTreeMap<String, u64> {
+        let mut counts = std::collections::BTreeMap::new();
+        for record in &outcome.records {
+            let value = serde_json::to_value(&record.event).expect("trace records serialize");
+            let kind = value["type"].as_str().unwrap_or("unknown");
+            let kind = match value["event"]["type"].as_str() {
+                Some(inner) if kind == "committed" => format!("{kind}.{inner}"),
+                _ => kind.to_string(),
+            };
+            *counts.entry(kind).or_insert(0) += 1;
+        }
+        counts
+    }
+
+    /// The text summary; it ends with the run's usual result line.
+    fn replay_text(
+        outcome: &Outcome,
+        counts: &std::collections::BTreeMap<String, u64>,
+        written: &str,
+    ) -> String {
+        let mut text = format!(
+            "scenario: {}\nseed: {}{}\nverdict: {}\n",
+            outcome.scenario,
+            outcome.seed,
+            outcome.mode.flag(),
+            if outcome.passed() { "pass" } else { "fail" }
+        );
+        if let Some(swarm) = outcome.swarm_choice() {
+            text.push_str(&format!("swarm: {swarm}\n"));
+        }
+        text.push_str(&format!(
+            "trace: {} records written to {written}\nrecords by kind:\n",
+            outcome.records.len()
+        ));
+        let width = counts.keys().map(String::len).max().unwrap_or(0);
+        for (kind, count) in counts {
+            text.push_str(&format!("  {kind:<width$}  {count}\n"));
+        }
+        match &outcome.violation {
+            None => text.push_str("violations: none\n"),
+            Some((t_ms, violation)) => text.push_str(&format!(
+                "violations: 1\n  `{}` at virtual t={:.3}s: {}\n",
+                violation.invariant,
+                *t_ms as f64 / 1_000.0,
+                violation.detail
+            )),
+        }
+        text.push_str(&outcome.result_line());
+        text.push('\n');
+        text
+    }
+
+    /// The summary as one JSON object.
+    fn replay_json(
+        outcome: &Outcome,
+        counts: &std::collections::BTreeMap<String, u64>,
+        written: &str,
+    ) -> serde_json::Value {
+        let violations: Vec<serde_json::Value> = outcome
+            .violation
+            .iter()
+            .map(|(t_ms, violation)| {
+                serde_json::json!({
+                    "invariant": violation.invariant,
+                    "t_ms": t_ms,
+                    "detail": violation.detail,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "scenario": outcome.scenario,
+            "seed": outcome.seed,
+            "swarm": outcome.mode == Mode::Swarm,
+            "verdict": if outcome.passed() { "pass" } else { "fail" },
+            "trace_hash": outcome.trace_hash,
+            "records": outcome.records.len(),
+            "records_by_kind": counts,
+            "violations": violations,
+            "trace": written,
+            "virtual_ms": outcome.virtual_ms,
+            "wall_ms": outcome.wall_ms,
+        })
     }
 
     fn finish(outcome: &Outcome) -> ExitCode {

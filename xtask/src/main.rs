@@ -6,6 +6,8 @@ use std::env;
 use std::path::PathBuf;
 use std::process::{exit, Command};
 
+mod readme_check;
+
 /// The simulator's own target directory: the `--cfg madsim` build never invalidates the normal
 /// one and vice versa.
 const SIM_TARGET_DIR: &str = "target/sim";
@@ -15,18 +17,48 @@ const EXIT_USAGE: i32 = 2;
 
 /// Every command, with its arguments and one line on what it does: what `cargo xtask` prints.
 const COMMANDS: &[(&str, &str)] = &[
-    ("run [serve args]", "vigil serve --fleet examples/fleet.toml on ./vigil-data (release)"),
-    ("test", "every test: workspace tests, then the simulation suite"),
-    ("sim <vigil-sim args>", "build the simulator (--cfg madsim, target/sim) and run it"),
-    ("sweep [scenario] [seeds]", "sweep seeds 0..seeds of a scenario (default smoke, 100) on all cores"),
-    ("replay <seed> <scenario> [--swarm]", "re-run one seed with its whole trace"),
-    ("bench-smoke [runs] [seed]", "median wall time of one smoke seed run `runs` times"),
+    (
+        "run [serve args]",
+        "vigil serve --fleet examples/fleet.toml on ./vigil-data (release)",
+    ),
+    (
+        "vigil <cli args>",
+        "the operator CLI: the release binary `run` built (builds it if needed)",
+    ),
+    (
+        "test",
+        "every test: workspace tests, readme-check, then the simulation suite",
+    ),
+    (
+        "readme-check",
+        "run README.md's \"Operate it\" commands in order against a fresh vigil serve",
+    ),
+    (
+        "sim <vigil-sim args>",
+        "build the simulator (--cfg madsim, target/sim) and run it",
+    ),
+    (
+        "sweep [scenario] [seeds]",
+        "sweep seeds 0..seeds of a scenario (default smoke, 100) on all cores",
+    ),
+    (
+        "replay <seed> <scenario> [--swarm] [--out FILE] [--format json]",
+        "re-run one seed: a summary, and its whole trace in a file",
+    ),
+    (
+        "bench-smoke [runs] [seed]",
+        "median wall time of one smoke seed run `runs` times",
+    ),
     ("help", "this list"),
 ];
 
 /// The command list, one line each.
 fn command_list() -> String {
-    let width = COMMANDS.iter().map(|(usage, _)| usage.len()).max().unwrap_or(0);
+    let width = COMMANDS
+        .iter()
+        .map(|(usage, _)| usage.len())
+        .max()
+        .unwrap_or(0);
     let mut text = String::from("usage: cargo xtask <command> [args]\n\ncommands:\n");
     for (usage, what) in COMMANDS {
         text.push_str(&format!("  {usage:<width$}  {what}\n"));
@@ -39,6 +71,10 @@ fn main() {
     let Some((task, rest)) = args.split_first() else {
         help();
     };
+    if task == "vigil" {
+        // Before entering the workspace root: paths in the arguments are the caller's.
+        vigil_cli(rest);
+    }
     env::set_current_dir(workspace_root()).expect("cannot enter the workspace root");
     match task.as_str() {
         "run" => {
@@ -56,6 +92,7 @@ fn main() {
             cargo(&serve, false);
         }
         "test" => test(),
+        "readme-check" => readme_check(),
         "sim" => sim(rest),
         "sweep" => {
             let scenario = rest.first().map_or("smoke", String::as_str);
@@ -70,7 +107,7 @@ fn main() {
         }
         "replay" => {
             let (Some(seed), Some(scenario)) = (rest.first(), rest.get(1)) else {
-                eprintln!("usage: cargo xtask replay <seed> <scenario> [--swarm]");
+                eprintln!("usage: cargo xtask replay <seed> <scenario> [--swarm] [--out FILE] [--format json]");
                 exit(EXIT_USAGE);
             };
             let mut args = strings(&["replay", seed, scenario]);
@@ -99,7 +136,10 @@ fn help() -> ! {
 
 /// Prints what `unknown` is not, then the command list, and exits with [`EXIT_USAGE`].
 fn usage(unknown: &str) -> ! {
-    eprint!("cargo xtask: unknown command {unknown:?}\n\n{}", command_list());
+    eprint!(
+        "cargo xtask: unknown command {unknown:?}\n\n{}",
+        command_list()
+    );
     exit(EXIT_USAGE);
 }
 
@@ -136,6 +176,64 @@ fn cargo(args: &[&str], simulated: bool) {
     }
 }
 
+/// The `vigil` binary of a cargo profile ("debug", "release") in the workspace's target dir.
+fn vigil_binary(profile: &str) -> PathBuf {
+    let target = env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        workspace_root().join(target)
+    };
+    target
+        .join(profile)
+        .join(format!("vigil{}", env::consts::EXE_SUFFIX))
+}
+
+/// Builds `vigil` in `profile` (a no-op when it is up to date), from any directory.
+fn build_vigil(release: bool) {
+    let manifest = workspace_root().join("Cargo.toml");
+    let manifest = manifest.to_str().expect("the workspace path is UTF-8");
+    let mut args = vec![
+        "build",
+        "--quiet",
+        "--manifest-path",
+        manifest,
+        "-p",
+        "vigil",
+        "--bin",
+        "vigil",
+    ];
+    if release {
+        args.push("--release");
+    }
+    cargo(&args, false);
+}
+
+/// `cargo xtask vigil …`: the release binary `cargo xtask run` serves with, run in the
+/// caller's directory, so the CLI and the server are one build.
+fn vigil_cli(args: &[String]) -> ! {
+    build_vigil(true);
+    let status = Command::new(vigil_binary("release"))
+        .args(args)
+        .status()
+        .expect("could not run vigil");
+    exit(status.code().unwrap_or(1));
+}
+
+/// `cargo xtask readme-check`, on the debug binary (the one the workspace tests build).
+fn readme_check() {
+    build_vigil(false);
+    match readme_check::run(&workspace_root(), &vigil_binary("debug")) {
+        Ok(ran) => println!("readme-check: {ran} README commands passed"),
+        Err(why) => {
+            eprintln!("readme-check failed: {why}");
+            exit(1);
+        }
+    }
+}
+
 fn build_sim() {
     cargo(
         &[
@@ -166,9 +264,13 @@ fn sim(args: &[String]) {
 }
 
 fn test() {
-    eprintln!("==> 1/2 workspace tests (real tokio, real disk)");
+    eprintln!("==> 1/3 workspace tests (real tokio, real disk)");
     let (mut passed, mut failed) = cargo_test(&["test", "--workspace"], false);
-    eprintln!("==> 2/2 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
+    eprintln!(
+        "==> 2/3 readme-check: README.md's \"Operate it\" commands against a real vigil serve"
+    );
+    readme_check();
+    eprintln!("==> 3/3 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
     let (sim_passed, sim_failed) =
         cargo_test(&["test", "--release", "-p", "vigil-scenarios"], true);
     passed += sim_passed;
@@ -248,7 +350,17 @@ mod tests {
     #[test]
     fn command_list_names_every_command_on_one_line() {
         let list = command_list();
-        for name in ["run", "test", "sim", "sweep", "replay", "bench-smoke", "help"] {
+        for name in [
+            "run",
+            "vigil",
+            "test",
+            "readme-check",
+            "sim",
+            "sweep",
+            "replay",
+            "bench-smoke",
+            "help",
+        ] {
             let lines = list
                 .lines()
                 .filter(|line| line.trim_start().split(' ').next() == Some(name))
@@ -256,5 +368,4 @@ mod tests {
             assert_eq!(lines, 1, "{name} should have exactly one line in:\n{list}");
         }
     }
-
 }

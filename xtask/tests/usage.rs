@@ -6,7 +6,9 @@ use std::process::{Command, Output};
 const EXIT_USAGE: i32 = 2;
 
 /// The commands every list must name.
-const COMMANDS: &[&str] = &["run", "test", "sim", "sweep", "replay", "bench-smoke", "help"];
+const COMMANDS: &[&str] = &[
+    "run", "vigil", "test", "readme-check", "sim", "sweep", "replay", "bench-smoke", "help",
+];
 
 fn xtask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))

@@ -53,6 +53,7 @@ impl Gate {
             code: "recovering",
             message: "the node is still recovering its state; retry in a moment".into(),
             field: None,
+            retry_after_s: None,
         })
     }
 

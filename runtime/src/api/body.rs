@@ -25,6 +25,7 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         },
         message: format!("{rejection} (limit {BODY_BYTES_MAX} bytes)"),
         field: None,
+        retry_after_s: None,
     })?;
     let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
@@ -44,6 +45,7 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
             },
             message: inner.to_string(),
             field,
+            retry_after_s: None,
         }
     })?;
     deserializer.end().map_err(|error| ApiError {
@@ -51,6 +53,7 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
         code: "invalid_json",
         message: format!("trailing data after the JSON body: {error}"),
         field: None,
+        retry_after_s: None,
     })?;
     Ok(value)
 }

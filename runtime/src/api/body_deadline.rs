@@ -60,6 +60,7 @@ fn timed_out(timeout: BodyTimeout) -> Response {
              for {BODY_STALL_TIMEOUT_MS} ms"
         ),
         field: None,
+        retry_after_s: None,
     }
     .into_response();
     response

@@ -1,6 +1,7 @@
 //! The API's one error shape: `{"error":{"code":…,"message":…,"field":…}}` with a 4xx/5xx status.
+//! Every 503 carries `Retry-After`: the wait the refusal knows, or [`RETRY_AFTER_DEFAULT_S`].
 
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
@@ -16,7 +17,14 @@ pub struct ApiError {
     pub code: &'static str,
     pub message: String,
     pub field: Option<String>,
+    /// `Retry-After` in whole seconds, when the refusal knows how long to wait. A 503 without
+    /// one still gets a header: [`RETRY_AFTER_DEFAULT_S`].
+    pub retry_after_s: Option<u64>,
 }
+
+/// `Retry-After` of a 503 whose cause does not know its end (recovering, storage trouble):
+/// soon enough that a client retrying by the header does not wait long after the node is back.
+pub const RETRY_AFTER_DEFAULT_S: u64 = 1;
 
 #[derive(Serialize)]
 struct Body<'a> {
@@ -39,6 +47,7 @@ impl ApiError {
             code: "invalid_field",
             message: message.into(),
             field: Some(field.into()),
+            retry_after_s: None,
         }
     }
 
@@ -49,6 +58,7 @@ impl ApiError {
             code: "unauthenticated",
             message: message.into(),
             field: None,
+            retry_after_s: None,
         }
     }
 
@@ -59,6 +69,7 @@ impl ApiError {
             code: "forbidden",
             message: message.into(),
             field: None,
+            retry_after_s: None,
         }
     }
 
@@ -69,6 +80,18 @@ impl ApiError {
             code: "not_found",
             message: message.into(),
             field: None,
+            retry_after_s: None,
+        }
+    }
+}
+
+impl ApiError {
+    /// The `Retry-After` this answer carries: its own wait, or the default for any 503.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self.retry_after_s {
+            Some(seconds) => Some(seconds),
+            None if self.status == StatusCode::SERVICE_UNAVAILABLE => Some(RETRY_AFTER_DEFAULT_S),
+            None => None,
         }
     }
 }
@@ -101,7 +124,13 @@ impl IntoResponse for ApiError {
                 field: field.as_deref(),
             },
         };
-        (self.status, axum::Json(body)).into_response()
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(seconds) = self.retry_after() {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
     }
 }
 
@@ -113,6 +142,7 @@ impl From<StoreError> for ApiError {
             code: "storage_unavailable",
             message: format!("{error}; nothing was changed, retry later"),
             field: None,
+            retry_after_s: None,
         }
     }
 }
@@ -125,6 +155,7 @@ impl From<TranscriptError> for ApiError {
             code: "transcript_unavailable",
             message: format!("{error}; retry later"),
             field: None,
+            retry_after_s: None,
         }
     }
 }
@@ -141,6 +172,12 @@ impl From<ExecuteError> for ApiError {
 impl From<Refusal> for ApiError {
     fn from(refusal: Refusal) -> Self {
         let message = refusal.to_string();
+        let retry_after_s = match &refusal {
+            Refusal::TooManyIdempotencyKeysOnNode { retry_after_s, .. } => {
+                Some((*retry_after_s).max(1))
+            }
+            _ => None,
+        };
         let (status, code, field) = match &refusal {
             Refusal::InvalidField(e) => return ApiError::invalid_field(e.field.clone(), e.message.clone()),
             Refusal::NameTaken(_) => (StatusCode::CONFLICT, "name_taken", Some("name")),
@@ -152,7 +189,8 @@ impl From<Refusal> for ApiError {
                 "limit_reached",
                 Some("idempotency_key"),
             ),
-            // The node's capacity, not this caller's rate: 503 (the message says when to retry).
+            // The node's capacity, not this caller's rate: 503, `Retry-After` when the oldest key
+            // held expires.
             Refusal::TooManyIdempotencyKeysOnNode { .. } => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "node_limit_reached",
@@ -172,6 +210,7 @@ impl From<Refusal> for ApiError {
             code,
             message,
             field: field.map(str::to_string),
+            retry_after_s,
         }
     }
 }
@@ -188,5 +227,42 @@ mod tests {
         let cut = bounded(&long, ERROR_FIELD_CHARS_MAX);
         assert_eq!(cut.chars().count(), ERROR_FIELD_CHARS_MAX + 1);
         assert!(cut.ends_with('…'));
+    }
+
+    fn retry_after_header(error: ApiError) -> Option<String> {
+        let response = error.into_response();
+        response
+            .headers()
+            .get(header::RETRY_AFTER)
+            .map(|value| value.to_str().expect("ascii").to_string())
+    }
+
+    #[test]
+    fn the_node_key_cap_tells_when_to_retry() {
+        let refusal = |retry_after_s| Refusal::TooManyIdempotencyKeysOnNode {
+            limit: 3,
+            retry_after_s,
+        };
+        assert_eq!(
+            retry_after_header(refusal(86_397).into()).as_deref(),
+            Some("86397")
+        );
+        // A key expiring within the second still asks for a whole second: `0` invites a spin.
+        assert_eq!(retry_after_header(refusal(0).into()).as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn every_503_carries_retry_after_and_other_errors_none() {
+        let storage = ApiError::from(StoreError::OutOfOrder { head: 2, first: 1 });
+        assert_eq!(storage.status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            retry_after_header(storage),
+            Some(RETRY_AFTER_DEFAULT_S.to_string())
+        );
+        assert_eq!(retry_after_header(ApiError::not_found("gone")), None);
+        assert_eq!(
+            retry_after_header(ApiError::from(Refusal::TooManyAgents)),
+            None
+        );
     }
 }

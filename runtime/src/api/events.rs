@@ -19,7 +19,7 @@ use serde::Serialize;
 use super::auth::Caller;
 use super::error::ApiError;
 use super::query::Query;
-use super::streams::{StreamRefusal, SSE_RETRY_AFTER_S};
+use super::streams::StreamRefusal;
 use crate::engine::event::Event;
 use crate::engine::tenant::Principal;
 use crate::store::EVENTS_PAGE_MAX;
@@ -116,11 +116,7 @@ pub async fn list(
 
 /// A 503 naming the stream cap that refused, with `Retry-After`.
 fn stream_refused(refusal: StreamRefusal) -> Response {
-    let mut response = refusal.to_api_error().into_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(SSE_RETRY_AFTER_S));
-    response
+    refusal.to_api_error().into_response()
 }
 
 /// The caller's events after `after`: (events, next_after, head).

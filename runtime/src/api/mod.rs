@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
@@ -35,7 +36,7 @@ use tokio::net::TcpListener;
 pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
 pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
-pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX};
+pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX, RETRY_AFTER_DEFAULT_S};
 pub use error::ApiError;
 pub use events::SSE_KEEPALIVE_MS;
 pub use rate_limit::{
@@ -101,6 +102,7 @@ pub fn router(gate: Gate) -> Router {
                 code: "method_not_allowed",
                 message: "this route does not take that method; see docs/api.md".into(),
                 field: None,
+                retry_after_s: None,
             }
         })
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
@@ -109,17 +111,21 @@ pub fn router(gate: Gate) -> Router {
         .with_state(gate)
 }
 
-/// Unauthenticated: `ok` once the node is ready, `recovering` (503) before.
-async fn health(State(gate): State<Gate>) -> (StatusCode, Json<serde_json::Value>) {
+/// Unauthenticated: `ok` once the node is ready, `recovering` (503, with `Retry-After` like
+/// every 503) before.
+async fn health(State(gate): State<Gate>) -> Response {
     match gate.shell() {
         Ok(shell) => (
             StatusCode::OK,
             Json(serde_json::json!({ "status": "ok", "head_seq": shell.head_seq() })),
-        ),
+        )
+            .into_response(),
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_DEFAULT_S))],
             Json(serde_json::json!({ "status": "recovering" })),
-        ),
+        )
+            .into_response(),
     }
 }
 

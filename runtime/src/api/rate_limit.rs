@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -114,12 +114,9 @@ impl IntoResponse for RateLimited {
                 self.retry_after_s()
             ),
             field: None,
+            retry_after_s: Some(self.retry_after_s()),
         };
-        let mut response = error.into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(self.retry_after_s()));
-        response
+        error.into_response()
     }
 }
 
@@ -185,6 +182,7 @@ fn make_room(buckets: &mut BTreeMap<TokenHash, Bucket>, tokens_max: usize, now_m
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header;
 
     /// Milliseconds for one request to drip back in.
     const ONE_REQUEST_MS: u64 = 1_000 / REQUESTS_PER_SECOND_PER_TOKEN;

@@ -79,5 +79,6 @@ fn refusal(why: ReportRefusal) -> ApiError {
         code,
         message: why.to_string(),
         field: None,
+        retry_after_s: None,
     }
 }

@@ -43,7 +43,7 @@ pub enum StreamRefusal {
 }
 
 impl StreamRefusal {
-    /// The 503 answer, naming the cap; the caller adds `Retry-After`.
+    /// The 503 answer, naming the cap, with `Retry-After` [`SSE_RETRY_AFTER_S`].
     pub fn to_api_error(self) -> ApiError {
         let (code, message) = match self {
             StreamRefusal::Node => (
@@ -75,6 +75,7 @@ impl StreamRefusal {
             code,
             message,
             field: None,
+            retry_after_s: Some(SSE_RETRY_AFTER_S),
         }
     }
 }

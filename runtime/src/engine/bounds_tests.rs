@@ -107,6 +107,7 @@ fn the_node_refuses_a_new_key_at_its_cap_until_its_oldest_key_expires() {
     assert_eq!(answer.status.as_u16(), 503);
     assert_eq!(answer.code, "node_limit_reached");
     assert_eq!(answer.field.as_deref(), Some("idempotency_key"));
+    assert_eq!(answer.retry_after(), Some(wait_s), "Retry-After: when a1 expires");
     // A key already held still answers as before, and un-keyed wakeups are not limited.
     assert!(node.decide(keyed(a, "a1"), 4_000).unwrap().replayed);
     node.run(
