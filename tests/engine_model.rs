@@ -108,6 +108,8 @@ struct AgentSetup {
     failures_to_open: u32,
     cooldown_ms: u64,
     cooldown_ms_max: u64,
+    /// `limits.cooldown_ms`: the pause between one run's end and the next start.
+    run_cooldown_ms: u64,
 }
 
 impl AgentSetup {
@@ -122,6 +124,7 @@ impl AgentSetup {
             failures_to_open: 3,
             cooldown_ms: 15 * MINUTE_MS,
             cooldown_ms_max: 2 * HOUR_MS,
+            run_cooldown_ms: 0,
         }
     }
 }
@@ -201,6 +204,8 @@ enum Op {
         offset_ms: i64,
     },
     Crash,
+    /// The timer loop's tick: starts the queued runs whose agent's cooldown is over.
+    FireDue,
 }
 
 fn agent_setup() -> impl Strategy<Value = AgentSetup> {
@@ -213,6 +218,7 @@ fn agent_setup() -> impl Strategy<Value = AgentSetup> {
         1..=3u32,
         prop::sample::select(vec![1_000, MINUTE_MS, 15 * MINUTE_MS]),
         prop::sample::select(vec![1, 2, 4u64]),
+        prop::sample::select(vec![0, 0, 2_000, MINUTE_MS]),
     )
         .prop_map(
             |(
@@ -224,6 +230,7 @@ fn agent_setup() -> impl Strategy<Value = AgentSetup> {
                 failures_to_open,
                 cooldown_ms,
                 cooldown_factor,
+                run_cooldown_ms,
             )| AgentSetup {
                 queued_runs_max,
                 disabled_source,
@@ -233,6 +240,7 @@ fn agent_setup() -> impl Strategy<Value = AgentSetup> {
                 failures_to_open,
                 cooldown_ms,
                 cooldown_ms_max: cooldown_ms * cooldown_factor,
+                run_cooldown_ms,
             },
         )
 }
@@ -305,6 +313,7 @@ fn op() -> impl Strategy<Value = Op> {
             }
         }),
         5 => Just(Op::Crash),
+        4 => Just(Op::FireDue),
     ]
 }
 
@@ -378,6 +387,8 @@ struct ModelAgent {
     counted_day: Option<i64>,
     counted_starts: u32,
     breaker: BreakerState,
+    /// The last run's end and that plus its cooldown, while it may hold.
+    cooldown: Option<(u64, u64)>,
 }
 
 impl ModelAgent {
@@ -446,6 +457,7 @@ impl Model {
                     llm_failures: 0,
                     tool_failures: 0,
                 },
+                cooldown: None,
             })
             .collect();
         Model {
@@ -524,6 +536,10 @@ impl Model {
             if a.status != AgentStatus::Active || a.running.is_some() {
                 return;
             }
+            // A clock read before the end went back since: the cooldown is over.
+            if a.cooldown.is_some_and(|(from, until)| from <= now_ms && now_ms < until) {
+                return;
+            }
             let Some(&next) = self.start_order(agent).first() else {
                 return;
             };
@@ -549,6 +565,7 @@ impl Model {
             let a = &mut self.agents[agent];
             a.queue.retain(|id| *id != next);
             a.running = Some(next);
+            a.cooldown = None;
             if a.counted_day == Some(day) {
                 a.counted_starts += 1;
             } else {
@@ -570,6 +587,8 @@ impl Model {
         let a = &mut self.agents[r.agent];
         if a.running == Some(run) {
             a.running = None;
+            let cooldown_ms = a.setup.run_cooldown_ms;
+            a.cooldown = (cooldown_ms > 0).then(|| (self.now_ms, self.now_ms + cooldown_ms));
         } else {
             a.queue.retain(|id| *id != run);
         }
@@ -868,6 +887,24 @@ impl Model {
     /// a probe cut off proves nothing) and, unless it is itself a retry, is queued once more
     /// (joining a queued run of its task key if there is one); then each agent starts its next
     /// run.
+    /// `FireDueTimers` (the model's agents have no timer or idle chamber): every agent whose
+    /// queue waits only for an elapsed cooldown starts, in id order.
+    fn fire_due(&mut self) {
+        for agent in 0..self.agents.len() {
+            let a = &self.agents[agent];
+            let due = a
+                .cooldown
+                .is_some_and(|(from, until)| self.now_ms < from || until <= self.now_ms);
+            if due
+                && a.running.is_none()
+                && !a.queue.is_empty()
+                && a.status == AgentStatus::Active
+            {
+                self.start_next(agent);
+            }
+        }
+    }
+
     fn recover(&mut self) {
         for agent in 0..self.agents.len() {
             if let Some(run) = self.agents[agent].running {
@@ -1018,6 +1055,7 @@ fn setup(setups: &[AgentSetup]) -> Node {
         spec.time_zone = agent.zone.name.into();
         spec.breaker.failures_to_open = agent.failures_to_open;
         spec.breaker.cooldown_ms = agent.cooldown_ms;
+        spec.limits.cooldown_ms = agent.run_cooldown_ms;
         spec.breaker.cooldown_ms_max = agent.cooldown_ms_max;
         let create = Command::CreateAgent {
             tenant: TENANT.into(),
@@ -1106,6 +1144,12 @@ fn assert_same_state(engine: &Engine, model: &Model) {
         };
         assert_eq!(agent.day_count, day_count, "day count of agent {}", a.id);
         assert_eq!(agent.breaker, a.breaker, "breaker of agent {}", a.id);
+        assert_eq!(
+            agent.cooldown.map(|c| (c.from_ms, c.until_ms)),
+            a.cooldown,
+            "cooldown of agent {}",
+            a.id
+        );
         assert_eq!(
             state.active_run(),
             a.running,
@@ -1275,6 +1319,10 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
                 let day = zone.day(now_ms) + i64::from(*forward);
                 model.now_ms = zone.midnight_ms(day).saturating_add_signed(*offset_ms);
                 None
+            }
+            Op::FireDue => {
+                model.fire_due();
+                Some(compare(step, node.execute(&Command::FireDueTimers, now_ms), Ok(())))
             }
             Op::Crash => {
                 node.crash();

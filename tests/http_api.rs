@@ -418,6 +418,14 @@ async fn bad_agent_input_is_refused_naming_the_field_and_changes_nothing() {
             "limits.daily_cap",
         ),
         (
+            json!({"name": "a", "limits": {"cooldown_ms": -1}}),
+            "limits.cooldown_ms",
+        ),
+        (
+            json!({"name": "a", "limits": {"cooldown_ms": 86_400_001_u64}}),
+            "limits.cooldown_ms",
+        ),
+        (
             json!({"name": "a", "breaker": {"failures_to_open": 0}}),
             "breaker.failures_to_open",
         ),
@@ -1459,4 +1467,30 @@ async fn llm_runs_end_by_what_the_provider_answers_and_failures_open_the_breaker
         "invalid_field",
         Some("adapter.base_url"),
     );
+}
+
+/// `limits.cooldown_ms`: a run that ends holds the agent's next run queued; the spec answers
+/// with the cooldown it was given. (The wait's end is the engine's unit and model tests' to show,
+/// in virtual time.)
+#[tokio::test]
+async fn a_cooldown_keeps_the_next_run_queued_after_a_run_ends() {
+    let f = start("cooldown").await;
+    let steps = json!([{ "duration_ms": 10, "outcome": "succeeded" }]);
+    let (id, _) = create(
+        &f.acme,
+        json!({"name": "a", "adapter": script(steps), "limits": {"cooldown_ms": 600_000}}),
+    )
+    .await;
+    let (_, agent) = get(&f.acme, &format!("/v1/agents/{id}")).await;
+    assert_eq!(agent["spec"]["limits"]["cooldown_ms"], 600_000, "{agent}");
+    let run_of = |answer: (u16, Value)| answer.1["run"].as_u64().unwrap();
+    let first = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "0"})).await);
+    assert_eq!(wait_run(&f.acme, first, terminal).await["status"], "succeeded");
+    let second = run_of(wake(&f.acme, id, json!({"source": "on_demand", "task_key": "1"})).await);
+    assert_eq!(
+        get(&f.acme, &format!("/v1/runs/{second}")).await.1["status"],
+        "queued",
+        "the second run waits out the cooldown"
+    );
+    f.node.stop();
 }

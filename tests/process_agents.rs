@@ -370,3 +370,47 @@ async fn a_panicking_adapter_ends_its_run_failed_with_class_adapter_error() {
     assert!(ended["detail"].as_str().unwrap().contains("a bug in the adapter"), "{ended}");
     node.stop();
 }
+
+/// A cancelled run ends at once while its child gets its grace; the agent's next run must not
+/// start a second child beside it (invariant 17, `one_execution_per_agent`, found this in the
+/// simulator). Deterministic: the second group is recorded only after the first is gone.
+#[tokio::test]
+async fn the_next_run_spawns_only_once_the_cancelled_run_s_group_is_gone() {
+    let data_dir = fresh_data_dir("one-at-a-time");
+    let serve = Serve::start(&data_dir).await;
+    let api = &serve.api;
+    let agent = create(
+        api,
+        "stubborn",
+        json!({"command": fixture("ignore_term.sh"), "grace_sec": 5}),
+    )
+    .await;
+    let first = wake(api, agent, "first").await;
+    let first_pgid = pgid_of(api, first).await;
+    // The trap is set once the line is out; a SIGTERM before it would end the child at once.
+    poll("the first child to ignore SIGTERM", || async {
+        let page = get(api, &format!("/v1/runs/{first}/log?offset=0&limit=100")).await;
+        output(page["entries"].as_array().unwrap(), "stdout")
+            .iter()
+            .any(|l| l == "ignoring SIGTERM")
+    })
+    .await;
+    let (status, answer) = post(api, &format!("/v1/runs/{first}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(finished(api, first).await["status"], "cancelled");
+    assert!(
+        !group_members(first_pgid).is_empty(),
+        "the first child is still in its grace"
+    );
+
+    let second = wake(api, agent, "second").await;
+    let second_pgid = pgid_of(api, second).await;
+    assert_eq!(
+        group_members(first_pgid),
+        Vec::<u32>::new(),
+        "run {second}'s child (group {second_pgid}) was spawned while run {first}'s group lived"
+    );
+    let (status, answer) = post(api, &format!("/v1/runs/{second}/cancel"), json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    group_gone(second_pgid).await;
+}

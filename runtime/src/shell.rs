@@ -12,7 +12,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::agent::{AgentId, AgentSpec};
-use crate::engine::event::Event;
+use crate::engine::event::{Event, EventKind};
 use crate::engine::liveness::{LivenessStatus, PulseBook};
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
@@ -179,6 +179,7 @@ impl Shell {
         }
         for event in events {
             engine.apply(event);
+            log_notable(event);
         }
         if let Some(observe) = &self.on_commit {
             observe(CommitStage::Durable, events);
@@ -327,8 +328,8 @@ impl Shell {
     }
 
     /// The earliest wall time at which a timer is due.
-    pub fn next_deadline_ms(&self) -> Option<u64> {
-        self.engine().next_deadline_ms()
+    pub fn next_deadline_ms(&self, now_ms: u64) -> Option<u64> {
+        self.engine().next_deadline_ms(now_ms)
     }
 
     /// Seq of the last durable event.
@@ -411,4 +412,107 @@ fn watched(
                 && a.status != crate::engine::agent::AgentStatus::Terminated
         })
         .map(|a| (a.id, &a.spec.liveness))
+}
+
+/// The log lines operators grep for (Kelpie ADR-010's): an agent resting itself, at info; every
+/// refused wakeup, at debug. Only ids and codes: a reason or payload came from a client and
+/// stays in the event log (docs/api.md).
+fn log_notable(event: &Event) {
+    match &event.kind {
+        EventKind::AgentPaused {
+            agent,
+            until_ms,
+            by: crate::engine::pause::PausedBy::Agent,
+        } => {
+            let minutes = until_ms.map(|until| until.saturating_sub(event.at_ms) / 60_000);
+            tracing::info!(seq = event.seq, %agent, ?minutes, ?until_ms, "agent paused its own heartbeats");
+        }
+        EventKind::WakeupRefused {
+            wakeup,
+            agent,
+            source,
+            refusal,
+            ..
+        } => {
+            tracing::debug!(seq = event.seq, %agent, %wakeup, source = source.as_str(), refusal = ?refusal, "wakeup refused");
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+    use crate::engine::pause::PausedBy;
+    use crate::engine::wakeup::{RefusalReason, WakeupId, WakeupSource};
+
+    /// Collects what the fmt layer writes.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn logged(events: &[Event]) -> String {
+        let captured = Captured::default();
+        let sink = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || sink.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || events.iter().for_each(log_notable));
+        let bytes = captured.0.lock().unwrap().clone();
+        String::from_utf8(bytes).unwrap()
+    }
+
+    fn event(kind: EventKind) -> Event {
+        Event {
+            seq: 7,
+            at_ms: 1_000_000,
+            tenant: "default".into(),
+            kind,
+        }
+    }
+
+    #[test]
+    fn a_self_pause_is_logged_with_its_minutes_and_a_refusal_without_its_reason() {
+        let text = logged(&[
+            event(EventKind::AgentPaused {
+                agent: AgentId(3),
+                until_ms: Some(1_000_000 + 5 * 60_000),
+                by: PausedBy::Agent,
+            }),
+            event(EventKind::AgentPaused {
+                agent: AgentId(4),
+                until_ms: None,
+                by: PausedBy::Operator,
+            }),
+            event(EventKind::WakeupRefused {
+                wakeup: WakeupId(9),
+                agent: AgentId(3),
+                source: WakeupSource::Timer,
+                reason: "\u{1b}]0;pwned\u{7}".into(),
+                task_key: None,
+                idempotency_key: None,
+                refusal: RefusalReason::Paused,
+            }),
+        ]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "an operator's pause is not the agent's: {text}");
+        assert!(lines[0].contains("INFO") && lines[0].contains("agent paused its own heartbeats"));
+        assert!(lines[0].contains("minutes=Some(5)"), "{text}");
+        assert!(lines[1].contains("DEBUG") && lines[1].contains("wakeup refused"));
+        assert!(lines[1].contains("refusal=Paused") && lines[1].contains("source=\"timer\""), "{text}");
+        assert!(!text.contains("pwned"), "a client's reason never reaches the log: {text}");
+    }
 }

@@ -3,7 +3,8 @@
 //! mid-commit, has its clock jump and its disk fail writes and syncs (it stops itself and is
 //! restarted), and the network is cut, slowed or lossy. Duplicates must coalesce onto the queued
 //! run of their task key (invariant 6), each agent runs one run at a time (1), every accepted
-//! wakeup ends once (5), and nothing acknowledged is lost (4).
+//! wakeup ends once (5), and nothing acknowledged is lost (4). Two of the agents have a cooldown
+//! between runs: no run of theirs starts within it (`no_run_within_cooldown`).
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
@@ -24,25 +25,36 @@ const BURSTS_MIN: usize = 2;
 const BURSTS_MAX: usize = 5;
 const BURST_WAKEUPS_MIN: usize = 100;
 const BURST_WAKEUPS_MAX: usize = 200;
+/// The last agents have a cooldown between runs (`no_run_within_cooldown`): their bursts wait
+/// out each cooldown while their queued runs coalesce.
+const COOLDOWN_AGENTS: usize = 2;
+const COOLDOWN_MS_RANGE: std::ops::Range<u64> = 5_000..60_000;
 /// Every wakeup of a burst arrives within this window.
 const BURST_WINDOW_MS: u64 = 1_000;
 
 /// Runs the scenario for `seed`, recording into `recorder`.
 pub async fn run(seed: u64, recorder: Recorder) {
     let mut rng = stream(seed, "coalesce_burst");
+    // Its own stream, so that the rest of the scenario draws what it drew before cooldowns.
+    let mut cooldowns = stream(seed, "coalesce_burst/cooldown");
     let mut steps = Vec::new();
     for i in 0..AGENTS {
+        let at_ms = rng.gen_range(0..MINUTE_MS);
+        let mut spec = serde_json::json!({
+            "name": format!("agent-{i}"),
+            "adapter": { "type": "scripted", "steps": [
+                { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "succeeded" },
+                { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "failed" },
+            ]},
+        });
+        if i >= AGENTS - COOLDOWN_AGENTS {
+            spec["limits"] = serde_json::json!({
+                "cooldown_ms": cooldowns.gen_range(COOLDOWN_MS_RANGE),
+            });
+        }
         steps.push(Step {
-            at_ms: rng.gen_range(0..MINUTE_MS),
-            action: Action::CreateAgent {
-                spec: serde_json::json!({
-                    "name": format!("agent-{i}"),
-                    "adapter": { "type": "scripted", "steps": [
-                        { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "succeeded" },
-                        { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "failed" },
-                    ]},
-                }),
-            },
+            at_ms,
+            action: Action::CreateAgent { spec },
         });
     }
     let bursts = rng.gen_range(BURSTS_MIN..=BURSTS_MAX);

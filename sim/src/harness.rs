@@ -447,11 +447,14 @@ async fn run_node(
         on_commit: Some(observer),
         adapters: run_faults.adapters(),
         run_services: vigil::exec::host::RunServices {
-            // The production client: resolves names through madsim's DNS, crosses simulated TCP.
-            poster: Arc::new(
-                vigil::net::OutboundClient::new(&vigil::net::TlsOptions::default())
+            // The production client behind production's address guard (the default policy, as
+            // `vigil serve` has without a node file): resolves names through madsim's DNS,
+            // checks each resolved address, crosses simulated TCP.
+            poster: Arc::new(vigil::exec::host::GuardedOutbound {
+                client: vigil::net::OutboundClient::new(&vigil::net::TlsOptions::default())
                     .expect("the built-in roots load"),
-            ),
+                policy: Arc::new(vigil::net::OutboundPolicy::default()),
+            }),
             prices: crate::provider::prices(),
             // The simulated world's secrets: none but what scenarios give their agents.
             secrets: Arc::new(|_: &str| None),

@@ -35,7 +35,7 @@ use rand::Rng;
 use serde_json::{json, Value};
 use vigil_faults::LlmFault;
 
-use crate::recorder::Recorder;
+use crate::recorder::{CallGuard, Recorder};
 use crate::trace::{ModelReply, TraceEvent, WireApi};
 
 /// Where the provider listens.
@@ -482,6 +482,12 @@ async fn answer(
         .and_then(|h| h.to_str().ok())
         .unwrap_or_default()
         .to_string();
+    let _in_flight = CallGuard::new(
+        recorder,
+        "llm-provider",
+        request.caller.agent,
+        request.caller.run,
+    );
     recorder.record(
         "llm-provider",
         TraceEvent::ModelCallServed {

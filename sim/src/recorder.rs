@@ -172,3 +172,40 @@ mod tests {
         );
     }
 }
+
+/// Records [`TraceEvent::CallEnded`] for a served call when dropped: when its handler answers,
+/// or when the runtime drops the connection and the server drops the handler with it.
+pub struct CallGuard {
+    recorder: Recorder,
+    node: &'static str,
+    agent: Option<u64>,
+    run: Option<u64>,
+}
+
+impl CallGuard {
+    pub fn new(
+        recorder: &Recorder,
+        node: &'static str,
+        agent: Option<u64>,
+        run: Option<u64>,
+    ) -> Self {
+        Self {
+            recorder: recorder.clone(),
+            node,
+            agent,
+            run,
+        }
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.recorder.record(
+            self.node,
+            TraceEvent::CallEnded {
+                agent: self.agent,
+                run: self.run,
+            },
+        );
+    }
+}

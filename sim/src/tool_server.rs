@@ -27,7 +27,7 @@ use axum::routing::post;
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::recorder::Recorder;
+use crate::recorder::{CallGuard, Recorder};
 use crate::trace::{ToolOutcome, TraceEvent};
 
 /// Where the tool server listens.
@@ -175,6 +175,7 @@ async fn answer(
             _ => ToolOutcome::Failed,
         }
     };
+    let _in_flight = CallGuard::new(recorder, "tool-server", Some(agent), Some(run));
     recorder.record(
         "tool-server",
         TraceEvent::ToolCallServed {

@@ -114,6 +114,12 @@ pub enum TraceEvent {
     ProcessSpawned { run: u64, pgid: u32, plan: String },
     /// The last process of group `pgid` (of run `run`) is gone.
     ProcessGroupGone { pgid: u32, run: u64 },
+    /// A model call (on node `llm-provider`) or a tool call (on node `tool-server`) that the
+    /// node recorded as served is over: answered, or dropped by the runtime mid-way.
+    CallEnded {
+        agent: Option<u64>,
+        run: Option<u64>,
+    },
     /// An invariant was violated; the run stops here.
     Violation {
         invariant: &'static str,

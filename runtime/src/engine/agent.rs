@@ -26,6 +26,8 @@ pub const RUN_TIMEOUT_MS_MIN: u64 = 1_000;
 pub const RUN_TIMEOUT_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
 /// Run timeout when the policy names none.
 pub const RUN_TIMEOUT_MS_DEFAULT: u64 = 10 * 60 * 1_000;
+/// Longest pause an agent may ask for between the end of one run and the start of the next.
+pub const COOLDOWN_MS_MAX: u64 = 24 * 60 * 60 * 1_000;
 /// Largest per-agent queue of runs waiting to start.
 pub const QUEUED_RUNS_MAX_LIMIT: usize = 1_000;
 /// Per-agent queue length when the policy names none.
@@ -212,6 +214,14 @@ pub struct AgentLimits {
     /// loop stops before its next model call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub daily_budget_usd: Option<MicroUsd>,
+    /// The next run starts no sooner than this after the previous one ended (0: at once).
+    /// Wakeups meanwhile queue or coalesce as usual; the timer grid does not move.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cooldown_ms: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 fn run_timeout_default() -> u64 {
@@ -229,6 +239,7 @@ impl Default for AgentLimits {
             queued_runs_max: QUEUED_RUNS_MAX_DEFAULT,
             daily_cap: None,
             daily_budget_usd: None,
+            cooldown_ms: 0,
         }
     }
 }
@@ -350,6 +361,15 @@ impl AgentSpec {
                 ),
             ));
         }
+        if limits.cooldown_ms > COOLDOWN_MS_MAX {
+            return Err(FieldError::new(
+                "limits.cooldown_ms",
+                format!(
+                    "limits.cooldown_ms must be between 0 and {COOLDOWN_MS_MAX} (got {})",
+                    limits.cooldown_ms
+                ),
+            ));
+        }
         if !(1..=QUEUED_RUNS_MAX_LIMIT).contains(&limits.queued_runs_max) {
             return Err(FieldError::new(
                 "limits.queued_runs_max",
@@ -457,6 +477,38 @@ pub struct Agent {
     pub last_input_at_ms: Option<u64>,
     /// Wall time of the next idle wakeup, if the agent has an idle chamber and is not terminated.
     pub next_idle_at_ms: Option<u64>,
+    /// The wait after the last run's end (none without `limits.cooldown_ms`, and once a run
+    /// has started since).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cooldown: Option<Cooldown>,
+}
+
+/// The wait between one run's end and the next start (`limits.cooldown_ms`), on the wall clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cooldown {
+    /// The run's end.
+    pub from_ms: u64,
+    /// The end plus the cooldown.
+    pub until_ms: u64,
+}
+
+impl Cooldown {
+    /// Whether it still holds at `now_ms`. A clock that reads before the run's end went back
+    /// since: the engine cannot tell how long ago the run ended, and counts the cooldown as
+    /// over rather than lengthening it by the jump (which may be hours).
+    pub fn holds(&self, now_ms: u64) -> bool {
+        self.from_ms <= now_ms && now_ms < self.until_ms
+    }
+
+    /// When `FireDueTimers` should next look at a queued run held by it: at its end, or at
+    /// once when the clock went back past the run's end.
+    pub fn due_at_ms(&self, now_ms: u64) -> u64 {
+        if now_ms < self.from_ms {
+            now_ms
+        } else {
+            self.until_ms
+        }
+    }
 }
 
 #[cfg(test)]
@@ -547,6 +599,11 @@ mod tests {
         assert!(s.validate().is_ok());
 
         let mut s = spec("a", 60_000);
+        s.limits.cooldown_ms = COOLDOWN_MS_MAX;
+        s.validate().expect("the longest cooldown is allowed");
+        s.limits.cooldown_ms = COOLDOWN_MS_MAX + 1;
+        assert_eq!(s.validate().unwrap_err().field, "limits.cooldown_ms");
+        s.limits.cooldown_ms = 0;
         s.limits.queued_runs_max = 0;
         assert_eq!(s.validate().unwrap_err().field, "limits.queued_runs_max");
         s.limits.queued_runs_max = QUEUED_RUNS_MAX_LIMIT + 1;

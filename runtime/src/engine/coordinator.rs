@@ -14,7 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::agent::{Agent, AgentStatus};
+use super::agent::{Agent, AgentStatus, Cooldown};
 use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
@@ -635,6 +635,10 @@ impl Coordinator {
             return;
         }
         let now_ms = draft.now_ms();
+        // Within the cooldown the queue waits (`FireDueTimers` starts it once it is over).
+        if self.agent.cooldown.is_some_and(|c| c.holds(now_ms)) {
+            return;
+        }
         while let Some(&(_, run)) = self.queue.first() {
             // Only a half-open breaker's probe (or a closed breaker) lets a run start.
             let blocked = match self.agent.breaker {
@@ -685,6 +689,24 @@ impl Coordinator {
             );
             return;
         }
+    }
+
+    /// When a queued run waits only for the agent's cooldown: when to look again, if so.
+    pub fn cooldown_deadline_ms(&self, now_ms: u64) -> Option<u64> {
+        // Only an active agent's queue can start: anything else would be a deadline that
+        // decides nothing when due, and the timer loop would spin on it.
+        let waiting = self.active.is_none()
+            && !self.queue.is_empty()
+            && self.agent.status == AgentStatus::Active;
+        self.agent
+            .cooldown
+            .filter(|_| waiting)
+            .map(|c| c.due_at_ms(now_ms))
+    }
+
+    /// The cooldown is over: the next queued run may start (`FireDueTimers`).
+    pub fn start_after_cooldown(&mut self, draft: &mut Draft) {
+        self.start_next(draft);
     }
 
     // ---- apply: the only code that changes the coordinator's state ----
@@ -920,6 +942,7 @@ impl Coordinator {
                 started.run_number = Some(*run_number);
                 self.active = Some(*run);
                 self.agent.runs_started += 1;
+                self.agent.cooldown = None;
             }
             EventKind::UsageRecorded {
                 run, usage, day, ..
@@ -977,6 +1000,12 @@ impl Coordinator {
                     RunStatus::Running => {
                         assert_eq!(self.active, Some(*run));
                         self.active = None;
+                        // Only the end of a run that ran starts a cooldown.
+                        let cooldown_ms = self.agent.spec.limits.cooldown_ms;
+                        self.agent.cooldown = (cooldown_ms > 0).then(|| Cooldown {
+                            from_ms: at_ms,
+                            until_ms: at_ms.saturating_add(cooldown_ms),
+                        });
                     }
                     RunStatus::Queued => {
                         assert!(self.queue.remove(&(ended.priority, *run)));

@@ -391,6 +391,8 @@ impl Engine {
                         let mut coordinator = state.coordinator.clone();
                         coordinator.fire_timer(&mut draft);
                         coordinator.fire_idle(&mut draft);
+                    } else if due(state.coordinator.cooldown_deadline_ms(now_ms)) {
+                        state.coordinator.clone().start_after_cooldown(&mut draft);
                     }
                 }
             }
@@ -703,6 +705,7 @@ impl Engine {
                         .heartbeat
                         .idle_after_ms
                         .map(|after| event.at_ms.saturating_add(after)),
+                    cooldown: None,
                 });
                 assert!(
                     self.agents.insert(*agent, state).is_none(),
@@ -804,12 +807,18 @@ impl Engine {
         }
     }
 
-    /// The earliest wall time at which `FireDueTimers` would decide something (a timer slot
-    /// or an idle fire), if any.
-    pub fn next_deadline_ms(&self) -> Option<u64> {
+    /// The earliest wall time at which `FireDueTimers` would decide something (a timer slot,
+    /// an idle fire, a queued run whose cooldown ends), if any, read at wall time `now_ms`.
+    pub fn next_deadline_ms(&self, now_ms: u64) -> Option<u64> {
         self.agents
             .values()
-            .flat_map(|s| [s.agent().next_fire_at_ms, s.agent().next_idle_at_ms])
+            .flat_map(|s| {
+                [
+                    s.agent().next_fire_at_ms,
+                    s.agent().next_idle_at_ms,
+                    s.coordinator.cooldown_deadline_ms(now_ms),
+                ]
+            })
             .flatten()
             .min()
     }

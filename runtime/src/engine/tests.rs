@@ -507,7 +507,7 @@ fn timers_fire_on_their_slots_and_wake_through_the_coordinator() {
     let first_a = engine.agent(a).unwrap().next_fire_at_ms.unwrap();
     let first_b = engine.agent(b).unwrap().next_fire_at_ms.unwrap();
     assert!((1_000..=1_100).contains(&first_a) && (3_000..=3_300).contains(&first_b));
-    assert_eq!(engine.next_deadline_ms(), Some(first_a));
+    assert_eq!(engine.next_deadline_ms(0), Some(first_a));
     assert!(engine
         .decide(&Command::FireDueTimers, first_a - 1)
         .unwrap()
@@ -1129,7 +1129,7 @@ fn the_idle_chamber_fires_after_silence_and_input_restarts_it() {
     let mut engine = with_tenant();
     let agent = idle_agent(&mut engine, 60_000, 1_000);
     assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, Some(61_000));
-    assert_eq!(engine.next_deadline_ms(), Some(61_000));
+    assert_eq!(engine.next_deadline_ms(0), Some(61_000));
     assert!(fire_due(&mut engine, 60_999).is_empty(), "not yet due");
 
     // Input before the deadline moves it, and wakes the agent on demand.
@@ -1193,7 +1193,7 @@ fn idle_wakeups_are_refused_while_paused_and_stop_when_terminated() {
     assert_eq!(refusal, Some((WakeupSource::Idle, RefusalReason::Paused)));
     run(&mut engine, Command::TerminateAgent { agent }, 70_000);
     assert_eq!(engine.agent(agent).unwrap().next_idle_at_ms, None);
-    assert_eq!(engine.next_deadline_ms(), None);
+    assert_eq!(engine.next_deadline_ms(0), None);
     // Input to a terminated agent is recorded and refused like any wakeup, and arms nothing.
     let request = WakeupRequest::new(WakeupSource::OnDemand, "user input");
     let decision = run(&mut engine, Command::Input { agent, request }, 80_000);
@@ -1489,4 +1489,85 @@ fn a_session_reset_forgets_the_task_session_and_nothing_else() {
     assert_eq!(reset(&mut engine, "t1"), ["session_reset"]);
     assert_eq!(state(&engine), None);
     assert_eq!(engine.agent_state(agent).unwrap().agent().status, AgentStatus::Active);
+}
+
+#[test]
+fn a_cooldown_holds_the_next_run_until_it_is_over_and_moves_no_timer() {
+    const COOLDOWN_MS: u64 = 60_000;
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("cool", Some(30_000));
+    spec.limits.cooldown_ms = COOLDOWN_MS;
+    let a = create_with(&mut engine, spec, 0);
+    let grid = engine.agent(a).unwrap().next_fire_at_ms.unwrap();
+
+    wake(&mut engine, a, WakeupSource::OnDemand, None, 1_000);
+    let first = engine.agent_state(a).unwrap().active_run().unwrap();
+    finish(&mut engine, first, 10_000);
+    let held = engine.agent(a).unwrap().cooldown.unwrap();
+    assert_eq!((held.from_ms, held.until_ms), (10_000, 10_000 + COOLDOWN_MS));
+
+    // A wakeup within the cooldown queues; a second one coalesces onto it.
+    let queued = wake(&mut engine, a, WakeupSource::OnDemand, Some("k"), 20_000);
+    assert!(!types(&queued.events).contains(&"run_started"));
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("k"), 21_000);
+    assert_eq!(engine.agent_state(a).unwrap().queued_runs().count(), 1);
+    // The timer keeps its grid (its slot fires and coalesces or queues; nothing starts).
+    let deadline = engine.next_deadline_ms(21_000).unwrap();
+    assert_eq!(deadline, grid.min(10_000 + COOLDOWN_MS));
+    for now in (grid..10_000 + COOLDOWN_MS).step_by(1_000) {
+        assert!(!fire_due(&mut engine, now).contains(&"run_started"), "at {now} ms");
+    }
+    assert_eq!(engine.agent(a).unwrap().next_fire_at_ms, Some(grid + 60_000));
+    assert_eq!(engine.next_deadline_ms(69_000), Some(10_000 + COOLDOWN_MS));
+    assert!(fire_due(&mut engine, 10_000 + COOLDOWN_MS - 1).is_empty(), "1 ms short");
+    assert_eq!(fire_due(&mut engine, 10_000 + COOLDOWN_MS), vec!["run_started"]);
+    assert_eq!(engine.agent(a).unwrap().cooldown, None);
+
+    // Without a queued run the cooldown's end is no deadline (the timer loop does not spin).
+    let second = engine.agent_state(a).unwrap().active_run().unwrap();
+    finish(&mut engine, second, 80_000);
+    assert_eq!(
+        engine.next_deadline_ms(80_000),
+        engine.agent(a).unwrap().next_fire_at_ms,
+        "only the timer is due"
+    );
+}
+
+#[test]
+fn without_a_cooldown_the_next_run_starts_as_the_last_one_ends() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "eager", None, 0);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("one"), 1_000);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("two"), 1_000);
+    let first = engine.agent_state(a).unwrap().active_run().unwrap();
+    assert_eq!(
+        types(&finish(&mut engine, first, 2_000).events),
+        vec!["run_finished", "run_started"]
+    );
+    assert_eq!(engine.agent(a).unwrap().cooldown, None);
+}
+
+#[test]
+fn a_clock_gone_back_past_the_run_s_end_ends_the_cooldown_instead_of_lengthening_it() {
+    const COOLDOWN_MS: u64 = 60_000;
+    const END_MS: u64 = 3_600_000;
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("cool", None);
+    spec.limits.cooldown_ms = COOLDOWN_MS;
+    let a = create_with(&mut engine, spec, 0);
+    wake(&mut engine, a, WakeupSource::OnDemand, None, END_MS - 1_000);
+    let first = engine.agent_state(a).unwrap().active_run().unwrap();
+    finish(&mut engine, first, END_MS);
+    wake(&mut engine, a, WakeupSource::OnDemand, Some("k"), END_MS + 1_000);
+    assert_eq!(engine.next_deadline_ms(END_MS + 1_000), Some(END_MS + COOLDOWN_MS));
+    // The clock steps back half an hour: the queued run is due at once, and starts.
+    let back_ms = END_MS - 1_800_000;
+    assert_eq!(engine.next_deadline_ms(back_ms), Some(back_ms));
+    assert_eq!(fire_due(&mut engine, back_ms), vec!["run_started"]);
+    // Read at the run's end exactly, it still holds.
+    let held = super::agent::Cooldown {
+        from_ms: END_MS,
+        until_ms: END_MS + COOLDOWN_MS,
+    };
+    assert!(held.holds(END_MS) && !held.holds(END_MS - 1) && !held.holds(END_MS + COOLDOWN_MS));
 }

@@ -82,13 +82,20 @@ pub async fn run_child(
     on_line: &mut (dyn FnMut(&OutputLine) + Send),
 ) -> ChildRun {
     let spawner = context.host.spawner();
+    if let Some(groups) = context.host.live_groups() {
+        // An earlier run of this agent may still be ending its children (its grace).
+        groups.agent_clear(context.agent).await;
+    }
     let child = match spawner.spawn(request).await {
         Ok(child) => child,
         Err(error) => return ChildRun::NotStarted(error),
     };
     let pgid = child.pgid();
     let grace = Duration::from_millis(limits.grace_ms);
-    let registration = context.host.live_groups().map(|g| g.enter(pgid, limits.grace_ms));
+    let registration = context
+        .host
+        .live_groups()
+        .map(|g| g.enter(context.agent, pgid, limits.grace_ms));
     let mut guard = GroupGuard::new(child, grace, registration);
     if let Err(error) = context.host.record_process_group(context.run, pgid) {
         terminate(guard.child(), grace).await;
@@ -198,7 +205,10 @@ pub async fn terminate(child: &mut dyn Child, grace: Duration) -> bool {
     child.signal_group(GroupSignal::Kill);
     let settle = Duration::from_millis(KILL_WAIT_MS);
     if tokio::time::timeout(settle, gone(child)).await.is_err() {
-        tracing::warn!(pgid = child.pgid(), "a SIGKILLed process group is still there");
+        tracing::warn!(
+            pgid = child.pgid(),
+            "a SIGKILLed process group is still there"
+        );
     }
     true
 }
@@ -219,11 +229,7 @@ struct GroupGuard {
 }
 
 impl GroupGuard {
-    fn new(
-        child: Box<dyn Child>,
-        grace: Duration,
-        registration: Option<LiveGroup>,
-    ) -> Self {
+    fn new(child: Box<dyn Child>, grace: Duration, registration: Option<LiveGroup>) -> Self {
         GroupGuard {
             child: Some(child),
             grace,
@@ -232,7 +238,9 @@ impl GroupGuard {
     }
 
     fn child(&mut self) -> &mut dyn Child {
-        self.child.as_deref_mut().expect("armed guard holds its child")
+        self.child
+            .as_deref_mut()
+            .expect("armed guard holds its child")
     }
 
     /// The group is gone: nothing left to do on drop.

@@ -1,4 +1,4 @@
-//! Commit atomicity (invariant 15): a batch of events the node attempted as one store transaction
+//! Commit atomicity (invariant 18): a batch of events the node attempted as one store transaction
 //! is, after any crash, on disk whole or not at all.
 //!
 //! From `commit_attempted` records (written by the harness before every store transaction) the

@@ -5,10 +5,13 @@
 
 mod agents;
 mod commits;
+mod cooldown;
+mod executions;
 mod heart;
 mod liveness;
 mod processes;
 
+pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
 
@@ -76,6 +79,8 @@ pub struct Checker {
     loops: agents::AgentsOracle,
     liveness: liveness::LivenessOracle,
     processes: processes::ProcessesOracle,
+    executions: executions::ExecutionsOracle,
+    cooldown: cooldown::CooldownOracle,
     commits: commits::CommitsOracle,
 }
 
@@ -173,17 +178,36 @@ impl Checker {
             }
             TraceEvent::CommitEnd { .. } => self.loops.commit_end(),
             TraceEvent::ModelCallServed { agent, run, .. } => {
+                if let Some(run) = run {
+                    self.executions
+                        .started(t_ms, executions::Service::Model, *agent, *run)?;
+                }
                 self.loops.model_call_served(*agent, *run)
             }
             TraceEvent::ToolCallServed { agent, run, .. } => {
+                self.executions
+                    .started(t_ms, executions::Service::Tool, Some(*agent), *run)?;
                 self.loops.tool_call_served(*agent, *run)
+            }
+            TraceEvent::CallEnded { run, .. } => {
+                let service = match record.node {
+                    "tool-server" => executions::Service::Tool,
+                    _ => executions::Service::Model,
+                };
+                if let Some(run) = run {
+                    self.executions.ended(service, *run);
+                }
+                Ok(())
+            }
+            TraceEvent::ProcessSpawned { run, pgid, .. } => {
+                self.executions.process_spawned(t_ms, *run, *pgid)
             }
             TraceEvent::ProcessGroupGone { pgid, .. } => {
                 self.processes.group_gone(t_ms, *pgid);
+                self.executions.group_gone(*pgid);
                 Ok(())
             }
             TraceEvent::RunStarted { .. }
-            | TraceEvent::ProcessSpawned { .. }
             | TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. } => Ok(()),
         }
@@ -213,6 +237,16 @@ impl Checker {
     /// Runs that stopped as ghosts.
     pub fn ghost_runs(&self) -> u64 {
         self.loops.ghost_runs
+    }
+
+    /// Executions (model calls, tool calls, process groups) the execution-side checks saw.
+    pub fn executions_checked(&self) -> u64 {
+        self.executions.executions()
+    }
+
+    /// Runs that started after a run of an agent with a cooldown (each checked against it).
+    pub fn starts_after_a_cooldown(&self) -> u64 {
+        self.cooldown.starts_after_a_cooldown()
     }
 
     /// How many agents were marked offline.
@@ -336,6 +370,8 @@ impl Checker {
         self.loops.committed(event)?;
         self.liveness.committed(t_ms, event)?;
         self.processes.committed(t_ms, event)?;
+        self.executions.committed(t_ms, event);
+        self.cooldown.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
