@@ -16,7 +16,7 @@ use vigil_faults::plan::{FaultKind, ALIGNED_AGENTS_MIN, PERMILLE};
 use vigil_faults::{plan, Fault, FaultRate, Injection, StorageFilter, StorageOps};
 use vigil_scenarios::phases::{self, Setup};
 use vigil_world::harness::{simulate, RunResult};
-use vigil_world::trace::TraceEvent;
+use vigil_world::trace::{FaultRecord, TraceEvent};
 use vigil_world::workload::{Action, Step};
 
 const MINUTE_MS: u64 = 60_000;
@@ -161,15 +161,15 @@ fn steps_within(from_ms: u64, until_ms: u64) -> impl Iterator<Item = u64> {
         .filter(move |t| (from_ms..until_ms).contains(t))
 }
 
-/// The causes of every `node_stopped` record, in order.
+/// The cause of every `node_stopped` record, in order.
 fn stops(result: &RunResult) -> Vec<String> {
     result
         .records
         .iter()
         .filter_map(|r| match &r.event {
-            TraceEvent::Fault { description } if description.starts_with("node_stopped") => {
-                Some(description.clone())
-            }
+            TraceEvent::Fault {
+                fault: FaultRecord::NodeStopped { cause },
+            } => Some(cause.clone()),
             _ => None,
         })
         .collect()
@@ -180,7 +180,14 @@ fn assert_stopped_and_recovered(result: &RunResult) {
     let at = result
         .records
         .iter()
-        .position(|r| matches!(&r.event, TraceEvent::Fault { description } if description.starts_with("node_stopped")))
+        .position(|r| {
+            matches!(
+                &r.event,
+                TraceEvent::Fault {
+                    fault: FaultRecord::NodeStopped { .. }
+                }
+            )
+        })
         .expect("the node stopped itself");
     let committed_before = result.records[..at]
         .iter()

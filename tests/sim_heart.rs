@@ -7,7 +7,7 @@ mod sim_support;
 use vigil::engine::event::EventKind;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 use vigil_scenarios::run::{find, run_seed};
-use vigil_world::trace::TraceEvent;
+use vigil_world::trace::{FaultRecord, TraceEvent};
 
 const SEEDS: u64 = 500;
 const COVERAGE_SEEDS: u64 = 5;
@@ -217,11 +217,9 @@ fn clock_jumps(records: &[TraceRecord]) -> Vec<(u64, i64)> {
     records
         .iter()
         .filter_map(|r| match &r.event {
-            TraceEvent::Fault { description } => description
-                .strip_prefix("clock_jump delta_ms=")
-                .and_then(|rest| rest.split_whitespace().next())
-                .and_then(|d| d.parse().ok())
-                .map(|d| (r.t_ms, d)),
+            TraceEvent::Fault {
+                fault: FaultRecord::ClockJump { delta_ms, .. },
+            } => Some((r.t_ms, *delta_ms)),
             _ => None,
         })
         .collect()

@@ -74,9 +74,7 @@ fn the_swarm_choice_is_recorded_and_changes_the_faults_that_strike() {
         records
             .iter()
             .filter_map(|r| match &r.event {
-                TraceEvent::Fault { description } => {
-                    description.split_whitespace().next().map(str::to_string)
-                }
+                TraceEvent::Fault { fault } => Some(fault.kind().to_string()),
                 _ => None,
             })
             .collect()

@@ -6,6 +6,8 @@
 //! open a window there that heals after a drawn duration. Each fault kind draws its arrivals and
 //! parameters from its own stream, so adding a kind to a plan never shifts another's draws.
 
+use std::fmt;
+
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 
@@ -131,6 +133,61 @@ impl Fault {
             | Fault::ClockSkew { duration_ms, .. }
             | Fault::RunHang { duration_ms }
             | Fault::RunFailure { duration_ms } => duration_ms,
+        }
+    }
+}
+
+/// A fault as one line of a trace: its kind, then its parameters as `key=value` words (the
+/// wakeup burst's `pick`, a draw for choosing agents, is left out).
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.kind())?;
+        match *self {
+            Fault::Crash { downtime_ms } => write!(f, " downtime_ms={downtime_ms}"),
+            Fault::PowerCut {
+                after_ops,
+                downtime_ms,
+            } => write!(f, " after_ops={after_ops} downtime_ms={downtime_ms}"),
+            Fault::ClockJump { delta_ms } => write!(f, " delta_ms={delta_ms}"),
+            Fault::StorageError {
+                filter,
+                errors_max,
+                duration_ms,
+                ..
+            } => write!(
+                f,
+                " ops={:?} probability_permille={} errors_max={errors_max} duration_ms={duration_ms}",
+                filter.ops, filter.probability_permille
+            ),
+            Fault::NetDelay {
+                latency_ms,
+                duration_ms,
+            } => write!(f, " latency_ms={latency_ms} duration_ms={duration_ms}"),
+            Fault::PacketLoss {
+                loss_permille,
+                duration_ms,
+            }
+            | Fault::PulseLoss {
+                loss_permille,
+                duration_ms,
+            } => write!(f, " loss_permille={loss_permille} duration_ms={duration_ms}"),
+            Fault::ClockSkew {
+                skew_ms,
+                duration_ms,
+            } => write!(f, " skew_ms={skew_ms} duration_ms={duration_ms}"),
+            Fault::Partition { duration_ms }
+            | Fault::ProviderPartition { duration_ms }
+            | Fault::RunHang { duration_ms }
+            | Fault::RunFailure { duration_ms }
+            | Fault::Llm { duration_ms, .. } => write!(f, " duration_ms={duration_ms}"),
+            Fault::WakeupBurst {
+                wakes, task_keys, ..
+            } => write!(f, " wakes={wakes} task_keys={task_keys}"),
+            Fault::AlignedTimers {
+                agents,
+                interval_ms,
+            } => write!(f, " agents={agents} interval_ms={interval_ms}"),
+            Fault::CatchUp { delta_ms } => write!(f, " delta_ms={delta_ms}"),
         }
     }
 }

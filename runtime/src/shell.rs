@@ -30,9 +30,21 @@ pub const AGENT_TOKEN_PREFIX: &str = "vgl_agent_";
 /// Prefix of generated operator tokens.
 pub const OPERATOR_TOKEN_PREFIX: &str = "vgl_op_";
 
-/// Called with each batch of events right after it became durable, in log order.
-/// The simulator records its trace through this; production leaves it unset.
-pub type CommitObserver = Arc<dyn Fn(&[Event]) + Send + Sync>;
+/// Called with each batch of events twice, in log order: right before its one store transaction
+/// is written ([`CommitStage::Attempted`]) and right after it became durable
+/// ([`CommitStage::Durable`]). A batch attempted but never reported durable failed, or its
+/// process died during the write. The simulator records its trace through this (its oracle holds
+/// a crash to leaving all of such a batch on disk or none of it); production leaves it unset.
+pub type CommitObserver = Arc<dyn Fn(CommitStage, &[Event]) + Send + Sync>;
+
+/// Which side of its write a batch of events is observed on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitStage {
+    /// About to be written.
+    Attempted,
+    /// Written and synced.
+    Durable,
+}
 
 /// Why a command did not take effect.
 #[derive(Debug, thiserror::Error)]
@@ -158,6 +170,9 @@ impl Shell {
             // trusted again, and only a restart does that.
             return Err(StoreError::Storage(redb::Error::PreviousIo));
         }
+        if let Some(observe) = &self.on_commit {
+            observe(CommitStage::Attempted, events);
+        }
         if let Err(error) = self.store.append(events) {
             self.fail(&error);
             return Err(error);
@@ -167,7 +182,7 @@ impl Shell {
             log_notable(event);
         }
         if let Some(observe) = &self.on_commit {
-            observe(events);
+            observe(CommitStage::Durable, events);
         }
         self.executor.on_commit(self, engine, events);
         self.head.send_replace(engine.last_seq());

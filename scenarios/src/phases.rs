@@ -19,7 +19,7 @@ use vigil_world::disk::lying_fsync_from_env;
 use vigil_world::harness::{elapsed_ms, sleep_until_ms, RuntimeNode};
 use vigil_world::recorder::Recorder;
 use vigil_world::run_faults::{RunFault, RunFaults};
-use vigil_world::trace::TraceEvent;
+use vigil_world::trace::{FaultRecord, TraceEvent};
 use vigil_world::workload::{Step, Workload};
 
 /// The simulated addresses (virtual: nothing leaves the process).
@@ -279,13 +279,11 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         if disk_failed {
             if node.is_up() {
                 // The oracle holds the node to stopping: nothing may commit after this.
+                let injected_errors = *disk_failures.borrow();
                 recorder.record(
                     node.name,
                     TraceEvent::Fault {
-                        description: format!(
-                            "storage_op_failed injected_errors={}",
-                            *disk_failures.borrow()
-                        ),
+                        fault: FaultRecord::StorageOpFailed { injected_errors },
                     },
                 );
                 if let Some(cause) = node.wait_for_stop(&recorder, NODE_STOP_WAIT_MS).await {
@@ -316,7 +314,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
                 recorder.record(
                     node.name,
                     TraceEvent::Fault {
-                        description: format!("crash downtime_ms={downtime_ms}"),
+                        fault: FaultRecord::Struck(injection.fault),
                     },
                 );
                 node.crash(&recorder, &mut disk_rng);
@@ -329,9 +327,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
                 recorder.record(
                     node.name,
                     TraceEvent::Fault {
-                        description: format!(
-                            "power_cut after_ops={after_ops} downtime_ms={downtime_ms}"
-                        ),
+                        fault: FaultRecord::Struck(injection.fault),
                     },
                 );
                 let cut_rng = ChaCha8Rng::seed_from_u64(disk_rng.gen());
@@ -348,7 +344,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
                 recorder.record(
                     node.name,
                     TraceEvent::Fault {
-                        description: format!("catch_up delta_ms={delta_ms}"),
+                        fault: FaultRecord::Struck(injection.fault),
                     },
                 );
                 node.jump_clock(&recorder, delta_ms as i64);
@@ -361,7 +357,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
                 recorder.record(
                     "workload",
                     TraceEvent::Fault {
-                        description: format!("wakeup_burst wakes={wakes} task_keys={task_keys}"),
+                        fault: FaultRecord::Struck(injection.fault),
                     },
                 );
                 let (addr, recorder) = (node.addr, recorder.clone());
@@ -379,9 +375,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
                 recorder.record(
                     "workload",
                     TraceEvent::Fault {
-                        description: format!(
-                            "aligned_timers agents={agents} interval_ms={interval_ms}"
-                        ),
+                        fault: FaultRecord::Struck(injection.fault),
                     },
                 );
                 let (name, addr, recorder) = (node.name, node.addr, recorder.clone());
@@ -428,7 +422,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             recorder.record(
                 "sim",
                 TraceEvent::Fault {
-                    description: "healed every fault for the quiet phase".into(),
+                    fault: FaultRecord::HealedAll,
                 },
             );
         }
@@ -476,14 +470,14 @@ async fn run_windows(
         if !sleep_until_ms(&recorder, at_ms).await {
             return;
         }
-        let (node, what) = match fault {
+        let node = match fault {
             Fault::StorageError { .. } | Fault::RunHang { .. } | Fault::RunFailure { .. } => {
-                (node_name, fault.kind())
+                node_name
             }
-            Fault::Llm { .. } => ("llm-provider", fault.kind()),
-            _ => ("sim", fault.kind()),
+            Fault::Llm { .. } => "llm-provider",
+            _ => "sim",
         };
-        let description = if opens {
+        let record = if opens {
             match fault {
                 Fault::StorageError {
                     error,
@@ -494,37 +488,27 @@ async fn run_windows(
                     let ops_rng = ChaCha8Rng::seed_from_u64(storage_rng.gen());
                     disk.arm_errors(error, filter, errors_max, ops_rng);
                     storage_until_ms = storage_until_ms.max(at_ms + duration_ms);
-                    format!(
-                        "{what} ops={:?} probability_permille={} errors_max={errors_max} duration_ms={duration_ms}",
-                        filter.ops, filter.probability_permille
-                    )
                 }
-                Fault::Llm { llm, duration_ms } => {
+                Fault::Llm { llm, .. } => {
                     // Without a provider in the world (no agent calls one) there is nothing to
                     // make sick; the record says so.
                     let Some(provider) = &provider else {
                         recorder.record(
                             "sim",
                             TraceEvent::Fault {
-                                description: format!(
-                                    "{what} skipped: no llm provider in this scenario"
-                                ),
+                                fault: FaultRecord::SkippedNoProvider(fault),
                             },
                         );
                         continue;
                     };
                     provider.lock().expect("provider lock").open(llm);
-                    format!("{what} duration_ms={duration_ms}")
                 }
-                Fault::RunHang { duration_ms } | Fault::RunFailure { duration_ms } => {
+                Fault::RunHang { .. } | Fault::RunFailure { .. } => {
                     run_faults.open(run_fault(fault));
-                    format!("{what} duration_ms={duration_ms}")
                 }
-                _ => {
-                    faults.borrow_mut().open(at_ms, fault);
-                    format!("{what} {}", describe_window(fault))
-                }
+                _ => faults.borrow_mut().open(at_ms, fault),
             }
+            FaultRecord::Struck(fault)
         } else {
             match fault {
                 Fault::StorageError { .. } if at_ms >= storage_until_ms => disk.disarm_errors(),
@@ -538,9 +522,9 @@ async fn run_windows(
                 }
                 _ => faults.borrow_mut().close(at_ms),
             }
-            format!("{what} healed")
+            FaultRecord::Healed(fault)
         };
-        recorder.record(node, TraceEvent::Fault { description });
+        recorder.record(node, TraceEvent::Fault { fault: record });
         if matches!(fault, Fault::ClockSkew { .. }) {
             let delta_ms = faults.borrow_mut().skew_delta();
             jump_clock(&clock, node_name, &recorder, delta_ms);
@@ -571,28 +555,12 @@ fn jump_clock(
     recorder.record(
         node_name,
         TraceEvent::Fault {
-            description: format!("clock_jump delta_ms={delta_ms} offset_ms={offset_ms}"),
+            fault: FaultRecord::ClockJump {
+                delta_ms,
+                offset_ms,
+            },
         },
     );
-}
-
-fn describe_window(fault: Fault) -> String {
-    match fault {
-        Fault::Partition { duration_ms } => format!("duration_ms={duration_ms}"),
-        Fault::NetDelay {
-            latency_ms,
-            duration_ms,
-        } => format!("latency_ms={latency_ms} duration_ms={duration_ms}"),
-        Fault::PacketLoss {
-            loss_permille,
-            duration_ms,
-        } => format!("loss_permille={loss_permille} duration_ms={duration_ms}"),
-        Fault::ClockSkew {
-            skew_ms,
-            duration_ms,
-        } => format!("skew_ms={skew_ms} duration_ms={duration_ms}"),
-        other => format!("{other:?}"),
-    }
 }
 
 /// The network faults in force between the workload and the runtime node. Windows may

@@ -9,7 +9,7 @@ use std::time::Duration;
 use vigil_world::check::Violation;
 use vigil_world::harness::simulate;
 use vigil_world::recorder::Recorder;
-use vigil_world::trace::{trace_hash, TraceEvent, TraceRecord};
+use vigil_world::trace::{first_difference, trace_hash, TraceEvent, TraceRecord};
 
 use crate::wall_clock::Stopwatch;
 
@@ -342,39 +342,18 @@ pub fn run_seed_twice_in(scenario: &'static Scenario, seed: u64, mode: Mode) -> 
     let mut second = run_seed_in(scenario, seed, mode);
     second.wall_ms = stopwatch.elapsed_ms();
     if second.violation.is_none() {
-        if let Some(detail) = first_difference(&first.records, &second.records) {
+        if let Some(divergence) = first_difference(&first.records, &second.records) {
             let t_ms = second.records.last().map_or(0, |r| r.t_ms);
             second.violation = Some((
                 t_ms,
                 Violation {
                     invariant: "same_seed_same_trace",
-                    detail,
+                    detail: divergence.to_string(),
                 },
             ));
         }
     }
     second
-}
-
-/// Where two traces part, if they do.
-pub fn first_difference(a: &[TraceRecord], b: &[TraceRecord]) -> Option<String> {
-    let index = a
-        .iter()
-        .zip(b)
-        .position(|(x, y)| x != y)
-        .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))?;
-    let show = |records: &[TraceRecord]| {
-        records
-            .get(index)
-            .map_or("<end of trace>".into(), |r| r.line())
-    };
-    Some(format!(
-        "traces differ at record {index} (lengths {} and {}):\n  first:  {}\n  second: {}",
-        a.len(),
-        b.len(),
-        show(a),
-        show(b)
-    ))
 }
 
 /// Summary of a sweep.

@@ -17,7 +17,7 @@ use vigil::io::clock::SharedClock;
 use vigil::io::entropy::SeededEntropy;
 use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
-use vigil::shell::CommitObserver;
+use vigil::shell::{CommitObserver, CommitStage};
 use vigil::transcript::MemoryTranscripts;
 
 use crate::check::Violation;
@@ -27,7 +27,7 @@ use crate::recorder::Recorder;
 use crate::processes::SimProcesses;
 use crate::run_faults::RunFaults;
 use vigil::exec::spawn::{NoSpawner, SharedSpawner};
-use crate::trace::{event_digest, TraceEvent, TraceRecord};
+use crate::trace::{event_digest, FaultRecord, TraceEvent, TraceRecord};
 
 /// Port every simulated runtime node serves its API on.
 pub const RUNTIME_PORT: u16 = 7070;
@@ -256,7 +256,9 @@ impl RuntimeNode {
         recorder.record(
             self.name,
             TraceEvent::Fault {
-                description: format!("node_stopped cause={cause:?}"),
+                fault: FaultRecord::NodeStopped {
+                    cause: cause.to_string(),
+                },
             },
         );
         recorder.record(
@@ -357,7 +359,10 @@ impl RuntimeNode {
         recorder.record(
             self.name,
             TraceEvent::Fault {
-                description: format!("clock_jump delta_ms={delta_ms} offset_ms={offset_ms}"),
+                fault: FaultRecord::ClockJump {
+                    delta_ms,
+                    offset_ms,
+                },
             },
         );
     }
@@ -391,7 +396,22 @@ async fn run_node(
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
         let recorder = recorder.clone();
-        Arc::new(move |events: &[Event]| {
+        Arc::new(move |stage: CommitStage, events: &[Event]| {
+            let (Some(first), Some(last)) = (events.first(), events.last()) else {
+                return;
+            };
+            if stage == CommitStage::Attempted {
+                // Before the write: if the process dies in it, the oracle knows the whole batch
+                // that may have landed, and holds the disk to all of it or none.
+                recorder.record(
+                    name,
+                    TraceEvent::CommitAttempted {
+                        first_seq: first.seq,
+                        last_seq: last.seq,
+                    },
+                );
+                return;
+            }
             for event in events {
                 recorder.record(
                     name,
@@ -403,16 +423,14 @@ async fn run_node(
             // The oracle must know which events share a run end's commit (a rest asked from
             // inside a run is durable exactly with the run's end); marked only after commits
             // that hold an agent loop's report, so other traces read as they always have.
-            if let (Some(first), Some(last)) = (events.first(), events.last()) {
-                if events.iter().any(ends_with_report) {
-                    recorder.record(
-                        name,
-                        TraceEvent::CommitEnd {
-                            first_seq: first.seq,
-                            last_seq: last.seq,
-                        },
-                    );
-                }
+            if events.iter().any(ends_with_report) {
+                recorder.record(
+                    name,
+                    TraceEvent::CommitEnd {
+                        first_seq: first.seq,
+                        last_seq: last.seq,
+                    },
+                );
             }
         })
     };

@@ -3,9 +3,12 @@
 //! Records are (virtual ms, node, event). The determinism check compares whole traces, record by
 //! record; the hash summarizes one for the result line.
 
-use serde::Serialize;
+use std::fmt;
+
+use serde::{Serialize, Serializer};
 use vigil::engine::event::Event;
 use vigil_faults::stream::fnv1a64;
+use vigil_faults::Fault;
 
 /// One line of the trace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -29,8 +32,12 @@ pub enum TraceEvent {
     },
     /// A runtime event became durable (reported by the node's commit observer).
     Committed { event: Event },
-    /// A fault struck.
-    Fault { description: String },
+    /// A fault struck, typed: the oracle matches on the variant, never on its text. Rendered as
+    /// its one-line description (`kind key=value ...`), so trace lines read as they always have.
+    Fault {
+        #[serde(rename = "description", serialize_with = "as_text")]
+        fault: FaultRecord,
+    },
     /// The node was killed (`during_write`: by a power cut in the middle of a storage
     /// operation); what its disk kept of the unsynced writes.
     Crashed {
@@ -74,6 +81,10 @@ pub enum TraceEvent {
     StreamPage { after: u64, events: Vec<(u64, u64)> },
     /// The safety phase ended; faults are healed from here on.
     QuietPhase,
+    /// The node is about to write the events `first_seq..=last_seq` as one store transaction
+    /// (before every commit). Their `committed` records follow once it is durable; if the
+    /// process dies first, recovery may find all of them on disk, or none.
+    CommitAttempted { first_seq: u64, last_seq: u64 },
     /// The commit whose events were just recorded ends here. Recorded only after a commit that
     /// holds a `run_finished` with an agent loop's report (so that the oracle knows which events
     /// share that run end's commit; other scenarios' traces are unchanged).
@@ -114,6 +125,74 @@ pub enum TraceEvent {
         invariant: &'static str,
         detail: String,
     },
+}
+
+/// What a `fault` trace record says happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultRecord {
+    /// A planned fault struck: an instant one (crash, power cut, storm) at its arrival, or a
+    /// window one opened.
+    Struck(Fault),
+    /// A planned window fault had nothing to strike in this world (an `llm_*` fault in a
+    /// scenario without an LLM provider), so it was skipped.
+    SkippedNoProvider(Fault),
+    /// A planned window fault healed.
+    Healed(Fault),
+    /// Every fault still open was healed for the quiet phase.
+    HealedAll,
+    /// The disk failed an injected storage operation while the node was up (its
+    /// `injected_errors` so far): from here on the process must commit nothing (ADR 0008).
+    StorageOpFailed { injected_errors: u64 },
+    /// The node stopped itself after a failed write (ADR 0008), with the cause it gave.
+    NodeStopped { cause: String },
+    /// The node's wall clock moved by `delta_ms` (negative: backward); it now stands
+    /// `offset_ms` from virtual time.
+    ClockJump { delta_ms: i64, offset_ms: i64 },
+}
+
+impl FaultRecord {
+    /// The fault kind's name: the first word of the record's rendering, as in docs/faults.md.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            FaultRecord::Struck(fault)
+            | FaultRecord::SkippedNoProvider(fault)
+            | FaultRecord::Healed(fault) => fault.kind(),
+            FaultRecord::HealedAll => "healed",
+            FaultRecord::StorageOpFailed { .. } => "storage_op_failed",
+            FaultRecord::NodeStopped { .. } => "node_stopped",
+            FaultRecord::ClockJump { .. } => "clock_jump",
+        }
+    }
+}
+
+impl fmt::Display for FaultRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultRecord::Struck(fault) => write!(f, "{fault}"),
+            FaultRecord::SkippedNoProvider(fault) => {
+                write!(
+                    f,
+                    "{} skipped: no llm provider in this scenario",
+                    fault.kind()
+                )
+            }
+            FaultRecord::Healed(fault) => write!(f, "{} healed", fault.kind()),
+            FaultRecord::HealedAll => f.write_str("healed every fault for the quiet phase"),
+            FaultRecord::StorageOpFailed { injected_errors } => {
+                write!(f, "storage_op_failed injected_errors={injected_errors}")
+            }
+            FaultRecord::NodeStopped { cause } => write!(f, "node_stopped cause={cause:?}"),
+            FaultRecord::ClockJump {
+                delta_ms,
+                offset_ms,
+            } => write!(f, "clock_jump delta_ms={delta_ms} offset_ms={offset_ms}"),
+        }
+    }
+}
+
+/// Serializes a value as its `Display` text.
+fn as_text<S: Serializer>(value: &impl fmt::Display, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
 }
 
 /// The wire shape of a model call.
@@ -168,6 +247,63 @@ impl TraceRecord {
     }
 }
 
+/// Records of the shared past shown before the first difference of two traces.
+pub const DIVERGENCE_CONTEXT_RECORDS: usize = 20;
+
+/// Where two traces of one seed part: the first record that differs, in each (`None`: that
+/// trace ended there), and the records just before it, which both traces share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Divergence {
+    pub index: usize,
+    pub lengths: (usize, usize),
+    pub first: Option<TraceRecord>,
+    pub second: Option<TraceRecord>,
+    /// At most [`DIVERGENCE_CONTEXT_RECORDS`], oldest first, ending at `index - 1`.
+    pub before: Vec<TraceRecord>,
+}
+
+/// The first difference of two traces, if they differ.
+pub fn first_difference(a: &[TraceRecord], b: &[TraceRecord]) -> Option<Divergence> {
+    let index = a
+        .iter()
+        .zip(b)
+        .position(|(x, y)| x != y)
+        .or_else(|| (a.len() != b.len()).then(|| a.len().min(b.len())))?;
+    let context_from = index.saturating_sub(DIVERGENCE_CONTEXT_RECORDS);
+    Some(Divergence {
+        index,
+        lengths: (a.len(), b.len()),
+        first: a.get(index).cloned(),
+        second: b.get(index).cloned(),
+        before: a[context_from..index].to_vec(),
+    })
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |record: &Option<TraceRecord>| {
+            record
+                .as_ref()
+                .map_or_else(|| "<end of trace>".to_string(), TraceRecord::line)
+        };
+        writeln!(
+            f,
+            "traces differ at record {} (lengths {} and {}); the {} records before it, the same in both:",
+            self.index,
+            self.lengths.0,
+            self.lengths.1,
+            self.before.len()
+        )?;
+        let context_from = self.index - self.before.len();
+        for (offset, record) in self.before.iter().enumerate() {
+            writeln!(f, "  [{}] {}", context_from + offset, record.line())?;
+        }
+        writeln!(f, "record {}:", self.index)?;
+        writeln!(f, "  first:  {}", show(&self.first))?;
+        write!(f, "  second: {}", show(&self.second))
+    }
+}
+
 /// A stable digest of one runtime event: equal events, equal digests, on any build.
 pub fn event_digest(event: &Event) -> u64 {
     fnv1a64(&serde_json::to_vec(event).expect("events always serialize"))
@@ -180,4 +316,157 @@ pub fn trace_hash(records: &[TraceRecord]) -> String {
         hash = (hash ^ fnv1a64(record.line().as_bytes())).wrapping_mul(0x0000_0100_0000_01b3);
     }
     format!("{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil_faults::{StorageError, StorageFilter, StorageOps};
+
+    /// `len` distinct records (their instants are their indices).
+    fn trace(len: u64) -> Vec<TraceRecord> {
+        (0..len)
+            .map(|t_ms| TraceRecord {
+                t_ms,
+                node: "sim",
+                event: TraceEvent::QuietPhase,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn equal_traces_do_not_differ() {
+        assert_eq!(first_difference(&trace(30), &trace(30)), None);
+        assert_eq!(first_difference(&[], &[]), None);
+    }
+
+    #[test]
+    fn a_difference_names_its_index_both_records_and_the_twenty_before() {
+        let first = trace(40);
+        let mut second = trace(40);
+        second[25].node = "vigil-1";
+        second[30].node = "vigil-1";
+        let divergence = first_difference(&first, &second).expect("they differ");
+        assert_eq!(divergence.index, 25);
+        assert_eq!(divergence.first.as_ref(), Some(&first[25]));
+        assert_eq!(divergence.second.as_ref(), Some(&second[25]));
+        assert_eq!(divergence.before, first[5..25].to_vec());
+        assert_eq!(divergence.before.len(), DIVERGENCE_CONTEXT_RECORDS);
+        let text = divergence.to_string();
+        assert!(
+            text.contains("differ at record 25 (lengths 40 and 40)"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  [5] {}", first[5].line())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  [24] {}", first[24].line())),
+            "{text}"
+        );
+        assert!(!text.contains(&first[4].line()), "{text}");
+        assert!(
+            text.contains(&format!("  first:  {}", first[25].line())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("  second: {}", second[25].line())),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_early_difference_shows_what_came_before_it() {
+        let first = trace(10);
+        let mut second = trace(10);
+        second[3].t_ms = 99;
+        let divergence = first_difference(&first, &second).expect("they differ");
+        assert_eq!(divergence.index, 3);
+        assert_eq!(divergence.before, first[..3].to_vec());
+    }
+
+    #[test]
+    fn a_trace_that_stops_early_differs_where_it_ends() {
+        let divergence = first_difference(&trace(30), &trace(22)).expect("they differ");
+        assert_eq!(divergence.index, 22);
+        assert_eq!(divergence.second, None);
+        assert_eq!(divergence.before, trace(22)[2..].to_vec());
+        assert!(divergence.to_string().ends_with("second: <end of trace>"));
+    }
+
+    #[test]
+    fn fault_records_render_as_their_description() {
+        let line = |fault| {
+            TraceRecord {
+                t_ms: 7,
+                node: "vigil-1",
+                event: TraceEvent::Fault { fault },
+            }
+            .line()
+        };
+        // The golden traces hold these lines: a change here moves every trace hash.
+        assert_eq!(
+            line(FaultRecord::Struck(Fault::PowerCut {
+                after_ops: 12,
+                downtime_ms: 2_017_782
+            })),
+            r#"{"t_ms":7,"node":"vigil-1","event":{"type":"fault","description":"power_cut after_ops=12 downtime_ms=2017782"}}"#
+        );
+        let storage = Fault::StorageError {
+            error: StorageError::Io,
+            filter: StorageFilter {
+                ops: StorageOps::Any,
+                probability_permille: 1_000,
+            },
+            errors_max: 3,
+            duration_ms: 20_542,
+        };
+        assert_eq!(
+            FaultRecord::Struck(storage).to_string(),
+            "storage_io_error ops=Any probability_permille=1000 errors_max=3 duration_ms=20542"
+        );
+        assert_eq!(
+            FaultRecord::Healed(storage).to_string(),
+            "storage_io_error healed"
+        );
+        assert_eq!(
+            FaultRecord::NodeStopped {
+                cause: "disk full".into()
+            }
+            .to_string(),
+            r#"node_stopped cause="disk full""#
+        );
+    }
+
+    #[test]
+    fn a_fault_record_s_kind_is_the_first_word_of_its_rendering() {
+        let crash = Fault::Crash { downtime_ms: 5 };
+        for record in [
+            FaultRecord::Struck(crash),
+            FaultRecord::Struck(Fault::PulseLoss {
+                loss_permille: 3,
+                duration_ms: 4,
+            }),
+            FaultRecord::SkippedNoProvider(Fault::Llm {
+                llm: vigil_faults::LlmFault::Timeout,
+                duration_ms: 9,
+            }),
+            FaultRecord::Healed(crash),
+            FaultRecord::HealedAll,
+            FaultRecord::StorageOpFailed { injected_errors: 2 },
+            FaultRecord::NodeStopped { cause: "x".into() },
+            FaultRecord::ClockJump {
+                delta_ms: -3,
+                offset_ms: 1,
+            },
+        ] {
+            let text = record.to_string();
+            assert_eq!(
+                text.split_whitespace().next(),
+                Some(record.kind()),
+                "{text}"
+            );
+        }
+    }
 }

@@ -4,6 +4,7 @@
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
 mod agents;
+mod commits;
 mod cooldown;
 mod executions;
 mod heart;
@@ -20,7 +21,7 @@ use vigil::engine::event::{Event, EventKind};
 use vigil::engine::schedule::JITTER_MS_MAX;
 use vigil::node::WALL_RECHECK_MS;
 
-use crate::trace::{event_digest, TraceEvent, TraceRecord};
+use crate::trace::{event_digest, FaultRecord, TraceEvent, TraceRecord};
 
 /// How late a due timer may fire on a steady node: the timer loop's recheck period plus one
 /// second for the API answer to reach the workload. A node counts as steady once it has been up
@@ -80,6 +81,7 @@ pub struct Checker {
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
+    commits: commits::CommitsOracle,
 }
 
 impl Checker {
@@ -106,15 +108,25 @@ impl Checker {
     fn observe_event(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
         match &record.event {
-            TraceEvent::Committed { event } => self.committed(t_ms, record.node, event),
+            TraceEvent::Committed { event } => {
+                self.committed(t_ms, record.node, event)?;
+                self.commits.committed(record.node, event.seq)
+            }
+            TraceEvent::CommitAttempted {
+                first_seq,
+                last_seq,
+            } => self.commits.attempted(record.node, *first_seq, *last_seq),
             TraceEvent::Crashed { during_write, .. } => {
+                self.commits.crashed(record.node);
                 let state = self.node(record.node);
                 state.up_since_ms = None;
                 state.maybe_committed_tail = *during_write;
                 state.write_failed_ms = None;
                 Ok(())
             }
-            TraceEvent::Fault { description } if description.starts_with("storage_op_failed") => {
+            TraceEvent::Fault {
+                fault: FaultRecord::StorageOpFailed { .. },
+            } => {
                 self.node(record.node).write_failed_ms = Some(t_ms);
                 Ok(())
             }
@@ -134,7 +146,9 @@ impl Checker {
                 "durable_events_survive",
                 format!("the node could not recover its disk: {error}"),
             ),
-            TraceEvent::Fault { description } if description.starts_with("clock_jump") => {
+            TraceEvent::Fault {
+                fault: FaultRecord::ClockJump { .. },
+            } => {
                 self.node(record.node).last_jump_ms = Some(t_ms);
                 Ok(())
             }
@@ -411,7 +425,9 @@ impl Checker {
             self.committed(t_ms, node, event)?;
         }
         // They were one commit (a power cut interrupts one), which ends here.
-        self.loops.commit_end()
+        self.loops.commit_end()?;
+        // And they must be that whole commit, never a part of it.
+        self.commits.recovered(node, unreported)
     }
 
     fn acked_create(&mut self, name: &str, agent: u64, seq: u64) -> Result<(), Violation> {
@@ -576,7 +592,7 @@ mod tests {
     #[test]
     fn a_commit_after_a_failed_storage_operation_is_caught_until_a_restart() {
         let failed = || TraceEvent::Fault {
-            description: "storage_op_failed injected_errors=1".into(),
+            fault: FaultRecord::StorageOpFailed { injected_errors: 1 },
         };
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
@@ -689,6 +705,7 @@ mod tests {
 
         let mut checker = Checker::new();
         checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, attempted(2, 2))).unwrap();
         checker.observe(&record(1, crashed(true))).unwrap();
         checker
             .observe(&record(2, recovered_with_unreported(&checker, tail)))
@@ -699,6 +716,78 @@ mod tests {
             .observe(&record(3, fired(3, 1_200, 1_000)))
             .unwrap_err();
         assert_eq!(err.invariant, "timer_not_duplicated");
+    }
+
+    fn attempted(first_seq: u64, last_seq: u64) -> TraceEvent {
+        TraceEvent::CommitAttempted {
+            first_seq,
+            last_seq,
+        }
+    }
+
+    /// A checker that knows seq 1, then saw the commit 2..=3 attempted and the process die.
+    fn interrupted_in_two_event_commit() -> Checker {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, attempted(1, 1))).unwrap();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, attempted(2, 3))).unwrap();
+        checker.observe(&record(1, crashed(true))).unwrap();
+        checker
+    }
+
+    #[test]
+    fn an_interrupted_commit_found_in_part_after_recovery_is_caught() {
+        let mut checker = interrupted_in_two_event_commit();
+        let prefix = vec![event_of(fired(2, 1_000, 1_000))];
+        let err = checker
+            .observe(&record(2, recovered_with_unreported(&checker, prefix)))
+            .unwrap_err();
+        assert_eq!(err.invariant, "commit_atomic");
+        assert!(err.detail.contains("2..=2"), "{}", err.detail);
+    }
+
+    #[test]
+    fn an_interrupted_commit_found_whole_or_not_at_all_is_accepted() {
+        let mut checker = interrupted_in_two_event_commit();
+        let whole = vec![
+            event_of(fired(2, 1_000, 1_000)),
+            event_of(fired(3, 2_000, 2_000)),
+        ];
+        checker
+            .observe(&record(2, recovered_with_unreported(&checker, whole)))
+            .unwrap();
+        assert_eq!(checker.durable_events(), 3);
+
+        let mut checker = interrupted_in_two_event_commit();
+        checker
+            .observe(&record(2, recovered_with_unreported(&checker, vec![])))
+            .unwrap();
+        // Recovery settled the interrupted commit: the next one starts afresh.
+        checker.observe(&record(3, attempted(2, 2))).unwrap();
+        checker.observe(&record(3, fired(2, 1_000, 1_000))).unwrap();
+    }
+
+    #[test]
+    fn an_unreported_tail_without_an_interrupted_commit_is_caught() {
+        // The last commit was wholly reported before the power cut: nothing may be unreported.
+        let mut checker = Checker::new();
+        checker.observe(&record(0, attempted(1, 1))).unwrap();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, crashed(true))).unwrap();
+        let tail = vec![event_of(fired(2, 1_000, 1_000))];
+        let err = checker
+            .observe(&record(2, recovered_with_unreported(&checker, tail)))
+            .unwrap_err();
+        assert_eq!(err.invariant, "commit_atomic");
+    }
+
+    #[test]
+    fn a_commit_attempted_before_the_previous_one_was_reported_is_caught() {
+        let mut checker = Checker::new();
+        checker.observe(&record(0, attempted(1, 2))).unwrap();
+        checker.observe(&record(0, created(1))).unwrap();
+        let err = checker.observe(&record(1, attempted(3, 3))).unwrap_err();
+        assert_eq!(err.invariant, "commit_atomic");
     }
 
     #[test]
