@@ -7,9 +7,11 @@ mod agents;
 mod executions;
 mod heart;
 mod liveness;
+mod operator;
 mod processes;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
+pub use operator::OPERATOR_ANSWER_BOUND_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
 
@@ -78,6 +80,7 @@ pub struct Checker {
     liveness: liveness::LivenessOracle,
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
+    operator: operator::OperatorOracle,
 }
 
 impl Checker {
@@ -90,6 +93,7 @@ impl Checker {
     pub fn observe(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
         self.observe_event(record)?;
+        self.operator.observe(record)?;
         // In the quiet phase a silent agent must go offline in time: judged at every record.
         let up_since_ms = self.nodes.values().filter_map(|n| n.up_since_ms).max();
         if let (Some(quiet_ms), Some(up_ms)) = (self.quiet_since_ms, up_since_ms) {
@@ -193,7 +197,10 @@ impl Checker {
             }
             TraceEvent::RunStarted { .. }
             | TraceEvent::Fault { .. }
-            | TraceEvent::Violation { .. } => Ok(()),
+            | TraceEvent::Violation { .. }
+            | TraceEvent::OperatorAsked { .. }
+            | TraceEvent::OperatorAnswered { .. }
+            | TraceEvent::Hostile { .. } => Ok(()),
         }
     }
 
