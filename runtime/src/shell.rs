@@ -83,8 +83,13 @@ pub struct Shell {
     pub(crate) executor: Executor,
     /// Wakes the timer loop when the schedule may have changed.
     pub(crate) schedule_changed: tokio::sync::Notify,
-    /// The log head, for live readers of the event stream.
+    /// The log head.
     head: tokio::sync::watch::Sender<u64>,
+    /// Wakes every live reader of the event stream when the head moves. A `Notify`, not
+    /// receivers of `head`: a watch channel with several waiters wakes them in an order drawn
+    /// from tokio's thread-local random numbers, which differ between runs of a seed in the
+    /// simulator; `notify_waiters` wakes them in the order they waited.
+    head_moved: tokio::sync::Notify,
     /// Why the node stopped: set by the first append that failed, never cleared (ADR 0008).
     failure: tokio::sync::watch::Sender<Option<String>>,
     /// The node's own tasks (listener, timer loop), ended when a write fails.
@@ -126,6 +131,7 @@ impl Shell {
             executor: Executor::new(adapters, services, transcripts),
             schedule_changed: tokio::sync::Notify::new(),
             head,
+            head_moved: tokio::sync::Notify::new(),
             failure: tokio::sync::watch::Sender::new(None),
             node_tasks: Mutex::default(),
             pulses: Mutex::new(pulses),
@@ -186,6 +192,7 @@ impl Shell {
         }
         self.executor.on_commit(self, engine, events);
         self.head.send_replace(engine.last_seq());
+        self.head_moved.notify_waiters();
         self.schedule_changed.notify_one();
         Ok(())
     }
@@ -337,9 +344,10 @@ impl Shell {
         *self.head.borrow()
     }
 
-    /// A receiver that sees the log head move.
-    pub fn watch_head(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.head.subscribe()
+    /// Notified whenever the log head moves (register with `Notified::enable` before reading
+    /// `head_seq`, so that no move is missed).
+    pub fn head_moved(&self) -> &tokio::sync::Notify {
+        &self.head_moved
     }
 
     /// A page of the durable log after `after`, and the log's head at the time of reading.

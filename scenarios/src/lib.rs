@@ -14,6 +14,8 @@ pub mod crash_mid_run;
 #[cfg(madsim)]
 pub mod heart_fleet;
 #[cfg(madsim)]
+pub mod hostile;
+#[cfg(madsim)]
 pub mod idempotency;
 #[cfg(madsim)]
 pub mod liveness;

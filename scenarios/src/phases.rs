@@ -23,7 +23,7 @@ use vigil_world::trace::{FaultRecord, TraceEvent};
 use vigil_world::workload::{Step, Workload};
 
 /// The simulated addresses (virtual: nothing leaves the process).
-const RUNTIME_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
+pub(crate) const RUNTIME_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 1));
 const WORKLOAD_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 100));
 /// A supervisor (systemd `Restart=on-failure`, a Kubernetes pod) restarts a node that stopped
 /// itself after this long.

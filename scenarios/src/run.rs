@@ -186,6 +186,12 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::cli_agents::SAFETY_MS + crate::cli_agents::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::cli_agents::run(seed, recorder)),
     },
+    Scenario {
+        name: "hostile",
+        summary: "an honest operator beside a hostile node abusing 8 agent tokens (slow bodies, idle connections, stream flood, key flood, request flood, oversized body), with crashes, power cuts and a partition: the operator is answered in time; 30 min",
+        virtual_ms: crate::hostile::SAFETY_MS + crate::hostile::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::hostile::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

@@ -15,6 +15,10 @@ pub mod trace;
 #[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
+pub mod hostile;
+#[cfg(madsim)]
+pub mod operator_client;
+#[cfg(madsim)]
 pub mod processes;
 #[cfg(madsim)]
 pub mod workload;

@@ -125,6 +125,22 @@ pub enum TraceEvent {
         invariant: &'static str,
         detail: String,
     },
+    /// The honest operator sent request `request` (numbered from 1 in send order): recorded only
+    /// in scenarios that judge the operator's answers (sim/src/operator_client.rs).
+    OperatorAsked {
+        request: u64,
+        method: String,
+        path: String,
+    },
+    /// The operator's request `request` got its answer: the HTTP status and the error's `code`,
+    /// or no status at all (no connection, no answer within the client's timeout).
+    OperatorAnswered {
+        request: u64,
+        status: Option<u16>,
+        code: Option<String>,
+    },
+    /// The hostile node (sim/src/hostile.rs) finished one attack: which, and what it got.
+    Hostile { attack: &'static str, outcome: String },
 }
 
 /// What a `fault` trace record says happened.

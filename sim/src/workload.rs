@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
 
-use vigil::api::client::ApiClient;
 use vigil::engine::event::Event;
 
-use crate::harness::{elapsed_ms, sleep_until_ms, SIM_OPERATOR_TOKEN};
+use crate::harness::{elapsed_ms, sleep_until_ms};
+use crate::operator_client::OperatorClient;
 use crate::recorder::Recorder;
 use crate::trace::{event_digest, TraceEvent};
 
@@ -84,7 +84,7 @@ type Directory = Rc<RefCell<BTreeMap<String, u64>>>;
 impl Workload {
     /// Runs the plan to its end (or until an invariant breaks).
     pub async fn run(self, recorder: Recorder) {
-        let client = ApiClient::with_token(self.addr, SIM_OPERATOR_TOKEN);
+        let client = OperatorClient::new(self.addr, recorder.clone());
         let directory: Directory = Rc::default();
         let mut steps = self.steps.iter().peekable();
         let mut next_probe_ms = self.probe_every_ms;
@@ -207,7 +207,7 @@ impl Workload {
     /// committed but its answer lost in a crash: the agent exists, though it was never acked.
     async fn create(
         &self,
-        client: &ApiClient,
+        client: &OperatorClient,
         recorder: &Recorder,
         directory: &Directory,
         spec: &serde_json::Value,
@@ -255,7 +255,7 @@ impl Workload {
 /// same body, so a keyed wakeup is retried under its idempotency key.
 async fn wake(
     until_ms: u64,
-    client: ApiClient,
+    client: OperatorClient,
     recorder: Recorder,
     directory: Directory,
     agent: String,
@@ -286,7 +286,7 @@ async fn wake(
 
 /// Cancels agent `agent`'s running run, if the node names one (one attempt each; a run that
 /// ended meanwhile answers 409).
-async fn cancel_running(client: ApiClient, agent: u64) {
+async fn cancel_running(client: OperatorClient, agent: u64) {
     let Ok(answer) = client.get(&format!("/v1/runs?agent={agent}&status=running")).await else {
         return;
     };
@@ -306,7 +306,7 @@ async fn cancel_running(client: ApiClient, agent: u64) {
 }
 
 /// Sends one pulse; records its acknowledgement with the instant it was sent.
-async fn pulse(client: ApiClient, recorder: Recorder, agent: u64) {
+async fn pulse(client: OperatorClient, recorder: Recorder, agent: u64) {
     let sent_ms = elapsed_ms();
     let Ok(answer) = client
         .request(
@@ -329,7 +329,7 @@ async fn pulse(client: ApiClient, recorder: Recorder, agent: u64) {
 }
 
 /// Sends one batch of pulses; records each agent's acknowledgement with the send instant.
-async fn pulse_batch(client: ApiClient, recorder: Recorder, agents: Vec<u64>) {
+async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64>) {
     let sent_ms = elapsed_ms();
     let body = serde_json::json!({ "agents": agents });
     let Ok(answer) = client.post_json("/v1/pulses", &body).await else {
@@ -349,7 +349,7 @@ async fn pulse_batch(client: ApiClient, recorder: Recorder, agents: Vec<u64>) {
 
 impl Workload {
     /// Reads the agent list once (skipped if the node does not answer).
-    async fn probe(&self, client: &ApiClient, recorder: &Recorder) {
+    async fn probe(&self, client: &OperatorClient, recorder: &Recorder) {
         let Ok(answer) = client.get("/v1/agents").await else {
             return;
         };
@@ -381,7 +381,7 @@ impl Workload {
     }
 
     /// Reads the feed after `after` until caught up; returns the last seq read.
-    async fn tail(&self, client: &ApiClient, recorder: &Recorder, mut after: u64) -> u64 {
+    async fn tail(&self, client: &OperatorClient, recorder: &Recorder, mut after: u64) -> u64 {
         loop {
             let path = format!("/v1/events?after={after}&limit={TAIL_PAGE_EVENTS}");
             let Ok(answer) = client.get(&path).await else {
@@ -424,7 +424,7 @@ pub async fn wakeup_burst(
     until_ms: u64,
 ) {
     use rand::{Rng, SeedableRng};
-    let client = ApiClient::with_token(addr, SIM_OPERATOR_TOKEN);
+    let client = OperatorClient::new(addr, recorder.clone());
     let directory: Directory = Rc::default();
     learn_ids(until_ms, &client, &directory).await;
     let names: Vec<String> = directory.borrow().keys().cloned().collect();
@@ -471,7 +471,7 @@ pub async fn aligned_timers(
         pulse_loss: Default::default(),
         pulse_drop_seed: 0,
     };
-    let client = ApiClient::with_token(addr, SIM_OPERATOR_TOKEN);
+    let client = OperatorClient::new(addr, recorder.clone());
     let directory: Directory = Rc::default();
     for i in 0..agents {
         let spec = serde_json::json!({
@@ -486,7 +486,7 @@ pub async fn aligned_timers(
 }
 
 /// Fills the directory from the agent list (after a create whose answer was lost).
-async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
+async fn learn_ids(until_ms: u64, client: &OperatorClient, directory: &Directory) {
     loop {
         if let Ok(answer) = client.get("/v1/agents").await {
             if answer.status.is_success() {
@@ -511,7 +511,7 @@ async fn learn_ids(until_ms: u64, client: &ApiClient, directory: &Directory) {
 /// the answer, or nothing if the run ended first.
 async fn post_to_agent(
     until_ms: u64,
-    client: ApiClient,
+    client: OperatorClient,
     recorder: Recorder,
     directory: Directory,
     agent: String,

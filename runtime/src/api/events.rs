@@ -160,7 +160,6 @@ fn sees(principal: &Principal, event: &Event) -> bool {
 
 /// Writes the caller's events after `after` as SSE frames until the client goes away.
 async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sender<Bytes>) {
-    let mut head = caller.shell.watch_head();
     let keepalive = Duration::from_millis(SSE_KEEPALIVE_MS);
     // Measured from the last frame the client got, so that a busy log of events this caller
     // does not see never starves the keepalive.
@@ -185,13 +184,16 @@ async fn stream(caller: Caller, mut after: u64, frames: tokio::sync::mpsc::Sende
                 return;
             }
         }
-        head.mark_unchanged();
+        // Registered before the head is read, so a commit in between still wakes this reader.
+        let moved = caller.shell.head_moved().notified();
+        tokio::pin!(moved);
+        moved.as_mut().enable();
         if caller.shell.head_seq() > after {
             continue;
         }
         tokio::select! {
             biased;
-            changed = head.changed() => if changed.is_err() { return },
+            _ = moved => {}
             _ = tokio::time::sleep_until(keepalive_at) => {
                 if frames.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
                     return;

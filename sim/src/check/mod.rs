@@ -9,9 +9,11 @@ mod cooldown;
 mod executions;
 mod heart;
 mod liveness;
+mod operator;
 mod processes;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
+pub use operator::OPERATOR_ANSWER_BOUND_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
 
@@ -82,6 +84,7 @@ pub struct Checker {
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
     commits: commits::CommitsOracle,
+    operator: operator::OperatorOracle,
 }
 
 impl Checker {
@@ -94,6 +97,7 @@ impl Checker {
     pub fn observe(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
         self.observe_event(record)?;
+        self.operator.observe(record)?;
         // In the quiet phase a silent agent must go offline in time: judged at every record.
         let up_since_ms = self.nodes.values().filter_map(|n| n.up_since_ms).max();
         if let (Some(quiet_ms), Some(up_ms)) = (self.quiet_since_ms, up_since_ms) {
@@ -209,7 +213,10 @@ impl Checker {
             }
             TraceEvent::RunStarted { .. }
             | TraceEvent::Fault { .. }
-            | TraceEvent::Violation { .. } => Ok(()),
+            | TraceEvent::Violation { .. }
+            | TraceEvent::OperatorAsked { .. }
+            | TraceEvent::OperatorAnswered { .. }
+            | TraceEvent::Hostile { .. } => Ok(()),
         }
     }
 
