@@ -6,61 +6,19 @@
 
 use std::collections::BTreeMap;
 
-use vigil_scenarios::run::{find, run_seed, sweep, Outcome, SweepOptions, SweepSummary};
+use vigil_scenarios::run::{find, run_seed};
 use vigil_world::trace::TraceEvent;
 
-fn jobs() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
-fn assert_no_failures(summary: &SweepSummary) {
-    for outcome in &summary.failed {
-        eprintln!("{}", outcome.failure_report().unwrap_or_default());
-        eprintln!("{}", outcome.result_line());
-    }
-    println!("{}", summary.result_line());
-    assert!(
-        summary.failed.is_empty(),
-        "{} seeds failed: {}",
-        summary.failed.len(),
-        summary.result_line()
-    );
-}
-
-fn quiet(_: u64, _: u64, _: &Outcome) {}
+mod sim_support;
 
 #[test]
 fn hostile_sweep_of_500_seeds_passes() {
-    let hostile = find("hostile").expect("hostile scenario");
-    let summary = sweep(
-        hostile,
-        SweepOptions {
-            start: 0,
-            seeds: 500,
-            jobs: jobs(),
-            check_determinism: false,
-        },
-        &quiet,
-    );
-    assert_no_failures(&summary);
-    assert_eq!(summary.seeds, 500);
-    assert_eq!(summary.virtual_ms_total, 500 * hostile.virtual_ms);
+    sim_support::sweep_passes("hostile", 500);
 }
 
 #[test]
 fn same_seed_gives_the_same_whole_trace_on_20_seeds() {
-    let hostile = find("hostile").expect("hostile scenario");
-    let summary = sweep(
-        hostile,
-        SweepOptions {
-            start: 10_000,
-            seeds: 20,
-            jobs: jobs(),
-            check_determinism: true,
-        },
-        &quiet,
-    );
-    assert_no_failures(&summary);
+    sim_support::same_trace_twice("hostile", 10_000, 20);
 }
 
 /// Seeds whose attacks are read back. Crashes and power cuts may cut an attack short in one

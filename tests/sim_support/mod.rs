@@ -11,12 +11,24 @@ pub fn jobs() -> usize {
 /// Sweeps seeds `0..seeds` of scenario `name` and fails, printing each failing seed's report,
 /// unless every seed passes and really simulated the scenario's whole length.
 pub fn sweep_passes(name: &str, seeds: u64) {
+    sweep_from_passes(name, 0, seeds, false);
+}
+
+// Not every simulation test file checks determinism through here.
+#[allow(dead_code)]
+/// Runs seeds `start..start + seeds` of scenario `name` twice each and fails unless every seed
+/// passes both times with the same whole trace (invariant 13).
+pub fn same_trace_twice(name: &str, start: u64, seeds: u64) {
+    sweep_from_passes(name, start, seeds, true);
+}
+
+fn sweep_from_passes(name: &str, start: u64, seeds: u64, check_determinism: bool) {
     let scenario = find(name).expect("scenario exists");
     let options = SweepOptions {
-        start: 0,
+        start,
         seeds,
         jobs: jobs(),
-        check_determinism: false,
+        check_determinism,
     };
     let summary = sweep(scenario, options, &|_, _, _| {});
     for outcome in &summary.failed {

@@ -68,22 +68,12 @@ impl CooldownOracle {
 #[cfg(test)]
 mod tests {
     use vigil::engine::agent::{AgentId, AgentSpec};
-    use vigil::engine::daily_cap::LocalDay;
-    use vigil::engine::run::{RunId, RunStatus};
     use vigil::engine::tenant::TokenHash;
 
+    use super::super::test_events::{event, run_finished, run_started};
     use super::*;
 
     const COOLDOWN_MS: u64 = 60_000;
-
-    fn event(at_ms: u64, kind: EventKind) -> Event {
-        Event {
-            seq: 0,
-            at_ms,
-            tenant: "default".into(),
-            kind,
-        }
-    }
 
     fn created() -> Event {
         let mut spec = AgentSpec::with_interval("cool", None);
@@ -101,31 +91,11 @@ mod tests {
     }
 
     fn started(at_ms: u64, run: u64) -> Event {
-        event(
-            at_ms,
-            EventKind::RunStarted {
-                run: RunId(run),
-                agent: AgentId(1),
-                run_number: run,
-                day: LocalDay(0),
-            },
-        )
+        run_started(at_ms, run, 1)
     }
 
     fn finished(at_ms: u64, run: u64) -> Event {
-        event(
-            at_ms,
-            EventKind::RunFinished {
-                run: RunId(run),
-                agent: AgentId(1),
-                status: RunStatus::Succeeded,
-                detail: String::new(),
-                cause: None,
-                stop_reason: None,
-                report: None,
-                error_class: None,
-            },
-        )
+        run_finished(at_ms, run, 1)
     }
 
     fn oracle_after_one_run() -> CooldownOracle {

@@ -181,41 +181,15 @@ impl ExecutionsOracle {
 
 #[cfg(test)]
 mod tests {
-    use vigil::engine::agent::AgentId;
-    use vigil::engine::daily_cap::LocalDay;
-    use vigil::engine::run::{RunId, RunStatus};
-
+    use super::super::test_events::{run_finished as finished_at, run_started as started_at};
     use super::*;
 
-    fn event(kind: EventKind) -> Event {
-        Event {
-            seq: 0,
-            at_ms: 0,
-            tenant: "default".into(),
-            kind,
-        }
-    }
-
     fn run_started(run: u64, agent: u64) -> Event {
-        event(EventKind::RunStarted {
-            run: RunId(run),
-            agent: AgentId(agent),
-            run_number: 0,
-            day: LocalDay(0),
-        })
+        started_at(0, run, agent)
     }
 
     fn run_finished(run: u64, agent: u64) -> Event {
-        event(EventKind::RunFinished {
-            run: RunId(run),
-            agent: AgentId(agent),
-            status: RunStatus::Succeeded,
-            detail: String::new(),
-            cause: None,
-            stop_reason: None,
-            report: None,
-            error_class: None,
-        })
+        finished_at(0, run, agent)
     }
 
     fn oracle_with_runs(runs: &[(u64, u64)]) -> ExecutionsOracle {

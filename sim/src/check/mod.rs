@@ -16,6 +16,8 @@ pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod runs;
+#[cfg(test)]
+mod test_events;
 
 use std::collections::BTreeMap;
 
