@@ -104,8 +104,19 @@ fn run_skewed(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64) -> RunResult {
 
 /// The shared runner for `seed` with `rates`, a skew and these workload steps.
 fn run_steps(seed: u64, rates: Vec<FaultRate>, skew_ms_max: i64, steps: Vec<Step>) -> RunResult {
+    run_world(seed, rates, skew_ms_max, steps, Default::default())
+}
+
+/// Like [`run_steps`], in a world with these outside services.
+fn run_world(
+    seed: u64,
+    rates: Vec<FaultRate>,
+    skew_ms_max: i64,
+    steps: Vec<Step>,
+    agents: phases::AgentWorld,
+) -> RunResult {
     let setup = Setup {
-        agents: Default::default(),
+        agents,
         pinned: Vec::new(),
         scenario: "sim_faults",
         seed,
@@ -717,6 +728,83 @@ fn a_provider_partition_fails_the_calls_made_while_it_lasts() {
                 || d.contains("could not reach the provider")),
         "{failed:?}"
     );
+}
+
+/// One agent whose model calls its one tool (the tool server's always-fine `ok` endpoint, 5 s
+/// timeout) once or twice on every 1-minute timer run, in a world with a tool server.
+fn tool_world() -> (Vec<Step>, phases::AgentWorld) {
+    use vigil_world::provider::{Behaviour, ProviderScript, ID_MARKER_TEMPLATE, SIM_MODEL};
+    use vigil_world::tool_server::{tool_url, ToolScript};
+    let steps = vec![Step {
+        at_ms: 1_000,
+        action: Action::CreateAgent {
+            spec: serde_json::json!({
+                "name": "caller",
+                "heartbeat": { "interval_ms": MINUTE_MS },
+                "breaker": { "failures_to_open": 100 },
+                "adapter": {
+                    "type": "llm", "base_url": vigil_world::provider::base_url(), "model": SIM_MODEL,
+                    "request_timeout_ms": 20_000,
+                    "prompts": { "system": format!("{ID_MARKER_TEMPLATE} Look it up.") },
+                    "tools": [{
+                        "name": "lookup", "description": "Looks something up.",
+                        "parameters": { "type": "object" },
+                        "url": tool_url("ok", true), "timeout_ms": 5_000,
+                    }],
+                },
+            }),
+        },
+    }];
+    let world = phases::AgentWorld {
+        provider: ProviderScript {
+            default: Behaviour {
+                tool_permille: 1_000,
+                tool_rounds: (1, 2),
+                calls_per_round: (1, 1),
+                ..Behaviour::default()
+            },
+            by_name_prefix: Vec::new(),
+        },
+        tools: Some(ToolScript::default()),
+        processes: None,
+    };
+    (steps, world)
+}
+
+/// What the tool server did with each call it served, in order.
+fn tool_outcomes(result: &RunResult) -> Vec<vigil_world::trace::ToolOutcome> {
+    result
+        .records
+        .iter()
+        .filter_map(|r| match &r.event {
+            TraceEvent::ToolCallServed { outcome, .. } => Some(*outcome),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn tool_failure_and_tool_hang_strike_every_tool_call_made_while_they_last() {
+    use vigil_world::trace::ToolOutcome;
+    for (kind, struck) in [
+        (FaultKind::ToolFailure, ToolOutcome::Failed),
+        (FaultKind::ToolHang, ToolOutcome::Hung),
+    ] {
+        let rates = once(kind);
+        let (seed, _) = seed_where(&rates, |f| f.duration_ms() >= 3 * MINUTE_MS);
+        let (steps, world) = tool_world();
+        let without = run_world(seed, Vec::new(), 0, steps.clone(), world.clone());
+        let with = run_world(seed, rates, 0, steps, world);
+        let calm = tool_outcomes(&without);
+        assert!(calm.len() > 10 && calm.iter().all(|o| *o == ToolOutcome::Ok), "{calm:?}");
+        let sick = tool_outcomes(&with);
+        let hit = sick.iter().filter(|o| **o == struck).count();
+        assert!(hit > 0 && sick.iter().all(|o| *o == ToolOutcome::Ok || *o == struck), "{kind:?}: {sick:?}");
+        let healed = with.records.iter().any(|r| {
+            matches!(&r.event, TraceEvent::Fault { fault: FaultRecord::Healed(f) } if f.kind() == kind.name())
+        });
+        assert!(healed, "{kind:?}: the window heals");
+    }
 }
 
 /// One agent pulsing every 2 s (offline after 3 misses) from the first minute on.

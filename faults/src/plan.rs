@@ -66,6 +66,12 @@ pub enum Fault {
     /// For `duration_ms`, every run that starts on the node fails at once: a tool call failed
     /// (the breaker's tool trigger counts it).
     RunFailure { duration_ms: u64 },
+    /// For `duration_ms`, every call to the simulated tool server fails (HTTP 500): the agent
+    /// loop hands the model a tool error and the run's end counts on the breaker's tool trigger.
+    ToolFailure { duration_ms: u64 },
+    /// For `duration_ms`, no call to the simulated tool server is answered: each hangs until
+    /// the tool's own timeout (`timeout_ms` of the spec) ends it.
+    ToolHang { duration_ms: u64 },
     /// For `duration_ms`, the simulated LLM provider misbehaves as `llm` says.
     Llm { llm: LlmFault, duration_ms: u64 },
     /// A wakeup storm: `wakes` on-demand wakeups sent at once to the node's agents (picked by
@@ -108,6 +114,8 @@ impl Fault {
             Fault::ClockSkew { .. } => "clock_skew",
             Fault::RunHang { .. } => "run_hang",
             Fault::RunFailure { .. } => "run_failure",
+            Fault::ToolFailure { .. } => "tool_failure",
+            Fault::ToolHang { .. } => "tool_hang",
             Fault::WakeupBurst { .. } => "wakeup_burst",
             Fault::AlignedTimers { .. } => "aligned_timers",
             Fault::CatchUp { .. } => "catch_up",
@@ -132,7 +140,9 @@ impl Fault {
             | Fault::PulseLoss { duration_ms, .. }
             | Fault::ClockSkew { duration_ms, .. }
             | Fault::RunHang { duration_ms }
-            | Fault::RunFailure { duration_ms } => duration_ms,
+            | Fault::RunFailure { duration_ms }
+            | Fault::ToolFailure { duration_ms }
+            | Fault::ToolHang { duration_ms } => duration_ms,
         }
     }
 }
@@ -179,6 +189,8 @@ impl fmt::Display for Fault {
             | Fault::ProviderPartition { duration_ms }
             | Fault::RunHang { duration_ms }
             | Fault::RunFailure { duration_ms }
+            | Fault::ToolFailure { duration_ms }
+            | Fault::ToolHang { duration_ms }
             | Fault::Llm { duration_ms, .. } => write!(f, " duration_ms={duration_ms}"),
             Fault::WakeupBurst {
                 wakes, task_keys, ..
@@ -312,6 +324,10 @@ pub enum FaultKind {
     RunHang,
     /// Runs that start on the node fail (a tool call failed).
     RunFailure,
+    /// The simulated tool server fails every call (scenarios with a tool server only).
+    ToolFailure,
+    /// The simulated tool server answers no call (scenarios with a tool server only).
+    ToolHang,
     /// A burst of on-demand wakeups at once.
     WakeupBurst,
     /// A fleet registered at once on one interval.
@@ -338,6 +354,8 @@ impl FaultKind {
             FaultKind::ClockSkew => "clock_skew",
             FaultKind::RunHang => "run_hang",
             FaultKind::RunFailure => "run_failure",
+            FaultKind::ToolFailure => "tool_failure",
+            FaultKind::ToolHang => "tool_hang",
             FaultKind::WakeupBurst => "wakeup_burst",
             FaultKind::AlignedTimers => "aligned_timers",
             FaultKind::CatchUp => "catch_up",
@@ -394,6 +412,11 @@ pub const PULSE_LOSS_PERMILLE_MIN: u16 = 100;
 /// minutes, so some hangs outlast it and some heal first).
 pub const RUN_FAULT_MS_MIN: u64 = 60_000;
 pub const RUN_FAULT_MS_MAX: u64 = 30 * 60_000;
+/// A tool server's sick spell: from a few calls (a tool round takes seconds) to a quarter of an
+/// hour, long enough for several runs in a row to meet it and the tool trigger to open the
+/// breaker.
+pub const TOOL_FAULT_MS_MIN: u64 = 10_000;
+pub const TOOL_FAULT_MS_MAX: u64 = 15 * 60_000;
 /// Wakeups in one burst, and the task keys they spread over.
 pub const BURST_WAKES_MIN: u64 = 20;
 pub const BURST_WAKES_MAX: u64 = 300;
@@ -502,6 +525,12 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
         },
         FaultKind::RunFailure => Fault::RunFailure {
             duration_ms: log_uniform(rng, RUN_FAULT_MS_MIN, RUN_FAULT_MS_MAX),
+        },
+        FaultKind::ToolFailure => Fault::ToolFailure {
+            duration_ms: log_uniform(rng, TOOL_FAULT_MS_MIN, TOOL_FAULT_MS_MAX),
+        },
+        FaultKind::ToolHang => Fault::ToolHang {
+            duration_ms: log_uniform(rng, TOOL_FAULT_MS_MIN, TOOL_FAULT_MS_MAX),
         },
         FaultKind::WakeupBurst => Fault::WakeupBurst {
             wakes: log_uniform(rng, BURST_WAKES_MIN, BURST_WAKES_MAX) as u32,
@@ -612,6 +641,8 @@ mod tests {
             rate(FaultKind::ClockSkew, 0.5),
             rate(FaultKind::RunHang, 0.5),
             rate(FaultKind::RunFailure, 0.5),
+            rate(FaultKind::ToolFailure, 0.5),
+            rate(FaultKind::ToolHang, 0.5),
             rate(FaultKind::WakeupBurst, 0.5),
             rate(FaultKind::AlignedTimers, 0.5),
             rate(FaultKind::CatchUp, 0.5),
@@ -700,6 +731,13 @@ mod tests {
             ) {
                 let d = injection.fault.duration_ms();
                 assert!((RUN_FAULT_MS_MIN..=RUN_FAULT_MS_MAX).contains(&d));
+            }
+            if matches!(
+                injection.fault,
+                Fault::ToolFailure { .. } | Fault::ToolHang { .. }
+            ) {
+                let d = injection.fault.duration_ms();
+                assert!((TOOL_FAULT_MS_MIN..=TOOL_FAULT_MS_MAX).contains(&d));
             }
         }
         assert_eq!(kinds.len(), every_kind().len(), "{kinds:?}");

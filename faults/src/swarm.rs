@@ -20,9 +20,9 @@ pub const SWARM_PER_HOUR_MAX: f64 = 4.0;
 pub const SWARM_TRIGGERS_MAX: u32 = 8;
 
 /// The kinds swarm mode chooses from: every fault the shared scenario runner can inflict,
-/// wakeup storms included; the LLM provider's faults when the world has a provider, and pulse
-/// loss when its agents pulse (`world`; these come last, so the other kinds draw the same
-/// either way).
+/// wakeup storms included; the LLM provider's faults when the world has a provider, pulse
+/// loss when its agents pulse, and the tool server's faults when it has one (`world`; these
+/// come last, so the other kinds draw the same either way).
 pub fn catalogue(rng: &mut impl Rng, world: World) -> Vec<FaultKind> {
     let filter = |rng: &mut dyn rand::RngCore| StorageFilter {
         ops: [StorageOps::Write, StorageOps::Sync, StorageOps::Any][rng.gen_range(0..3)],
@@ -59,6 +59,9 @@ pub fn catalogue(rng: &mut impl Rng, world: World) -> Vec<FaultKind> {
     if world.pulses {
         kinds.push(FaultKind::PulseLoss);
     }
+    if world.tools {
+        kinds.extend([FaultKind::ToolFailure, FaultKind::ToolHang]);
+    }
     kinds
 }
 
@@ -69,6 +72,8 @@ pub struct World {
     pub llm: bool,
     /// Agents that pulse.
     pub pulses: bool,
+    /// A simulated tool server that agents' HTTP tools call.
+    pub tools: bool,
 }
 
 /// The swarm of `seed`: a random non-empty subset of the catalogue (with the faults `world`
@@ -188,6 +193,7 @@ mod tests {
     const LLM: World = World {
         llm: true,
         pulses: false,
+        tools: false,
     };
 
     #[test]
@@ -211,6 +217,30 @@ mod tests {
             })
             .count();
         assert!(with_llm > 80, "{with_llm}");
+    }
+
+    #[test]
+    fn tool_faults_join_only_worlds_with_a_tool_server_and_shift_nothing_else() {
+        let tools = World {
+            tools: true,
+            ..LLM
+        };
+        let is_tool = |k: FaultKind| matches!(k, FaultKind::ToolFailure | FaultKind::ToolHang);
+        for seed in 0..100 {
+            let without = choose(seed, LLM);
+            assert!(without.iter().all(|r| !is_tool(r.kind)), "seed {seed}");
+            let with = choose(seed, tools);
+            let common: Vec<_> = with.iter().filter(|r| !is_tool(r.kind)).copied().collect();
+            // An empty pick falls back to one random kind drawn after the whole catalogue, so
+            // only swarms that picked something compare.
+            if common.len() == without.len() {
+                assert_eq!(common, without, "seed {seed}");
+            }
+        }
+        let with_tool_faults = (0..100)
+            .filter(|seed| choose(*seed, tools).iter().any(|r| is_tool(r.kind)))
+            .count();
+        assert!((50..100).contains(&with_tool_faults), "{with_tool_faults}");
     }
 
     #[test]

@@ -109,6 +109,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let world = vigil_faults::swarm::World {
         llm: uses_llm,
         pulses,
+        tools: setup.agents.tools.is_some(),
     };
     // Swarm mode: the seed's own choice of faults instead of the scenario's designed mix.
     let swarm = recorder
@@ -239,7 +240,10 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             windows,
             faults.clone(),
             node.disk.clone(),
-            provider.clone(),
+            Services {
+                provider: provider.clone(),
+                tools: tool_server.clone(),
+            },
             node.run_faults.clone(),
             node.clock.clone(),
             node.name,
@@ -400,7 +404,9 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             | Fault::PulseLoss { .. }
             | Fault::ClockSkew { .. }
             | Fault::RunHang { .. }
-            | Fault::RunFailure { .. } => unreachable!("window faults run on their own task"),
+            | Fault::RunFailure { .. }
+            | Fault::ToolFailure { .. }
+            | Fault::ToolHang { .. } => unreachable!("window faults run on their own task"),
         }
     }
     // The quiet phase: heal every window, and restart a node that stopped itself just now.
@@ -440,13 +446,19 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     sleep_until_ms(&recorder, end_ms).await;
 }
 
+/// The world's outside services that window faults make sick, when the world has them.
+struct Services {
+    provider: Option<vigil_world::provider::SharedProvider>,
+    tools: Option<vigil_world::tool_server::SharedToolServer>,
+}
+
 /// Opens each window fault at its instant and heals it when its duration is over.
 #[allow(clippy::too_many_arguments)]
 async fn run_windows(
     windows: Vec<Injection>,
     faults: Rc<RefCell<Windows>>,
     disk: std::sync::Arc<vigil_world::disk::SimDisk>,
-    provider: Option<vigil_world::provider::SharedProvider>,
+    services: Services,
     run_faults: RunFaults,
     clock: std::sync::Arc<vigil_world::clock::SimClock>,
     node_name: &'static str,
@@ -475,6 +487,7 @@ async fn run_windows(
                 node_name
             }
             Fault::Llm { .. } => "llm-provider",
+            Fault::ToolFailure { .. } | Fault::ToolHang { .. } => "tool-server",
             _ => "sim",
         };
         let record = if opens {
@@ -492,7 +505,7 @@ async fn run_windows(
                 Fault::Llm { llm, .. } => {
                     // Without a provider in the world (no agent calls one) there is nothing to
                     // make sick; the record says so.
-                    let Some(provider) = &provider else {
+                    let Some(provider) = &services.provider else {
                         recorder.record(
                             "sim",
                             TraceEvent::Fault {
@@ -506,6 +519,19 @@ async fn run_windows(
                 Fault::RunHang { .. } | Fault::RunFailure { .. } => {
                     run_faults.open(run_fault(fault));
                 }
+                Fault::ToolFailure { .. } | Fault::ToolHang { .. } => {
+                    // Only worlds with a tool server draw these (swarm) or list them (designed).
+                    let Some(tools) = &services.tools else {
+                        recorder.record(
+                            "sim",
+                            TraceEvent::Fault {
+                                fault: FaultRecord::SkippedNoProvider(fault),
+                            },
+                        );
+                        continue;
+                    };
+                    set_tool_fault(tools, fault, true);
+                }
                 _ => faults.borrow_mut().open(at_ms, fault),
             }
             FaultRecord::Struck(fault)
@@ -513,13 +539,17 @@ async fn run_windows(
             match fault {
                 Fault::StorageError { .. } if at_ms >= storage_until_ms => disk.disarm_errors(),
                 Fault::StorageError { .. } => {}
-                Fault::Llm { llm, .. } => match &provider {
+                Fault::Llm { llm, .. } => match &services.provider {
                     Some(provider) => provider.lock().expect("provider lock").close(llm),
                     None => continue,
                 },
                 Fault::RunHang { .. } | Fault::RunFailure { .. } => {
                     run_faults.close(run_fault(fault))
                 }
+                Fault::ToolFailure { .. } | Fault::ToolHang { .. } => match &services.tools {
+                    Some(tools) => set_tool_fault(tools, fault, false),
+                    None => continue,
+                },
                 _ => faults.borrow_mut().close(at_ms),
             }
             FaultRecord::Healed(fault)
@@ -529,6 +559,16 @@ async fn run_windows(
             let delta_ms = faults.borrow_mut().skew_delta();
             jump_clock(&clock, node_name, &recorder, delta_ms);
         }
+    }
+}
+
+/// Opens or closes a tool server fault's window.
+fn set_tool_fault(tools: &vigil_world::tool_server::SharedToolServer, fault: Fault, open: bool) {
+    let mut tools = tools.lock().expect("tool server lock");
+    match fault {
+        Fault::ToolFailure { .. } => tools.set_failing(open),
+        Fault::ToolHang { .. } => tools.set_hanging(open),
+        other => unreachable!("{other:?} is not a tool server fault"),
     }
 }
 

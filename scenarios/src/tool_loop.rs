@@ -178,6 +178,10 @@ pub async fn run(seed: u64, recorder: Recorder) {
             rate(FaultKind::ClockJump, 0.5, 3),
             rate(FaultKind::Llm(LlmFault::ServerError), 0.3, 2),
             rate(FaultKind::Llm(LlmFault::Malformed), 0.3, 2),
+            // Spells in which every tool fails or hangs: several runs in a row meet them, so the
+            // breaker's tool trigger opens, and hung calls end at the tools' own timeouts.
+            rate(FaultKind::ToolFailure, 0.3, 2),
+            rate(FaultKind::ToolHang, 0.3, 2),
         ],
         downtime_ms_max: 5 * MINUTE_MS,
         skew_ms_max: 5_000,

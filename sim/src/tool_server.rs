@@ -12,7 +12,7 @@
 //! | `partial` | 200 with a partial result that asks to be called again (a model that obeys loops) |
 //! | `hang` | no answer, ever (the tool's `timeout_ms` ends the call) |
 //!
-//! While a `tool_failure` window is open every endpoint answers 503; while a `tool_hang` window
+//! While a `tool_failure` window is open every endpoint answers 500; while a `tool_hang` window
 //! is open none answers. Every call served is a typed trace record
 //! ([`TraceEvent::ToolCallServed`]) naming the agent and run the runtime put in the POST body
 //! (`agent.id`, `run.id`).

@@ -150,7 +150,8 @@ pub enum FaultRecord {
     /// window one opened.
     Struck(Fault),
     /// A planned window fault had nothing to strike in this world (an `llm_*` fault in a
-    /// scenario without an LLM provider), so it was skipped.
+    /// scenario without an LLM provider, a `tool_*` fault in one without a tool server), so it
+    /// was skipped.
     SkippedNoProvider(Fault),
     /// A planned window fault healed.
     Healed(Fault),
@@ -186,11 +187,11 @@ impl fmt::Display for FaultRecord {
         match self {
             FaultRecord::Struck(fault) => write!(f, "{fault}"),
             FaultRecord::SkippedNoProvider(fault) => {
-                write!(
-                    f,
-                    "{} skipped: no llm provider in this scenario",
-                    fault.kind()
-                )
+                let missing = match fault {
+                    Fault::ToolFailure { .. } | Fault::ToolHang { .. } => "tool server",
+                    _ => "llm provider",
+                };
+                write!(f, "{} skipped: no {missing} in this scenario", fault.kind())
             }
             FaultRecord::Healed(fault) => write!(f, "{} healed", fault.kind()),
             FaultRecord::HealedAll => f.write_str("healed every fault for the quiet phase"),

@@ -57,6 +57,20 @@ pub struct ExecutionsOracle {
     started: u64,
 }
 
+/// Whether an earlier run's open executions still count against its agent's next run. A
+/// network call of a run that has *ended* does not: the runtime dropped its connection before
+/// it committed the end, and the server learns of the close one network hop later (a provider
+/// holding a call for an hour under `llm_timeout` notices only then). A call the runtime really
+/// kept going past the end would send more: `no_execution_after_run_end` judges those. A
+/// process group is different: the machine runs it whatever the network does, and the runtime
+/// must see it gone before the agent's next child starts, so it counts until it is gone.
+fn still_executing(run: Option<&RunState>, services: &BTreeMap<Service, u32>) -> bool {
+    let ended = run.is_some_and(|r| r.ended_ms.is_some());
+    services
+        .iter()
+        .any(|(service, n)| *n > 0 && (!ended || *service == Service::Process))
+}
+
 impl ExecutionsOracle {
     pub fn committed(&mut self, t_ms: u64, event: &Event) {
         match &event.kind {
@@ -116,11 +130,11 @@ impl ExecutionsOracle {
                 );
             }
         }
+        let runs = &self.runs;
         let agent_runs = self.in_flight.entry(state.agent).or_default();
-        if let Some((other, services)) = agent_runs
-            .iter()
-            .find(|(other, services)| **other != run && services.values().any(|n| *n > 0))
-        {
+        if let Some((other, services)) = agent_runs.iter().find(|(other, services)| {
+            **other != run && still_executing(runs.get(other), services)
+        }) {
             let kinds: Vec<&str> = services.keys().map(|s| s.name()).collect();
             return violation(
                 "one_execution_per_agent",
@@ -255,6 +269,25 @@ mod tests {
             broken(oracle.process_spawned(60, 2, 4_001)),
             "one_execution_per_agent"
         );
+    }
+
+    #[test]
+    fn a_call_the_server_still_holds_after_its_run_ended_does_not_count_against_the_next_run() {
+        // The runtime gave up on run 1's model call (its timeout) and committed the end; the
+        // provider learns of the closed connection a hop later, after run 2's first call.
+        let mut oracle = oracle_with_runs(&[(1, 7), (2, 7)]);
+        oracle.started(10, Service::Model, Some(7), 1).unwrap();
+        oracle.started(12, Service::Tool, Some(7), 1).unwrap();
+        // While run 1 has not ended, its open call still counts.
+        assert_eq!(
+            broken(oracle.started(20, Service::Model, Some(7), 2)),
+            "one_execution_per_agent"
+        );
+        oracle.committed(30, &run_finished(1, 7));
+        oracle
+            .started(34, Service::Model, Some(7), 2)
+            .expect("run 1's calls ended with it on the runtime's side");
+        oracle.ended(Service::Model, 1);
     }
 
     #[test]
