@@ -1258,6 +1258,105 @@ async fn pulses_bring_agents_online_and_the_sweep_marks_silent_ones_offline() {
 }
 
 #[tokio::test]
+async fn pulses_carry_a_status_and_metadata_that_the_views_and_liveness_events_show() {
+    use vigil::engine::pulse_report::{PULSE_METADATA_BYTES_MAX, PULSE_METADATA_KEYS_MAX};
+    let f = start("pulse-reports").await;
+    let (a, a_token) = create(
+        &f.acme,
+        json!({ "name": "a", "liveness": { "pulse_interval_ms": 1000, "offline_after_misses": 3 } }),
+    )
+    .await;
+    let (b, _) = create(&f.acme, json!({ "name": "b" })).await;
+    let agent_a = f.as_token(&a_token);
+
+    // The answer: when the pulse came, the earliest and latest instants a silent agent is
+    // judged, and what it said; the agent_online event carries the report.
+    let (status, answer) = post(
+        &agent_a,
+        &format!("/v1/agents/{a}/pulse"),
+        json!({ "status": "busy", "metadata": { "queue": 3 } }),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["heartbeat_at_ms"], START_MS);
+    assert_eq!(answer["next_deadline_ms"], START_MS + 3_000);
+    assert_eq!(answer["offline_by_ms"], START_MS + 3_000);
+    assert_eq!(answer["status"], "busy");
+    assert_eq!(answer["metadata"], json!({ "queue": 3 }));
+    let seq = answer["seq"].as_u64().unwrap();
+    let (_, page) = get(&f.acme, &format!("/v1/events?after={}", seq - 1)).await;
+    assert_eq!(page["events"][0]["type"], "agent_online");
+    assert_eq!(
+        page["events"][0]["report"],
+        json!({ "status": "busy", "metadata": { "queue": 3 } })
+    );
+
+    // A pulse that leaves a part out keeps it; the agent view and the list show the latest.
+    f.clock.0.fetch_add(500, Ordering::SeqCst);
+    let (_, kept) = post(&agent_a, &format!("/v1/agents/{a}/pulse"), json!({ "status": "shutting_down" })).await;
+    assert_eq!(kept["metadata"], json!({ "queue": 3 }));
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{a}")).await;
+    assert_eq!(shown["pulse"]["status"], "shutting_down");
+    assert_eq!(shown["pulse"]["heartbeat_at_ms"], START_MS + 500);
+    let (_, listing) = get(&f.acme, "/v1/agents").await;
+    let listed = listing["agents"].as_array().unwrap();
+    assert_eq!(listed.iter().find(|x| x["id"] == a).unwrap()["pulse"]["metadata"], json!({ "queue": 3 }));
+    assert!(listed.iter().find(|x| x["id"] == b).unwrap().get("pulse").is_none(), "b never pulsed");
+
+    // The batch takes ids and objects alike, and answers each agent's deadline and status.
+    let (status, batch) = post(
+        &f.acme,
+        "/v1/pulses",
+        json!({ "agents": [a, { "id": b, "status": "idle", "metadata": { "v": "2" } }] }),
+    )
+    .await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["came_online"], json!([b]));
+    assert_eq!(batch["pulses"][1], json!({ "agent": b, "next_deadline_ms": START_MS + 500 + 30_000, "status": "idle" }));
+    assert_eq!(batch["pulses"][0]["status"], "shutting_down", "a bare id changes nothing said");
+
+    // Silence: the offline event carries what the agent said last (it announced its leaving).
+    f.clock.1.store(3_001, Ordering::SeqCst);
+    wait_agent(&f.acme, a, |agent| liveness(agent) == "offline").await;
+    let (_, page) = get(&f.acme, "/v1/events?limit=1000").await;
+    let offline = page["events"].as_array().unwrap().iter().find(|e| e["type"] == "agent_offline").cloned().unwrap();
+    assert_eq!(offline["report"]["status"], "shutting_down");
+
+    // Bad input, each at its limit and named; a refused pulse changes nothing.
+    let pulse_a = format!("/v1/agents/{a}/pulse");
+    assert_error(&post(&agent_a, &pulse_a, json!({ "status": "sleeping" })).await, 400, "invalid_field", Some("status"));
+    assert_error(&post(&agent_a, &pulse_a, json!({ "metadata": [1] })).await, 400, "invalid_field", Some("metadata"));
+    let at_limit = json!({ "k": "x".repeat(PULSE_METADATA_BYTES_MAX - 8) });
+    let (status, _) = post(&agent_a, &pulse_a, json!({ "metadata": at_limit })).await;
+    assert_eq!(status, 200, "exactly {PULSE_METADATA_BYTES_MAX} bytes of metadata");
+    let over = json!({ "k": "x".repeat(PULSE_METADATA_BYTES_MAX - 7) });
+    assert_error(&post(&agent_a, &pulse_a, json!({ "metadata": over.clone() })).await, 400, "invalid_field", Some("metadata"));
+    let many: serde_json::Map<String, serde_json::Value> =
+        (0..=PULSE_METADATA_KEYS_MAX).map(|i| (format!("k{i}"), json!(i))).collect();
+    assert_error(&post(&agent_a, &pulse_a, json!({ "metadata": many })).await, 400, "invalid_field", Some("metadata"));
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [b, { "id": a, "metadata": over }] })).await,
+        400,
+        "invalid_field",
+        Some("agents[1].metadata"),
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [{ "id": a, "status": "gone" }] })).await,
+        400,
+        "invalid_field",
+        Some("agents[0].status"),
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [{ "id": a, "mood": "ok" }] })).await,
+        400,
+        "invalid_field",
+        Some("agents[0].mood"),
+    );
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{b}")).await;
+    assert_eq!(shown["pulse"]["status"], "idle", "the refused batches changed nothing");
+}
+
+#[tokio::test]
 async fn input_wakes_the_agent_and_restarts_its_idle_chamber() {
     let f = start("input").await;
     let (a, a_token) = create(

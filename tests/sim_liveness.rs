@@ -54,7 +54,7 @@ fn liveness_really_marks_silent_agents_offline_and_back() {
                             quiet_offline += 1;
                         }
                     }
-                    EventKind::AgentOnline { agent } => {
+                    EventKind::AgentOnline { agent, .. } => {
                         if offline.insert(*agent, false) == Some(true) {
                             back_online += 1;
                         }

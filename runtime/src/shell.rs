@@ -9,11 +9,13 @@
 //! more, and ends the node's tasks at once; the host learns it from `Node::failed` and exits, so
 //! a supervisor restarts the process and recovery reads what really reached the disk.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::event::{Event, EventKind};
-use crate::engine::liveness::{LivenessStatus, PulseBook};
+use crate::engine::liveness::{LastPulse, LivenessStatus, PulseBook};
+use crate::engine::pulse_report::PulseReport;
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
@@ -249,29 +251,45 @@ impl Shell {
         })
     }
 
-    /// Pulses from `agents` (one agent, or a host's batch): remembered in memory only; the
-    /// agents that were not online become online, durably. All or nothing: an unknown or
-    /// terminated agent refuses the whole batch.
-    pub fn pulse(self: &Arc<Self>, agents: &[AgentId]) -> Result<(), ExecuteError> {
+    /// Pulses from `agents` (one agent, or a host's batch), each with what it says: remembered
+    /// in memory only; the agents that were not online become online, durably, with what their
+    /// pulses say. All or nothing: an unknown or terminated agent refuses the whole batch.
+    /// Returns the pulse's instant on the node's wall clock.
+    pub fn pulse(self: &Arc<Self>, agents: &[(AgentId, PulseReport)]) -> Result<u64, ExecuteError> {
         let mut engine = self.engine();
         let now_ms = self.clock.wall_now_ms();
+        let mut pulses = self.pulses();
+        // What each agent's pulses will say once these are taken (a later entry of the same
+        // agent over an earlier one), for the events; the book changes only if the batch is.
+        let mut merged: BTreeMap<AgentId, PulseReport> = BTreeMap::new();
+        for (agent, report) in agents {
+            merged
+                .entry(*agent)
+                .or_insert_with(|| pulses.last(*agent).map(|l| l.report.clone()).unwrap_or_default())
+                .update(report);
+        }
         let decision = engine.decide(
             &Command::MarkOnline {
-                agents: agents.to_vec(),
+                agents: merged.into_iter().collect(),
             },
             now_ms,
         )?;
         let mono_ms = mono_ms(&self.clock);
-        let mut pulses = self.pulses();
-        for agent in agents {
+        for (agent, report) in agents {
             pulses.pulse(*agent, mono_ms);
+            pulses.report(*agent, now_ms, report);
         }
         drop(pulses);
         self.commit(&mut engine, &decision.events)?;
         if !decision.events.is_empty() {
             self.liveness_changed.notify_one();
         }
-        Ok(())
+        Ok(now_ms)
+    }
+
+    /// The latest pulse of `agent` since this node started (memory only).
+    pub fn last_pulse(&self, agent: AgentId) -> Option<LastPulse> {
+        self.pulses().last(agent).cloned()
     }
 
     /// The stale sweep: marks offline every online agent silent past its detector's judgement.
@@ -284,9 +302,14 @@ impl Shell {
         if stale.is_empty() {
             return Ok(0);
         }
-        for (agent, _) in &stale {
-            pulses.forget(*agent);
-        }
+        let stale: Vec<(AgentId, u64, PulseReport)> = stale
+            .into_iter()
+            .map(|(agent, silent_ms)| {
+                pulses.forget(agent);
+                let said = pulses.last(agent).map(|l| l.report.clone()).unwrap_or_default();
+                (agent, silent_ms, said)
+            })
+            .collect();
         drop(pulses);
         let now_ms = self.clock.wall_now_ms();
         let decision = engine.decide(&Command::MarkOffline { agents: stale }, now_ms)?;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::{parse_id, Caller};
 use super::body::parse_json;
 use super::error::ApiError;
+use super::pulses::PulseView;
 use crate::engine::agent::{Agent, AgentId, AgentSpec};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
@@ -29,7 +30,27 @@ pub struct Created {
 #[derive(Debug, Serialize)]
 pub struct Listing {
     pub now_ms: u64,
-    pub agents: Vec<Agent>,
+    pub agents: Vec<AgentView>,
+}
+
+/// An agent as `GET /v1/agents[/{id}]` shows it: the agent, and its latest pulse since the node
+/// started (memory only: absent before the first pulse after a restart).
+#[derive(Debug, Serialize)]
+pub struct AgentView {
+    #[serde(flatten)]
+    pub agent: Agent,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pulse: Option<PulseView>,
+}
+
+impl AgentView {
+    fn of(agent: Agent, caller: &Caller) -> AgentView {
+        let pulse = caller
+            .shell
+            .last_pulse(agent.id)
+            .map(|last| PulseView::of(last, &agent.spec.liveness));
+        AgentView { agent, pulse }
+    }
 }
 
 /// Answer to a wakeup.
@@ -64,19 +85,22 @@ pub async fn create(
 
 pub async fn list(caller: Caller) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
-    let engine = caller.shell.engine();
-    let agents = engine
-        .agents()
-        .filter(|a| a.tenant == tenant)
-        .cloned()
+    let agents: Vec<Agent> = {
+        let engine = caller.shell.engine();
+        engine.agents().filter(|a| a.tenant == tenant).cloned().collect()
+    };
+    let agents = agents
+        .into_iter()
+        .map(|agent| AgentView::of(agent, &caller))
         .collect();
     let now_ms = caller.shell.clock().wall_now_ms();
     Ok(Json(Listing { now_ms, agents }))
 }
 
-pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Agent>, ApiError> {
+pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentView>, ApiError> {
     let id = AgentId(parse_id("id", &id)?);
-    caller.agent(id).map(Json)
+    let agent = caller.agent(id)?;
+    Ok(Json(AgentView::of(agent, &caller)))
 }
 
 /// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset}` does.

@@ -5,26 +5,85 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::Path;
 use axum::Json;
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 use super::agents::{optional_body, WakeAnswer};
 use super::auth::{parse_id, Caller};
 use super::body::parse_json;
 use super::error::ApiError;
 use crate::engine::agent::AgentId;
-use crate::engine::liveness::{LivenessStatus, PULSE_BATCH_MAX};
+use crate::engine::liveness::{LastPulse, LivenessPolicy, LivenessStatus, PULSE_BATCH_MAX};
+use crate::engine::pulse_report::{PulseReport, ReportedStatus};
 use crate::engine::wakeup::{WakeupRequest, WakeupSource};
 
-/// A single pulse takes no fields; an empty body or `{}` will do.
+/// A single pulse: empty, or what the agent says of itself.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PulseRequest {}
+pub struct PulseRequest {
+    /// `active`, `busy`, `idle` or `shutting_down`; kept until a pulse says otherwise.
+    #[serde(default)]
+    pub status: Option<ReportedStatus>,
+    /// A small JSON object (at most `PULSE_METADATA_BYTES_MAX` bytes, `PULSE_METADATA_KEYS_MAX`
+    /// keys, `PULSE_METADATA_DEPTH_MAX` levels); kept until a pulse sends another.
+    #[serde(default)]
+    pub metadata: Option<Map<String, Value>>,
+}
 
-/// The answer to a pulse: the agent's liveness after it.
+impl PulseRequest {
+    /// The report, its metadata checked; `prefix` places the fields (`agents[3].`) in errors.
+    fn into_report(self, prefix: &str) -> Result<PulseReport, ApiError> {
+        if let Some(metadata) = &self.metadata {
+            PulseReport::validate_metadata(metadata, &format!("{prefix}metadata"))
+                .map_err(|e| ApiError::invalid_field(e.field, e.message))?;
+        }
+        Ok(PulseReport {
+            status: self.status,
+            metadata: self.metadata,
+        })
+    }
+}
+
+/// An agent's pulse as the API shows it: when it came, until when the agent is safe without
+/// another, and what its pulses say.
+#[derive(Debug, Serialize)]
+pub struct PulseView {
+    /// The node's wall clock when the latest pulse came.
+    pub heartbeat_at_ms: u64,
+    /// The earliest instant the agent can be suspected (and marked offline) without another
+    /// pulse: its detector's floor after the pulse (the fixed threshold, or one interval for
+    /// `phi_accrual`). Only pulses since the node started are known.
+    pub next_deadline_ms: u64,
+    /// The latest instant by which a silent agent is judged offline (its fixed threshold).
+    pub offline_by_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ReportedStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+}
+
+impl PulseView {
+    /// The view of `last` for an agent judged by `policy`.
+    pub fn of(last: LastPulse, policy: &LivenessPolicy) -> PulseView {
+        PulseView {
+            heartbeat_at_ms: last.at_ms,
+            next_deadline_ms: last.at_ms.saturating_add(policy.floor_ms()),
+            offline_by_ms: last.at_ms.saturating_add(policy.threshold_ms()),
+            status: last.report.status,
+            metadata: last.report.metadata,
+        }
+    }
+}
+
+/// The answer to a pulse: the agent's liveness after it, and its pulse as the node keeps it.
 #[derive(Debug, Serialize)]
 pub struct PulseAnswer {
     pub agent: AgentId,
     pub liveness: LivenessStatus,
+    #[serde(flatten)]
+    pub pulse: PulseView,
     /// The log head after the pulse (a pulse writes only when the agent comes online).
     pub seq: u64,
 }
@@ -37,21 +96,88 @@ pub async fn pulse(
 ) -> Result<Json<PulseAnswer>, ApiError> {
     let agent = AgentId(parse_id("id", &id)?);
     caller.with_agent(agent, |_| ())?;
-    let PulseRequest {} = optional_body(body)?;
-    caller.shell.pulse(&[agent])?;
-    let liveness = caller.with_agent(agent, |a| a.liveness.status)?;
+    let request: PulseRequest = optional_body(body)?;
+    let report = request.into_report("")?;
+    caller.shell.pulse(&[(agent, report)])?;
+    let (liveness, policy) =
+        caller.with_agent(agent, |a| (a.liveness.status, a.spec.liveness.clone()))?;
+    let last = caller
+        .shell
+        .last_pulse(agent)
+        .expect("the pulse just taken is remembered");
     Ok(Json(PulseAnswer {
         agent,
         liveness,
+        pulse: PulseView::of(last, &policy),
         seq: caller.shell.head_seq(),
     }))
 }
 
-/// A host's batch: the agents it runs that are alive.
+/// A host's batch: the agents it runs that are alive, each an id or an object
+/// `{"id": N, "status": .., "metadata": {..}}`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
-    pub agents: Vec<u64>,
+    pub agents: Vec<BatchEntry>,
+}
+
+/// One agent of a batch.
+#[derive(Debug)]
+pub struct BatchEntry {
+    pub id: u64,
+    pub request: PulseRequest,
+}
+
+/// An entry with what the agent says.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchEntryObject {
+    id: u64,
+    #[serde(default)]
+    status: Option<ReportedStatus>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+}
+
+impl<'de> Deserialize<'de> for BatchEntry {
+    /// A bare id, or an object; a bad field inside names itself (`agents[2].status`).
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EntryVisitor;
+        impl<'de> serde::de::Visitor<'de> for EntryVisitor {
+            type Value = BatchEntry;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an agent id, or an object with `id` and optionally `status` and `metadata`")
+            }
+            fn visit_u64<E: serde::de::Error>(self, id: u64) -> Result<BatchEntry, E> {
+                Ok(BatchEntry {
+                    id,
+                    request: PulseRequest::default(),
+                })
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<BatchEntry, A::Error> {
+                let object = BatchEntryObject::deserialize(
+                    serde::de::value::MapAccessDeserializer::new(map),
+                )?;
+                Ok(BatchEntry {
+                    id: object.id,
+                    request: PulseRequest {
+                        status: object.status,
+                        metadata: object.metadata,
+                    },
+                })
+            }
+        }
+        deserializer.deserialize_any(EntryVisitor)
+    }
+}
+
+/// One agent's line in a batch's answer.
+#[derive(Debug, Serialize)]
+pub struct BatchPulse {
+    pub agent: AgentId,
+    pub next_deadline_ms: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<ReportedStatus>,
 }
 
 /// The answer to a batch.
@@ -61,12 +187,16 @@ pub struct BatchAnswer {
     pub accepted: usize,
     /// Agents that came online with this batch.
     pub came_online: Vec<AgentId>,
+    /// The node's wall clock when the batch was taken.
+    pub heartbeat_at_ms: u64,
+    /// Each distinct agent, in id order: its next deadline and reported status.
+    pub pulses: Vec<BatchPulse>,
     pub seq: u64,
 }
 
-/// `POST /v1/pulses` (operator only): `{"agents": [id, ...]}`, 1 to `PULSE_BATCH_MAX` agents of
-/// the caller's tenant. All or nothing: one unknown or terminated agent refuses the batch and
-/// names it.
+/// `POST /v1/pulses` (operator only): `{"agents": [id or {"id", "status", "metadata"}, ...]}`,
+/// 1 to `PULSE_BATCH_MAX` agents of the caller's tenant. All or nothing: one unknown or
+/// terminated agent, or one bad entry, refuses the batch and names it.
 pub async fn batch(
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
@@ -82,36 +212,45 @@ pub async fn batch(
             ),
         ));
     }
-    let mut agents: Vec<AgentId> = request.agents.iter().map(|id| AgentId(*id)).collect();
-    agents.sort();
-    agents.dedup();
-    let mut was_online = Vec::with_capacity(agents.len());
-    for (i, id) in request.agents.iter().enumerate() {
+    let mut pulses = Vec::with_capacity(request.agents.len());
+    let mut was_online = BTreeMap::new();
+    for (i, entry) in request.agents.into_iter().enumerate() {
         let named = |mut e: ApiError| {
             e.field = Some(format!("agents[{i}]"));
             e
         };
+        let agent = AgentId(entry.id);
         let online = caller
-            .with_agent(AgentId(*id), |a| a.liveness.status == LivenessStatus::Online)
+            .with_agent(agent, |a| a.liveness.status == LivenessStatus::Online)
             .map_err(named)?;
-        was_online.push((AgentId(*id), online));
+        was_online.entry(agent).or_insert(online);
+        pulses.push((agent, entry.request.into_report(&format!("agents[{i}]."))?));
     }
-    caller.shell.pulse(&agents).map_err(|error| {
+    let heartbeat_at_ms = caller.shell.pulse(&pulses).map_err(|error| {
         let mut e = ApiError::from(error);
         if e.field.is_none() {
             e.field = Some("agents".into());
         }
         e
     })?;
-    was_online.sort();
-    was_online.dedup();
+    let mut lines = Vec::with_capacity(was_online.len());
+    for agent in was_online.keys() {
+        let floor_ms = caller.with_agent(*agent, |a| a.spec.liveness.floor_ms())?;
+        lines.push(BatchPulse {
+            agent: *agent,
+            next_deadline_ms: heartbeat_at_ms.saturating_add(floor_ms),
+            status: caller.shell.last_pulse(*agent).and_then(|l| l.report.status),
+        });
+    }
     Ok(Json(BatchAnswer {
-        accepted: agents.len(),
+        accepted: was_online.len(),
         came_online: was_online
             .into_iter()
             .filter(|(_, online)| !online)
             .map(|(agent, _)| agent)
             .collect(),
+        heartbeat_at_ms,
+        pulses: lines,
         seq: caller.shell.head_seq(),
     }))
 }

@@ -89,6 +89,17 @@ pub struct BreakerPolicyView {
     pub failures_to_open: u32,
 }
 
+/// An agent's latest pulse as the server reports it (since the server started).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct PulseRow {
+    pub heartbeat_at_ms: u64,
+    /// What the agent says it is doing (`busy`, `shutting_down`, ...), as the server sent it.
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
 /// The run an agent is executing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActiveRun {
@@ -107,6 +118,9 @@ pub struct AgentRow {
     /// `None` (shown `-`) from a server that does not report liveness.
     #[serde(default)]
     pub liveness: Option<Liveness>,
+    /// `None` (shown `-`) before the agent's first pulse since the server started.
+    #[serde(default)]
+    pub pulse: Option<PulseRow>,
     pub next_fire_at_ms: Option<u64>,
     /// `None` (shown `-`) without an idle wakeup due, or from a server without the field.
     #[serde(default)]

@@ -19,6 +19,7 @@ use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
 use super::liveness::{Liveness, LivenessStatus};
+use super::pulse_report::PulseReport;
 use super::pause::{self, PausedBy};
 use super::daily_cap::LocalDay;
 use super::run::{Run, RunEnd, RunId, RunReport, RunStatus, StopReason, CONTROL_PLANE_RESTART};
@@ -239,23 +240,25 @@ impl Coordinator {
         );
     }
 
-    /// A pulse came while the agent was not online.
-    pub fn mark_online(&mut self, draft: &mut Draft) {
+    /// A pulse came while the agent was not online; its pulses say `report`.
+    pub fn mark_online(&mut self, draft: &mut Draft, report: &PulseReport) {
         draft.emit(
             self,
             EventKind::AgentOnline {
                 agent: self.agent.id,
+                report: report.clone(),
             },
         );
     }
 
-    /// The stale sweep found the agent silent for `silent_ms`.
-    pub fn mark_offline(&mut self, draft: &mut Draft, silent_ms: u64) {
+    /// The stale sweep found the agent silent for `silent_ms`; its last pulses said `report`.
+    pub fn mark_offline(&mut self, draft: &mut Draft, silent_ms: u64, report: &PulseReport) {
         draft.emit(
             self,
             EventKind::AgentOffline {
                 agent: self.agent.id,
                 silent_ms,
+                report: report.clone(),
             },
         );
     }

@@ -7,6 +7,7 @@ use super::agent::{AgentId, AgentSpec};
 use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
+use super::pulse_report::PulseReport;
 use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use super::usage::{MicroUsd, Usage};
 use super::tenant::{TenantName, TokenHash};
@@ -195,12 +196,18 @@ pub enum EventKind {
     /// A pulse came from an agent that was not online (never pulsed, or offline).
     AgentOnline {
         agent: AgentId,
+        /// What its pulses said (status, metadata), this one's parts over earlier ones'.
+        #[serde(default, skip_serializing_if = "PulseReport::is_empty")]
+        report: PulseReport,
     },
     /// The stale sweep found the agent silent past its detector's judgement.
     AgentOffline {
         agent: AgentId,
         /// How long it had been silent, on the node's monotonic clock.
         silent_ms: u64,
+        /// What its last pulses said (an agent that reported `shutting_down` left on purpose).
+        #[serde(default, skip_serializing_if = "PulseReport::is_empty")]
+        report: PulseReport,
     },
     /// A user wrote to the agent: the idle chamber starts counting again. The on-demand
     /// wakeup the input brings follows as its own event.
@@ -274,7 +281,7 @@ impl EventKind {
             | EventKind::BreakerHalfOpened { agent }
             | EventKind::BreakerClosed { agent }
             | EventKind::BreakerReset { agent }
-            | EventKind::AgentOnline { agent }
+            | EventKind::AgentOnline { agent, .. }
             | EventKind::AgentOffline { agent, .. }
             | EventKind::InputReceived { agent, .. }
             | EventKind::IdleFired { agent, .. } => Some(*agent),

@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, FieldError};
+use super::pulse_report::PulseReport;
 
 /// How often an agent pulses when its policy does not say.
 pub const PULSE_INTERVAL_MS_DEFAULT: u64 = 10_000;
@@ -223,10 +224,22 @@ struct Track {
     gaps: VecDeque<u64>,
 }
 
+/// The latest pulse an agent sent, as its API answer and the agent view show it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LastPulse {
+    /// The node's wall clock when it came.
+    pub at_ms: u64,
+    /// What the agent's pulses said, latest part by part.
+    pub report: PulseReport,
+}
+
 /// The last pulse of every watched agent: memory only, rebuilt empty on restart.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PulseBook {
     tracks: BTreeMap<AgentId, Track>,
+    /// The latest pulse of every agent that pulsed since the node started, kept while it is
+    /// offline too (an agent that said `shutting_down` before it went silent still says so).
+    last: BTreeMap<AgentId, LastPulse>,
 }
 
 impl PulseBook {
@@ -255,6 +268,19 @@ impl PulseBook {
                 );
             }
         }
+    }
+
+    /// Remembers what `agent`'s pulse at wall instant `at_ms` said (beside [`PulseBook::pulse`],
+    /// which judges its timing).
+    pub fn report(&mut self, agent: AgentId, at_ms: u64, report: &PulseReport) {
+        let last = self.last.entry(agent).or_default();
+        last.at_ms = at_ms;
+        last.report.update(report);
+    }
+
+    /// The latest pulse of `agent` since the node started.
+    pub fn last(&self, agent: AgentId) -> Option<&LastPulse> {
+        self.last.get(&agent)
     }
 
     /// Starts watching `agent` as if it had just pulsed, without a gap sample: after a restart

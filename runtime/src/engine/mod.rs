@@ -18,6 +18,7 @@ pub mod draft;
 pub mod event;
 pub mod history;
 pub mod liveness;
+pub mod pulse_report;
 pub mod llm_spec;
 pub mod node_bounds;
 pub mod pause;
@@ -38,6 +39,7 @@ use agent_state::AgentState;
 use draft::Draft;
 use event::{Event, EventKind};
 use node_bounds::{NodeBounds, NodeLimits};
+use pulse_report::PulseReport;
 use run::{Run, RunEnd, RunId, RunStatus};
 use tenant::{
     validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
@@ -69,14 +71,15 @@ pub enum Command {
         agent: AgentId,
         request: WakeupRequest,
     },
-    /// Pulses came from these agents; those not online become online.
+    /// Pulses came from these agents, with what each agent's pulses say now; those not online
+    /// become online.
     MarkOnline {
-        agents: Vec<AgentId>,
+        agents: Vec<(AgentId, PulseReport)>,
     },
-    /// The stale sweep found these agents silent (with how long, in ms); those online become
-    /// offline.
+    /// The stale sweep found these agents silent (with how long, in ms, and what their last
+    /// pulses said); those online become offline.
     MarkOffline {
-        agents: Vec<(AgentId, u64)>,
+        agents: Vec<(AgentId, u64, PulseReport)>,
     },
     /// An operator pause: until resumed (`minutes` none), or for `minutes`.
     PauseAgent {
@@ -328,28 +331,32 @@ impl Engine {
             }
             Command::MarkOnline { agents } => {
                 // All or nothing: a batch naming one unknown or terminated agent changes nothing.
-                let agents: BTreeSet<AgentId> = agents.iter().copied().collect();
-                for agent in &agents {
+                let agents: BTreeMap<AgentId, &PulseReport> =
+                    agents.iter().map(|(agent, report)| (*agent, report)).collect();
+                for agent in agents.keys() {
                     if self.state(*agent)?.agent().status == AgentStatus::Terminated {
                         return Err(Refusal::AgentTerminated(*agent));
                     }
                 }
-                for agent in agents {
+                for (agent, report) in agents {
                     let state = &self.agents[&agent];
                     if state.agent().liveness.status != liveness::LivenessStatus::Online {
-                        state.coordinator.clone().mark_online(&mut draft);
+                        state.coordinator.clone().mark_online(&mut draft, report);
                     }
                 }
             }
             Command::MarkOffline { agents } => {
-                let agents: BTreeMap<AgentId, u64> = agents.iter().copied().collect();
-                for (agent, silent_ms) in agents {
+                let agents: BTreeMap<AgentId, (u64, &PulseReport)> = agents
+                    .iter()
+                    .map(|(agent, silent_ms, report)| (*agent, (*silent_ms, report)))
+                    .collect();
+                for (agent, (silent_ms, report)) in agents {
                     let state = self.state(agent)?;
                     if state.agent().liveness.status == liveness::LivenessStatus::Online {
                         state
                             .coordinator
                             .clone()
-                            .mark_offline(&mut draft, silent_ms);
+                            .mark_offline(&mut draft, silent_ms, report);
                     }
                 }
             }

@@ -1231,13 +1231,14 @@ fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
     let mut engine = with_tenant();
     let a = create(&mut engine, "a", None, 0);
     let b = create(&mut engine, "b", None, 0);
+    let said = super::pulse_report::PulseReport::default;
     let status = |e: &Engine, id| e.agent(id).unwrap().liveness.status;
     assert_eq!(status(&engine, a), LivenessStatus::Unknown);
 
     let decision = run(
         &mut engine,
         Command::MarkOnline {
-            agents: vec![a, b, a],
+            agents: vec![(a, said()), (b, said()), (a, said())],
         },
         1_000,
     );
@@ -1245,13 +1246,13 @@ fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
     assert_eq!(status(&engine, a), LivenessStatus::Online);
     assert_eq!(engine.agent(a).unwrap().liveness.since_ms, Some(1_000));
     // Pulses from online agents record nothing.
-    let decision = run(&mut engine, Command::MarkOnline { agents: vec![a] }, 2_000);
+    let decision = run(&mut engine, Command::MarkOnline { agents: vec![(a, said())] }, 2_000);
     assert!(decision.events.is_empty());
 
     let decision = run(
         &mut engine,
         Command::MarkOffline {
-            agents: vec![(a, 30_001)],
+            agents: vec![(a, 30_001, said())],
         },
         40_000,
     );
@@ -1261,14 +1262,14 @@ fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
     let decision = run(
         &mut engine,
         Command::MarkOffline {
-            agents: vec![(a, 31_000)],
+            agents: vec![(a, 31_000, said())],
         },
         41_000,
     );
     assert!(decision.events.is_empty());
 
     run(&mut engine, Command::TerminateAgent { agent: b }, 50_000);
-    let refused = engine.decide(&Command::MarkOnline { agents: vec![a, b] }, 51_000);
+    let refused = engine.decide(&Command::MarkOnline { agents: vec![(a, said()), (b, said())] }, 51_000);
     assert_eq!(refused.unwrap_err(), Refusal::AgentTerminated(b));
     assert_eq!(
         status(&engine, a),
@@ -1277,11 +1278,54 @@ fn liveness_transitions_are_events_and_batches_are_all_or_nothing() {
     );
     let unknown = engine.decide(
         &Command::MarkOnline {
-            agents: vec![AgentId(99)],
+            agents: vec![(AgentId(99), said())],
         },
         51_000,
     );
     assert_eq!(unknown.unwrap_err(), Refusal::UnknownAgent(AgentId(99)));
+}
+
+#[test]
+fn liveness_events_carry_what_the_agent_s_pulses_said() {
+    use super::pulse_report::{PulseReport, ReportedStatus};
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let said = PulseReport {
+        status: Some(ReportedStatus::ShuttingDown),
+        metadata: serde_json::json!({ "version": "1.2" }).as_object().cloned(),
+    };
+    let online = run(
+        &mut engine,
+        Command::MarkOnline {
+            agents: vec![(a, said.clone())],
+        },
+        1_000,
+    );
+    match &online.events[0].kind {
+        EventKind::AgentOnline { report, .. } => assert_eq!(report, &said),
+        other => panic!("{other:?}"),
+    }
+    let offline = run(
+        &mut engine,
+        Command::MarkOffline {
+            agents: vec![(a, 30_001, said.clone())],
+        },
+        40_000,
+    );
+    match &offline.events[0].kind {
+        EventKind::AgentOffline { report, .. } => assert_eq!(report, &said),
+        other => panic!("{other:?}"),
+    }
+    // An empty report is left out of the stored event, as before reports existed.
+    let quiet = run(
+        &mut engine,
+        Command::MarkOnline {
+            agents: vec![(a, PulseReport::default())],
+        },
+        50_000,
+    );
+    let json = serde_json::to_value(&quiet.events[0]).unwrap();
+    assert!(json.get("report").is_none(), "{json}");
 }
 
 fn usage_costing(cost_micro_usd: u64) -> super::usage::Usage {

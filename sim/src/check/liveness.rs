@@ -65,12 +65,12 @@ impl LivenessOracle {
                     },
                 );
             }
-            EventKind::AgentOnline { agent } => {
+            EventKind::AgentOnline { agent, .. } => {
                 let watched = self.agents.entry(agent.0).or_default();
                 watched.online = true;
                 watched.online_since_ms = t_ms;
             }
-            EventKind::AgentOffline { agent, silent_ms } => {
+            EventKind::AgentOffline { agent, silent_ms, .. } => {
                 let watched = self.agents.entry(agent.0).or_default();
                 watched.online = false;
                 watched.offline_since_ms = Some(t_ms);
@@ -191,7 +191,7 @@ mod tests {
         oracle
             .committed(
                 1_000,
-                &event(2, EventKind::AgentOnline { agent: AgentId(1) }),
+                &event(2, EventKind::AgentOnline { agent: AgentId(1), report: Default::default() }),
             )
             .unwrap();
         oracle
@@ -205,6 +205,7 @@ mod tests {
                 EventKind::AgentOffline {
                     agent: AgentId(1),
                     silent_ms: 0,
+                    report: Default::default(),
                 },
             ),
         )

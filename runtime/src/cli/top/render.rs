@@ -12,9 +12,12 @@ use crate::engine::pause::PausedBy;
 /// columns off the screen. Agent names may have 64 characters.
 pub const NAME_CHARS_SHOWN_MAX: usize = 24;
 
-const COLUMNS: [&str; 12] = [
-    "ID", "NAME", "STATUS", "LIVENESS", "TIMER", "IDLE", "PAUSE", "BREAKER", "TODAY", "SPEND",
-    "RUNS", "ACTIVE",
+/// Most characters of the PULSE cell (its age, the agent's status, its metadata as JSON).
+pub const PULSE_CHARS_SHOWN_MAX: usize = 40;
+
+const COLUMNS: [&str; 13] = [
+    "ID", "NAME", "STATUS", "LIVENESS", "PULSE", "TIMER", "IDLE", "PAUSE", "BREAKER", "TODAY",
+    "SPEND", "RUNS", "ACTIVE",
 ];
 
 /// The header line, then the table: one row per agent, in the snapshot's order.
@@ -26,6 +29,7 @@ pub fn render_fleet(snapshot: &FleetSnapshot, now_ms: u64) -> Vec<String> {
             name_cell(&agent.name),
             status_name(agent.status).to_string(),
             liveness_cell(agent.liveness.as_ref(), now_ms),
+            pulse_cell(agent.pulse.as_ref(), now_ms),
             due_cell(agent.next_fire_at_ms, now_ms),
             due_cell(agent.next_idle_at_ms, now_ms),
             pause_cell(agent, now_ms),
@@ -98,6 +102,29 @@ fn liveness_cell(liveness: Option<&Liveness>, now_ms: u64) -> String {
         Some(since_ms) => format!("{status} {}", relative(since_ms, now_ms)),
         None => status.to_string(),
     }
+}
+
+/// `4s ago busy {"queue":3}`: the latest pulse's age, what the agent said of itself and its
+/// metadata, escaped and cut to `PULSE_CHARS_SHOWN_MAX`; `-` before a pulse.
+fn pulse_cell(pulse: Option<&super::PulseRow>, now_ms: u64) -> String {
+    let Some(pulse) = pulse else {
+        return "-".to_string();
+    };
+    let mut cell = relative(pulse.heartbeat_at_ms, now_ms);
+    if let Some(status) = &pulse.status {
+        cell.push(' ');
+        cell.push_str(status);
+    }
+    if let Some(metadata) = &pulse.metadata {
+        cell.push(' ');
+        cell.push_str(&serde_json::Value::Object(metadata.clone()).to_string());
+    }
+    let cell = escape_controls(&cell).to_string();
+    if cell.chars().count() <= PULSE_CHARS_SHOWN_MAX {
+        return cell;
+    }
+    let kept: String = cell.chars().take(PULSE_CHARS_SHOWN_MAX - 1).collect();
+    format!("{kept}…")
 }
 
 /// A coming instant: `in 4m10s`, `due` once passed, `-` when there is none.
@@ -236,6 +263,7 @@ mod tests {
             name: name.into(),
             status: AgentStatus::Active,
             liveness: None,
+            pulse: None,
             next_fire_at_ms: None,
             next_idle_at_ms: None,
             paused_until_ms: None,
@@ -279,9 +307,9 @@ mod tests {
             lines,
             [
                 "server http://127.0.0.1:7070  tenant default  agents 2  online -  offline -  last seq 57  2026-11-22T14:15:21Z",
-                "ID  NAME    STATUS  LIVENESS  TIMER     IDLE  PAUSE                     BREAKER  TODAY  SPEND  RUNS  ACTIVE",
-                "1   scout   active  -         in 4m10s  -     -                         closed   0/-    -      12    -",
-                "12  triage  paused  -         -         -     until resumed (operator)  closed   0/-    -      0     -",
+                "ID  NAME    STATUS  LIVENESS  PULSE  TIMER     IDLE  PAUSE                     BREAKER  TODAY  SPEND  RUNS  ACTIVE",
+                "1   scout   active  -         -      in 4m10s  -     -                         closed   0/-    -      12    -",
+                "12  triage  paused  -         -      -         -     until resumed (operator)  closed   0/-    -      0     -",
             ]
         );
     }
@@ -416,5 +444,25 @@ mod tests {
         a.spec.limits.daily_budget_usd = Some(crate::engine::usage::MicroUsd(500_000));
         assert_eq!(spend_cell(&a, 1_000), "$0.12/$0.50");
         assert_eq!(spend_cell(&a, 86_400_000), "$0.00/$0.50", "a new day starts at zero");
+    }
+
+    #[test]
+    fn the_pulse_cell_shows_age_status_and_metadata_escaped_and_cut() {
+        assert_eq!(pulse_cell(None, NOW_MS), "-");
+        let pulse = super::super::PulseRow {
+            heartbeat_at_ms: NOW_MS - 4_000,
+            status: Some("busy".into()),
+            metadata: serde_json::json!({ "queue": 3 }).as_object().cloned(),
+        };
+        assert_eq!(pulse_cell(Some(&pulse), NOW_MS), r#"4s ago busy {"queue":3}"#);
+        let hostile = super::super::PulseRow {
+            heartbeat_at_ms: NOW_MS,
+            status: Some("\u{1b}]0;owned\u{7}".into()),
+            metadata: serde_json::json!({ "note": "x".repeat(100) }).as_object().cloned(),
+        };
+        let cell = pulse_cell(Some(&hostile), NOW_MS);
+        assert!(!cell.contains('\u{1b}') && !cell.contains('\u{7}'), "{cell:?}");
+        assert_eq!(cell.chars().count(), PULSE_CHARS_SHOWN_MAX);
+        assert!(cell.ends_with('…'));
     }
 }
