@@ -1593,3 +1593,58 @@ async fn a_cooldown_keeps_the_next_run_queued_after_a_run_ends() {
     );
     f.node.stop();
 }
+
+#[tokio::test]
+async fn run_activity_is_a_pulse_for_agents_that_ask_for_passive_pulses() {
+    let f = start("passive-pulses").await;
+    let steps = json!([{ "duration_ms": 10, "outcome": "succeeded" }]);
+    let liveness_of = |passive: bool| {
+        json!({ "pulse_interval_ms": 1000, "offline_after_misses": 2, "passive_pulses": passive })
+    };
+    let (busy, _) = create(
+        &f.acme,
+        json!({ "name": "busy", "adapter": script(steps.clone()), "liveness": liveness_of(true) }),
+    )
+    .await;
+    let (plain, _) = create(
+        &f.acme,
+        json!({ "name": "plain", "adapter": script(steps.clone()), "liveness": liveness_of(false) }),
+    )
+    .await;
+    let (never, _) = create(
+        &f.acme,
+        json!({ "name": "never", "adapter": script(steps), "liveness": liveness_of(true) }),
+    )
+    .await;
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{busy}")).await;
+    assert_eq!(shown["spec"]["liveness"]["passive_pulses"], true);
+    let (status, _) = post(&f.acme, "/v1/pulses", json!({ "agents": [busy, plain] })).await;
+    assert_eq!(status, 200);
+
+    // 1.5 s later (monotonic) each agent runs once: the run's transcript lines are pulses for
+    // `busy` only. At 2.6 s `plain` (silent 2.6 s, threshold 2 s) goes offline; `busy`, silent
+    // 1.1 s since its run, stays online.
+    f.clock.1.store(1_500, Ordering::SeqCst);
+    let run_of = |answer: (u16, Value)| answer.1["run"].as_u64().unwrap();
+    for agent in [busy, plain, never] {
+        let run = run_of(wake(&f.acme, agent, json!({ "source": "on_demand" })).await);
+        assert_eq!(wait_run(&f.acme, run, terminal).await["status"], "succeeded");
+    }
+    f.clock.1.store(2_600, Ordering::SeqCst);
+    wait_agent(&f.acme, plain, |agent| liveness(agent) == "offline").await;
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{busy}")).await;
+    assert_eq!(liveness(&shown), "online", "its run's activity was a pulse");
+    // A passive pulse never brings an agent online: `never` ran but never pulsed.
+    let (_, shown) = get(&f.acme, &format!("/v1/agents/{never}")).await;
+    assert_eq!(liveness(&shown), "unknown");
+    // And without more activity, `busy` goes silent like any other agent.
+    f.clock.1.store(3_501, Ordering::SeqCst);
+    wait_agent(&f.acme, busy, |agent| liveness(agent) == "offline").await;
+    assert_error(
+        &post(&f.acme, "/v1/agents", json!({ "name": "bad", "liveness": { "passive_pulses": "yes" } })).await,
+        400,
+        "invalid_field",
+        Some("liveness.passive_pulses"),
+    );
+    f.node.stop();
+}

@@ -287,6 +287,13 @@ impl Shell {
         Ok(now_ms)
     }
 
+    /// A run of `agent` showed activity: a passive pulse (`liveness.passive_pulses`) if the
+    /// agent is watched; never a write, never an agent brought online.
+    pub fn passive_pulse(&self, agent: AgentId) {
+        let mono_ms = mono_ms(&self.clock);
+        self.pulses().touch(agent, mono_ms);
+    }
+
     /// The latest pulse of `agent` since this node started (memory only).
     pub fn last_pulse(&self, agent: AgentId) -> Option<LastPulse> {
         self.pulses().last(agent).cloned()

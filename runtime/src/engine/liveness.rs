@@ -69,6 +69,17 @@ pub struct LivenessPolicy {
     /// Used by the `phi_accrual` detector only.
     #[serde(default = "phi_threshold_default")]
     pub phi_threshold: u32,
+    /// Whether the activity of the agent's runs (their start, every transcript line: model
+    /// calls, tool calls, output, and their end) counts as a pulse while the agent is watched,
+    /// so that an agent busy in a long run is not judged silent. Off by default: most adapters
+    /// run inside the node, and their activity shows that the node is alive, not the agent's
+    /// host. Such a pulse never brings an agent online (only a real pulse does).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub passive_pulses: bool,
+}
+
+fn is_false(value: &bool) -> bool {
+    !*value
 }
 
 /// Which detector judges silence.
@@ -99,6 +110,7 @@ impl Default for LivenessPolicy {
             offline_after_misses: OFFLINE_AFTER_MISSES_DEFAULT,
             detector: Detector::Fixed,
             phi_threshold: PHI_THRESHOLD_DEFAULT,
+            passive_pulses: false,
         }
     }
 }
@@ -267,6 +279,20 @@ impl PulseBook {
                     },
                 );
             }
+        }
+    }
+
+    /// A run of `agent` showed activity at monotonic `mono_ms`: if the agent is watched, its
+    /// silence starts again from now. No gap sample is taken (run activity is not the agent's
+    /// rhythm, and must not teach the phi-accrual detector a false one), and an agent that is
+    /// not watched stays so. Returns whether the agent was watched.
+    pub fn touch(&mut self, agent: AgentId, mono_ms: u64) -> bool {
+        match self.tracks.get_mut(&agent) {
+            Some(track) => {
+                track.last_ms = track.last_ms.max(mono_ms);
+                true
+            }
+            None => false,
         }
     }
 
@@ -506,5 +532,22 @@ mod tests {
             book.pulse(a, i * 1_000);
         }
         assert_eq!(book.tracks[&a].gaps.len(), PHI_WINDOW);
+    }
+
+    #[test]
+    fn a_touch_restarts_a_watched_agent_s_silence_without_a_gap_sample() {
+        let mut book = PulseBook::new();
+        let a = AgentId(1);
+        assert!(!book.touch(a, 500), "an agent that never pulsed is not watched");
+        assert_eq!(book.silent_ms(a, 600), None);
+        book.pulse(a, 1_000);
+        book.pulse(a, 2_000);
+        assert!(book.touch(a, 5_000));
+        assert_eq!(book.silent_ms(a, 5_500), Some(500));
+        // The gaps are the pulses' own (1 s), not the touch's.
+        assert_eq!(book.tracks[&a].gaps, VecDeque::from([1_000]));
+        // A touch from the past does not move the last pulse back.
+        book.touch(a, 4_000);
+        assert_eq!(book.silent_ms(a, 5_500), Some(500));
     }
 }

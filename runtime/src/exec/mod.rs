@@ -37,7 +37,7 @@ use crate::engine::event::{Event, EventKind};
 use crate::engine::run::{ErrorClass, RunEnd, RunId, RunReport, RunStatus};
 use crate::engine::{Command, Engine};
 use crate::shell::{ExecuteError, Shell};
-use crate::engine::agent::AdapterSpec;
+use crate::engine::agent::{AdapterSpec, AgentId};
 use crate::redact::Redactor;
 use crate::transcript::{EntryBody, SharedTranscriptStore};
 use adapter::{RunContext, SharedAdapterSource};
@@ -120,13 +120,7 @@ impl Executor {
                                 started.task_key.as_deref(),
                             ))
                             .map(|session| session.session_id.clone()),
-                        transcript: Arc::new(RunTranscript::new(
-                            self.transcripts.clone(),
-                            *agent,
-                            *run,
-                            shell.clock().clone(),
-                            self.run_redactor(&spec.adapter),
-                        )),
+                        transcript: Arc::new(self.run_transcript(shell, spec, *agent, *run)),
                         // Why per run: the outbound address policy depends on the tenant.
                         host: Arc::new(ShellHost::for_run(
                             shell.clone(),
@@ -147,6 +141,35 @@ impl Executor {
                 _ => {}
             }
         }
+    }
+
+    /// The transcript of `agent`'s run `run`: redacted with the adapter's secrets, and, when
+    /// the agent's liveness policy asks for passive pulses, each line a pulse.
+    fn run_transcript(
+        &self,
+        shell: &Arc<Shell>,
+        spec: &crate::engine::agent::AgentSpec,
+        agent: AgentId,
+        run: RunId,
+    ) -> RunTranscript {
+        let transcript = RunTranscript::new(
+            self.transcripts.clone(),
+            agent,
+            run,
+            shell.clock().clone(),
+            self.run_redactor(&spec.adapter),
+        );
+        if !spec.liveness.passive_pulses {
+            return transcript;
+        }
+        // Why weak: the transcript lives in the run's task, which must not keep a stopped
+        // node's shell alive.
+        let shell = Arc::downgrade(shell);
+        transcript.with_activity(move || {
+            if let Some(shell) = shell.upgrade() {
+                shell.passive_pulse(agent);
+            }
+        })
     }
 
     /// The secrets a run of `adapter` must never write: its API key, its child's secret

@@ -21,6 +21,8 @@ pub struct RunTranscript {
     clock: SharedClock,
     redactor: Redactor,
     next_seq: AtomicU64,
+    /// Called after every line: the agent's passive pulse, when its policy asks for one.
+    on_activity: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl RunTranscript {
@@ -38,7 +40,14 @@ impl RunTranscript {
             clock,
             redactor,
             next_seq: AtomicU64::new(0),
+            on_activity: None,
         }
+    }
+
+    /// Calls `on_activity` after every line written (the run's start, its progress, its end).
+    pub fn with_activity(mut self, on_activity: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_activity = Some(Box::new(on_activity));
+        self
     }
 
     /// The secrets this transcript redacts (what error texts must be redacted with too).
@@ -65,6 +74,9 @@ impl RunTranscript {
             .await;
         if let Err(error) = appended {
             tracing::warn!(run = %self.run, %error, "could not write a line of the run's transcript");
+        }
+        if let Some(on_activity) = &self.on_activity {
+            on_activity();
         }
     }
 
