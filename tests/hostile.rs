@@ -21,6 +21,7 @@ use vigil::api::{
     BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS, ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX,
     SSE_RETRY_AFTER_S, SSE_STREAMS_PER_TENANT_MAX, SSE_STREAMS_PER_TOKEN_MAX,
     SSE_STREAMS_TENANT_OPERATOR_RESERVE, REQUESTS_PER_SECOND_PER_TOKEN, REQUEST_BURST_PER_TOKEN,
+    REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX,
 };
 use vigil::engine::spec_error::ECHOED_VALUE_CHARS_MAX;
 use vigil::io::clock::{Clock, SharedClock, SystemClock};
@@ -427,6 +428,52 @@ async fn one_agent_token_s_flood_is_refused_429_while_the_operator_is_served() {
     assert_eq!(stranger.status.as_u16(), 401);
     let health = ApiClient::new(node.addr()).get("/v1/health").await.unwrap();
     assert_eq!(health.status.as_u16(), 200);
+}
+
+// ---- requests in flight -------------------------------------------------------------------
+
+/// Polls `GET path` as `token` until `wanted(answer)` holds (bounded).
+async fn poll_raw(addr: SocketAddr, token: &str, path: &str, wanted: impl Fn(&Raw) -> bool) -> Raw {
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        let answer = get_raw(addr, token, path).await;
+        if wanted(&answer) {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "never: {} {}", answer.status, answer.body);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn one_agent_token_s_slow_bodies_hold_only_its_own_request_slots() {
+    let node = start("in-flight", OutboundPolicy::default()).await;
+    let (id, token) = node.agent(ACME_OP, scripted("dribbler")).await;
+    let own = format!("/v1/agents/{id}");
+    // Exactly the cap of requests whose bodies never come: each holds a slot once its head is
+    // authenticated, so a request of the same token beside them is refused.
+    let mut held = Vec::new();
+    for _ in 0..REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX {
+        held.push(body_promised(node.addr(), &token, id).await);
+    }
+    let refused = poll_raw(node.addr(), &token, &own, |a| a.status == 503).await;
+    assert!(refused.body.contains("too_many_requests_in_flight_for_token"), "{}", refused.body);
+    assert_eq!(header(&refused.head, "retry-after"), Some("1"));
+    // One fewer would have passed: with one of them gone, the token is served again.
+    drop(held.pop());
+    poll_raw(node.addr(), &token, &own, |a| a.status == 200).await;
+    // Meanwhile the operators (of the agent's tenant and another) and another agent are served.
+    for operator in [ACME_OP, DEFAULT_OP] {
+        assert_eq!(get_raw(node.addr(), operator, "/v1/agents").await.status, 200);
+    }
+    let (other, other_token) = node.agent(ACME_OP, scripted("neighbour")).await;
+    assert_eq!(get_raw(node.addr(), &other_token, &format!("/v1/agents/{other}")).await.status, 200);
+    // Clients that go away give their slots back.
+    held.clear();
+    for _ in 0..REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX {
+        held.push(body_promised(node.addr(), &token, id).await);
+    }
+    poll_raw(node.addr(), &token, &own, |a| a.status == 503).await;
 }
 
 // ---- small ones ---------------------------------------------------------------------------

@@ -66,6 +66,8 @@ fn the_attacks_reach_the_limits_and_the_operator_is_still_served() {
         );
     };
     saw("slow_bodies", "status=408");
+    // Past the token's requests in flight, the rest of an attack's bodies are refused at once.
+    saw("slow_bodies", "status=503");
     saw("idle_connections", "closed");
     saw("stream_flood", "granted");
     saw("stream_flood", "503_too_many_streams_for_token");

@@ -37,8 +37,9 @@ pub const STREAMS_PER_AGENT: usize = SSE_STREAMS_PER_TOKEN_MAX + 1;
 /// How long a stream flood holds its granted streams, in virtual ms (drawn in this range).
 pub const STREAM_HOLD_MS_MIN: u64 = 60_000;
 pub const STREAM_HOLD_MS_MAX: u64 = 120_000;
-/// Slow bodies sent at once in one attack, at most.
-const SLOW_BODIES_MAX: u32 = 8;
+/// Slow bodies sent at once in one attack, at most: past the token's cap of requests in flight
+/// (`REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX`), so that some attacks find it and get 503s.
+const SLOW_BODIES_MAX: u32 = vigil::api::REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX as u32 + 8;
 /// Declared length of a slow body; it never arrives whole.
 const SLOW_BODY_BYTES: usize = 512;
 /// Pause between two bytes of a slow body, drawn in this range (the node allows a 2 s stall

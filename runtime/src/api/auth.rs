@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 use super::rate_limit::{RateLimited, RateLimits};
+use super::slots::{SlotPermit, Slots};
 use super::streams::StreamSlots;
 use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
@@ -27,6 +28,8 @@ pub struct Gate {
     streams: StreamSlots,
     /// Every token's request-rate bucket (`api::rate_limit`).
     rate_limits: RateLimits,
+    /// Requests in flight per token, tenant and node (`api::in_flight`).
+    requests: Slots,
     /// Where run transcripts are read from (`GET /v1/runs/{id}/log`).
     transcripts: SharedTranscriptStore,
 }
@@ -37,6 +40,7 @@ impl Gate {
             shell: Arc::default(),
             streams: StreamSlots::default(),
             rate_limits: RateLimits::default(),
+            requests: super::in_flight::request_slots(),
             transcripts,
         }
     }
@@ -73,6 +77,9 @@ pub struct Caller {
     pub streams: StreamSlots,
     /// The node's transcript store.
     pub transcripts: SharedTranscriptStore,
+    /// The request's slot among the requests in flight, held until the answer is produced
+    /// (dropped with the caller), or given back by a live stream.
+    in_flight: Option<SlotPermit>,
 }
 
 impl FromRequestParts<Gate> for Caller {
@@ -92,11 +99,16 @@ impl FromRequestParts<Gate> for Caller {
         })?;
         gate.charge(&shell, &hash)
             .map_err(IntoResponse::into_response)?;
+        let in_flight = gate
+            .requests
+            .try_acquire(&principal)
+            .map_err(|refusal| refusal.request_error().into_response())?;
         Ok(Caller {
             shell,
             principal,
             streams: gate.streams.clone(),
             transcripts: gate.transcripts.clone(),
+            in_flight: Some(in_flight),
         })
     }
 }
@@ -129,6 +141,12 @@ fn is_token_shaped(token: &str) -> bool {
 }
 
 impl Caller {
+    /// Gives the request's in-flight slot back: a live stream, which holds a stream slot for
+    /// as long as it lasts, is not a request in flight.
+    pub fn end_request(&mut self) {
+        self.in_flight = None;
+    }
+
     /// The caller's tenant, if the caller is its operator.
     pub fn operator(&self) -> Result<&str, ApiError> {
         match &self.principal {

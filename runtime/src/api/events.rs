@@ -100,6 +100,8 @@ pub async fn list(
         Err(refusal) => return Ok(stream_refused(refusal)),
     };
     let (sender, receiver) = tokio::sync::mpsc::channel(SSE_BUFFER_FRAMES);
+    let mut caller = caller;
+    caller.end_request();
     tokio::spawn(async move {
         stream(caller, after, sender).await;
         drop(permit);
@@ -116,7 +118,7 @@ pub async fn list(
 
 /// A 503 naming the stream cap that refused, with `Retry-After`.
 fn stream_refused(refusal: StreamRefusal) -> Response {
-    refusal.to_api_error().into_response()
+    refusal.stream_error().into_response()
 }
 
 /// The caller's events after `after`: (events, next_after, head).

@@ -10,12 +10,14 @@ mod body_deadline;
 pub mod client;
 mod error;
 mod events;
+mod in_flight;
 mod pulses;
 mod query;
 mod rate_limit;
 mod run_result;
 mod runs;
 mod sessions;
+mod slots;
 mod streams;
 mod usage;
 mod timer;
@@ -39,6 +41,11 @@ pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
 pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX, RETRY_AFTER_DEFAULT_S};
 pub use error::ApiError;
 pub use events::SSE_KEEPALIVE_MS;
+pub use in_flight::{
+    REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_NODE_OPERATOR_RESERVE,
+    REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX, REQUESTS_IN_FLIGHT_PER_OPERATOR_TOKEN_MAX,
+    REQUESTS_IN_FLIGHT_PER_TENANT_MAX, REQUESTS_IN_FLIGHT_TENANT_OPERATOR_RESERVE,
+};
 pub use rate_limit::{
     RATE_LIMITED_TOKENS_MAX, REQUESTS_PER_SECOND_PER_TOKEN, REQUEST_BURST_PER_TOKEN,
 };

@@ -3,13 +3,10 @@
 //! per token and per tenant, and agents never take the slots kept for operators, so the operator
 //! of a tenant can still watch it while its agents (or another tenant's) hold the rest.
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
-
 use axum::http::StatusCode;
 
 use super::error::ApiError;
-use crate::engine::agent::AgentId;
+use super::slots::{SlotLimits, SlotPermit, SlotRefusal, Slots};
 use crate::engine::tenant::Principal;
 
 /// Most live streams one node serves at once.
@@ -27,24 +24,23 @@ pub const SSE_STREAMS_NODE_OPERATOR_RESERVE: usize = 32;
 /// `Retry-After` of a refused stream, in seconds.
 pub const SSE_RETRY_AFTER_S: u64 = 5;
 
-/// One holder of streams: a tenant's operator, or one agent.
-type Holder = (String, Option<AgentId>);
-
 /// Why a stream was refused: which cap was reached.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StreamRefusal {
-    /// The node's whole `SSE_STREAMS_MAX`, or (for an agent) all of it but the operators' reserve.
-    Node,
-    /// The tenant's `SSE_STREAMS_PER_TENANT_MAX`, or (for an agent) all of it but its
-    /// operator's reserve.
-    Tenant,
-    /// The token's own `SSE_STREAMS_PER_TOKEN_MAX`.
-    Token,
-}
+pub type StreamRefusal = SlotRefusal;
 
-impl StreamRefusal {
-    /// The 503 answer, naming the cap, with `Retry-After` [`SSE_RETRY_AFTER_S`].
-    pub fn to_api_error(self) -> ApiError {
+/// The caps of live streams.
+pub const STREAM_LIMITS: SlotLimits = SlotLimits {
+    node_max: SSE_STREAMS_MAX,
+    node_operator_reserve: SSE_STREAMS_NODE_OPERATOR_RESERVE,
+    tenant_max: SSE_STREAMS_PER_TENANT_MAX,
+    tenant_operator_reserve: SSE_STREAMS_TENANT_OPERATOR_RESERVE,
+    agent_token_max: SSE_STREAMS_PER_TOKEN_MAX,
+    operator_token_max: SSE_STREAMS_PER_TOKEN_MAX,
+};
+
+impl SlotRefusal {
+    /// The 503 answer to a refused stream, naming the cap, with `Retry-After`
+    /// [`SSE_RETRY_AFTER_S`].
+    pub fn stream_error(self) -> ApiError {
         let (code, message) = match self {
             StreamRefusal::Node => (
                 "too_many_streams",
@@ -80,96 +76,36 @@ impl StreamRefusal {
     }
 }
 
-#[derive(Debug, Default)]
-struct Counts {
-    total: usize,
-    by_tenant: BTreeMap<String, usize>,
-    by_holder: BTreeMap<Holder, usize>,
-}
-
 /// The node's stream slots. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct StreamSlots {
-    counts: Arc<Mutex<Counts>>,
-}
+#[derive(Debug, Clone)]
+pub struct StreamSlots(Slots);
 
 /// One held stream slot; dropping it frees the slot.
-#[derive(Debug)]
-pub struct StreamPermit {
-    slots: StreamSlots,
-    holder: Holder,
+pub type StreamPermit = SlotPermit;
+
+impl Default for StreamSlots {
+    fn default() -> Self {
+        StreamSlots(Slots::new(STREAM_LIMITS))
+    }
 }
 
 impl StreamSlots {
     /// Takes a slot for `principal`, or says which cap refuses it.
     pub fn try_acquire(&self, principal: &Principal) -> Result<StreamPermit, StreamRefusal> {
-        let holder = holder_of(principal);
-        let is_agent = holder.1.is_some();
-        let mut counts = self.counts.lock().expect("stream slots lock");
-        // Agents stop short of the operators' reserves; operators may use everything.
-        let (node_cap, tenant_cap) = match is_agent {
-            true => (
-                SSE_STREAMS_MAX - SSE_STREAMS_NODE_OPERATOR_RESERVE,
-                SSE_STREAMS_PER_TENANT_MAX - SSE_STREAMS_TENANT_OPERATOR_RESERVE,
-            ),
-            false => (SSE_STREAMS_MAX, SSE_STREAMS_PER_TENANT_MAX),
-        };
-        let tenant_held = counts.by_tenant.get(&holder.0).copied().unwrap_or(0);
-        let holder_held = counts.by_holder.get(&holder).copied().unwrap_or(0);
-        if holder_held >= SSE_STREAMS_PER_TOKEN_MAX {
-            return Err(StreamRefusal::Token);
-        }
-        if tenant_held >= tenant_cap {
-            return Err(StreamRefusal::Tenant);
-        }
-        if counts.total >= node_cap {
-            return Err(StreamRefusal::Node);
-        }
-        counts.total += 1;
-        *counts.by_tenant.entry(holder.0.clone()).or_default() += 1;
-        *counts.by_holder.entry(holder.clone()).or_default() += 1;
-        Ok(StreamPermit {
-            slots: self.clone(),
-            holder,
-        })
+        self.0.try_acquire(principal)
     }
 
     /// Streams held now, node-wide.
     #[cfg(test)]
     pub fn held(&self) -> usize {
-        self.counts.lock().expect("stream slots lock").total
-    }
-}
-
-impl Drop for StreamPermit {
-    fn drop(&mut self) {
-        let mut counts = self.slots.counts.lock().expect("stream slots lock");
-        counts.total -= 1;
-        decrement(&mut counts.by_tenant, &self.holder.0);
-        decrement(&mut counts.by_holder, &self.holder);
-    }
-}
-
-/// Lowers `key`'s count, forgetting it at zero (so the maps hold only live holders).
-fn decrement<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: &K) {
-    if let Some(count) = map.get_mut(key) {
-        *count -= 1;
-        if *count == 0 {
-            map.remove(key);
-        }
-    }
-}
-
-fn holder_of(principal: &Principal) -> Holder {
-    match principal {
-        Principal::Operator { tenant } => (tenant.to_string(), None),
-        Principal::Agent { tenant, agent } => (tenant.to_string(), Some(*agent)),
+        self.0.held()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::agent::AgentId;
 
     fn operator(tenant: &str) -> Principal {
         Principal::Operator {
