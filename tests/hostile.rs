@@ -459,6 +459,14 @@ async fn one_agent_token_s_slow_bodies_hold_only_its_own_request_slots() {
     let refused = poll_raw(node.addr(), &token, &own, |a| a.status == 503).await;
     assert!(refused.body.contains("too_many_requests_in_flight_for_token"), "{}", refused.body);
     assert_eq!(header(&refused.head, "retry-after"), Some("1"));
+    // A refused keep-alive connection is closed, not left idle to hoard a connection slot.
+    let mut keep_alive = TcpStream::connect(node.addr()).await.unwrap();
+    let request = format!("GET {own} HTTP/1.1\r\nHost: vigil\r\nAuthorization: Bearer {token}\r\n\r\n");
+    keep_alive.write_all(request.as_bytes()).await.unwrap();
+    let again = read_answer(&mut keep_alive, Duration::from_millis(WAIT_MS_MAX)).await.unwrap();
+    assert_eq!(again.status, 503, "{}", again.body);
+    assert_eq!(header(&again.head, "connection"), Some("close"));
+    assert_closed(&mut keep_alive).await;
     // One fewer would have passed: with one of them gone, the token is served again.
     drop(held.pop());
     poll_raw(node.addr(), &token, &own, |a| a.status == 200).await;

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
@@ -99,10 +99,16 @@ impl FromRequestParts<Gate> for Caller {
         })?;
         gate.charge(&shell, &hash)
             .map_err(IntoResponse::into_response)?;
-        let in_flight = gate
-            .requests
-            .try_acquire(&principal)
-            .map_err(|refusal| refusal.request_error().into_response())?;
+        let in_flight = gate.requests.try_acquire(&principal).map_err(|refusal| {
+            // Why close: the refused client's connection would otherwise stay open, idle, for
+            // the header timeout; closing it keeps a token past its cap from hoarding
+            // connections with requests it knows will be refused.
+            let mut response = refusal.request_error().into_response();
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            response
+        })?;
         Ok(Caller {
             shell,
             principal,
