@@ -357,6 +357,11 @@ impl Turn {
         } else {
             ModelReply::ToolCalls {
                 tools: self.calls.iter().map(|c| c.name.clone()).collect(),
+                rest_minutes: self
+                    .calls
+                    .iter()
+                    .find(|c| c.name == PAUSE_TOOL)
+                    .and_then(|c| c.arguments["minutes"].as_u64()),
             }
         }
     }

@@ -230,9 +230,12 @@ pub enum ModelReply {
     Idle,
     /// A final answer.
     Answer,
-    /// Tool calls, by tool name.
+    /// Tool calls, by tool name; with the `minutes` it asked `pause_heartbeats` for, if it
+    /// asked for a rest.
     ToolCalls {
         tools: Vec<String>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        rest_minutes: Option<u64>,
     },
     /// An `llm_*` fault answered for it.
     RateLimited,

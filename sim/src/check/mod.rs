@@ -5,6 +5,7 @@
 
 mod agents;
 mod commits;
+mod contracts;
 mod cooldown;
 mod executions;
 mod heart;
@@ -25,7 +26,7 @@ use vigil::engine::event::{Event, EventKind};
 use vigil::engine::schedule::JITTER_MS_MAX;
 use vigil::node::WALL_RECHECK_MS;
 
-use crate::trace::{event_digest, FaultRecord, TraceEvent, TraceRecord};
+use crate::trace::{event_digest, FaultRecord, ModelReply, TraceEvent, TraceRecord};
 
 /// How late a due timer may fire on a steady node: the timer loop's recheck period plus one
 /// second for the API answer to reach the workload. A node counts as steady once it has been up
@@ -85,6 +86,7 @@ pub struct Checker {
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
+    contracts: contracts::ContractOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
 }
@@ -183,7 +185,14 @@ impl Checker {
                 Ok(())
             }
             TraceEvent::CommitEnd { .. } => self.loops.commit_end(),
-            TraceEvent::ModelCallServed { agent, run, .. } => {
+            TraceEvent::ModelCallServed {
+                agent, run, reply, ..
+            } => {
+                if let (Some(run), ModelReply::ToolCalls { rest_minutes: Some(minutes), .. }) =
+                    (run, reply)
+                {
+                    self.contracts.rest_asked(*run, Some(*minutes));
+                }
                 if let Some(run) = run {
                     self.executions
                         .started(t_ms, executions::Service::Model, *agent, *run)?;
@@ -251,6 +260,11 @@ impl Checker {
     /// Executions (model calls, tool calls, process groups) the execution-side checks saw.
     pub fn executions_checked(&self) -> u64 {
         self.executions.executions()
+    }
+
+    /// How often each contract check (invariants 20–22) had something to judge.
+    pub fn contracts_judged(&self) -> &BTreeMap<&'static str, u64> {
+        self.contracts.judged()
     }
 
     /// Runs that started after a run of an agent with a cooldown (each checked against it).
@@ -381,6 +395,7 @@ impl Checker {
         self.processes.committed(t_ms, event)?;
         self.executions.committed(t_ms, event);
         self.cooldown.committed(event)?;
+        self.contracts.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
