@@ -39,6 +39,9 @@ fn smoke_sweep_of_300_seeds_passes() {
     );
     assert_no_failures(&summary);
     assert_eq!(summary.seeds, 300);
+    // Crashes, interrupted commits, resumed streams, timers and backward jumps all happened.
+    println!("{}", summary.coverage_table());
+    assert!(summary.coverage_gaps().is_empty(), "{}", summary.coverage_table());
     // 24 simulated hours each: a run that stopped early would have failed above, but make sure
     // the sweep really simulated the days it claims.
     assert_eq!(summary.virtual_ms_total, 300 * smoke.virtual_ms);

@@ -10,6 +10,8 @@ pub mod cli_agents;
 #[cfg(madsim)]
 pub mod coalesce_burst;
 #[cfg(madsim)]
+pub mod coverage;
+#[cfg(madsim)]
 pub mod crash_mid_run;
 #[cfg(madsim)]
 pub mod heart_fleet;

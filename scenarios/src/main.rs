@@ -107,6 +107,10 @@ mod cli {
             /// Swarm mode: each seed chooses a random subset of faults and rates.
             #[arg(long)]
             swarm: bool,
+            /// Fail when a precondition the scenario is built to reach (a crash to recover
+            /// from, a daily cap reached, ...) was met in no seed: its invariant went unchecked.
+            #[arg(long)]
+            require_coverage: bool,
         },
         /// Re-run every `<scenario> <seed>` listed in a regression file.
         Regress { file: std::path::PathBuf },
@@ -154,6 +158,7 @@ mod cli {
                 check_determinism,
                 failures_file,
                 swarm,
+                require_coverage,
             } => {
                 let scenarios: Vec<&'static Scenario> = if scenario == "all" {
                     SCENARIOS.iter().collect()
@@ -193,7 +198,19 @@ mod cli {
                         eprintln!("failing seeds appended to {}", path.display());
                     }
                 }
-                if summaries.iter().all(|s| s.failed.is_empty()) {
+                let mut uncovered = false;
+                for summary in &summaries {
+                    let gaps = summary.coverage_gaps();
+                    if require_coverage && !gaps.is_empty() {
+                        eprintln!(
+                            "{}: no seed met {} (their invariants went unchecked)",
+                            summary.scenario,
+                            gaps.join(", ")
+                        );
+                        uncovered = true;
+                    }
+                }
+                if summaries.iter().all(|s| s.failed.is_empty()) && !uncovered {
                     ExitCode::SUCCESS
                 } else {
                     ExitCode::FAILURE
@@ -495,6 +512,7 @@ mod cli {
         if interactive {
             eprintln!();
         }
+        println!("{}", summary.coverage_table());
         for outcome in &summary.failed {
             let (t_ms, violation) = outcome
                 .violation

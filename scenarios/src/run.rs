@@ -231,6 +231,8 @@ pub struct Outcome {
     pub trace_hash: String,
     pub virtual_ms: u64,
     pub wall_ms: u64,
+    /// What the seed met: invariants' preconditions and faults struck.
+    pub coverage: crate::coverage::Coverage,
 }
 
 impl Outcome {
@@ -329,6 +331,7 @@ pub fn run_seed_in(scenario: &'static Scenario, seed: u64, mode: Mode) -> Outcom
         seed,
         mode,
         trace_hash: trace_hash(&result.records),
+        coverage: crate::coverage::of_seed(&result.records),
         records: result.records,
         violation: result.violation,
         virtual_ms: result.virtual_ms,
@@ -371,9 +374,22 @@ pub struct SweepSummary {
     pub failed: Vec<Outcome>,
     pub wall_ms: u64,
     pub virtual_ms_total: u64,
+    /// What the seeds met, together.
+    pub coverage: crate::coverage::SweepCoverage,
 }
 
 impl SweepSummary {
+    /// The preconditions the scenario is built to reach that no seed of this sweep met (a
+    /// sweep that never met one checked nothing of its invariant).
+    pub fn coverage_gaps(&self) -> Vec<&'static str> {
+        self.coverage.gaps(self.scenario)
+    }
+
+    /// The coverage table: each precondition and fault, the seeds that met it, how often.
+    pub fn coverage_table(&self) -> String {
+        self.coverage.table(self.scenario, self.seeds)
+    }
+
     /// The line every sweep ends with.
     pub fn result_line(&self) -> String {
         format!(
@@ -422,6 +438,7 @@ pub fn sweep_in(
     let done = AtomicU64::new(0);
     let failed = Mutex::new(Vec::new());
     let virtual_ms_total = AtomicU64::new(0);
+    let coverage = Mutex::new(crate::coverage::SweepCoverage::default());
     let jobs = options.jobs.max(1);
     // Worker threads only hand out seeds; each seed still runs alone in its own simulation.
     std::thread::scope(|scope| {
@@ -438,6 +455,7 @@ pub fn sweep_in(
                     run_seed_in(scenario, seed, mode)
                 };
                 virtual_ms_total.fetch_add(outcome.virtual_ms, Ordering::SeqCst);
+                coverage.lock().expect("sweep lock").add(&outcome.coverage);
                 let failed_count = {
                     let mut failed = failed.lock().expect("sweep lock");
                     if !outcome.passed() {
@@ -459,6 +477,7 @@ pub fn sweep_in(
         failed,
         wall_ms: stopwatch.elapsed_ms(),
         virtual_ms_total: virtual_ms_total.load(Ordering::SeqCst),
+        coverage: coverage.into_inner().expect("sweep lock"),
     }
 }
 

@@ -35,7 +35,12 @@ fn sweep_from_passes(name: &str, start: u64, seeds: u64, check_determinism: bool
         eprintln!("{}", outcome.failure_report().unwrap_or_default());
         eprintln!("{}", outcome.result_line());
     }
+    println!("{}", summary.coverage_table());
     println!("{}", summary.result_line());
     assert!(summary.failed.is_empty(), "{}", summary.result_line());
     assert_eq!(summary.virtual_ms_total, seeds * scenario.virtual_ms);
+    // A sweep that never met a precondition the scenario is built to reach checked nothing of
+    // that invariant, however green.
+    let gaps = summary.coverage_gaps();
+    assert!(gaps.is_empty(), "{name}: no seed met {gaps:?}\n{}", summary.coverage_table());
 }

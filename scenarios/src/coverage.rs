@@ -1,0 +1,313 @@
+//! Coverage: how often, in a seed and over a sweep, each fault struck and each invariant had
+//! something to judge (its *precondition*: a crash to recover from, a resumed stream, a daily
+//! cap reached, a probe of a half-open breaker, ...). A sweep that never met an invariant's
+//! precondition checked nothing of it, however green; each scenario names the preconditions it
+//! is built to reach ([`required`]), and a sweep that meets one of them in no seed fails
+//! (`SweepSummary::coverage_gaps`, applied by the simulation tests CI runs).
+//!
+//! Counted from the trace alone, after the run, so the count is independent of the checks it
+//! measures.
+
+use std::collections::BTreeMap;
+
+use vigil::engine::event::EventKind;
+use vigil::engine::run::StopReason;
+use vigil::engine::wakeup::RefusalReason;
+use vigil_world::trace::{FaultRecord, TraceEvent, TraceRecord};
+
+/// One precondition: its key, the invariant it lets judge, and what it counts.
+#[derive(Debug, Clone, Copy)]
+pub struct Precondition {
+    pub key: &'static str,
+    pub invariant: &'static str,
+    pub counts: &'static str,
+}
+
+/// Every precondition counted, in the order tables show them.
+pub static PRECONDITIONS: &[Precondition] = &[
+    Precondition { key: "recovered_after_crash", invariant: "durable_events_survive, acked_writes_survive (4)", counts: "recoveries of a non-empty log" },
+    Precondition { key: "interrupted_commit", invariant: "commit_atomic (18)", counts: "recoveries that found a commit never reported" },
+    Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
+    Precondition { key: "timer_fired", invariant: "timer_not_duplicated, timer_not_lost", counts: "timer fires" },
+    Precondition { key: "idle_fired", invariant: "idle_fires_once_per_silence", counts: "idle-chamber fires" },
+    Precondition { key: "wakeup_coalesced", invariant: "duplicates_coalesce (6)", counts: "wakeups coalesced onto a queued run" },
+    Precondition { key: "key_replayed", invariant: "idempotency_honoured (6)", counts: "acknowledged wakeups that replayed a key" },
+    Precondition { key: "daily_cap_reached", invariant: "daily_cap_respected (2)", counts: "wakeups refused `daily_cap`" },
+    Precondition { key: "routine_refused_while_paused", invariant: "no_routine_wakeup_while_paused (3)", counts: "wakeups refused `paused`" },
+    Precondition { key: "breaker_probe", invariant: "breaker_single_probe (8), breaker_cooldown_as_documented (20)", counts: "breakers half-opened for a probe" },
+    Precondition { key: "breaker_reopened", invariant: "breaker_cooldown_as_documented (20)", counts: "breakers opened again after a failed probe" },
+    Precondition { key: "agent_offline", invariant: "silent_agent_goes_offline (10)", counts: "agents marked offline" },
+    Precondition { key: "pulse_answered", invariant: "pulsing_agent_not_offline (10)", counts: "pulses acknowledged" },
+    Precondition { key: "ghost_run", invariant: "ghost_leaves_history_untouched (7)", counts: "runs ended `ghost`" },
+    Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
+    Precondition { key: "rest_from_run", invariant: "rest_durable_with_run_end, rest_as_asked (21)", counts: "runs that ended resting" },
+    Precondition { key: "execution_served", invariant: "executions (15-17)", counts: "model calls, tool calls and process groups served" },
+    Precondition { key: "process_group_gone", invariant: "process_group_ends_with_run (14)", counts: "process groups ended" },
+    Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
+    Precondition { key: "operator_answered", invariant: "operator_answered (19)", counts: "operator requests answered" },
+];
+
+/// What one seed met: preconditions and faults struck, by name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    pub preconditions: BTreeMap<&'static str, u64>,
+    pub faults: BTreeMap<&'static str, u64>,
+}
+
+impl Coverage {
+    fn count(&mut self, key: &'static str) {
+        debug_assert!(PRECONDITIONS.iter().any(|p| p.key == key), "{key}");
+        *self.preconditions.entry(key).or_default() += 1;
+    }
+}
+
+/// Counts what the trace of one seed met.
+pub fn of_trace(records: &[TraceRecord]) -> Coverage {
+    let mut coverage = Coverage::default();
+    for record in records {
+        match &record.event {
+            TraceEvent::Committed { event } => committed(&mut coverage, &event.kind),
+            TraceEvent::Recovered {
+                head_seq,
+                unreported,
+                ..
+            } => {
+                if *head_seq > 0 {
+                    coverage.count("recovered_after_crash");
+                }
+                if !unreported.is_empty() {
+                    coverage.count("interrupted_commit");
+                }
+            }
+            TraceEvent::StreamPage { after, events } if *after > 0 && !events.is_empty() => {
+                coverage.count("stream_resumed")
+            }
+            TraceEvent::AckedWakeup { replayed: true, .. } => coverage.count("key_replayed"),
+            TraceEvent::AckedPulse { .. } => coverage.count("pulse_answered"),
+            TraceEvent::ModelCallServed { .. }
+            | TraceEvent::ToolCallServed { .. }
+            | TraceEvent::ProcessSpawned { .. } => coverage.count("execution_served"),
+            TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
+            TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
+            TraceEvent::Fault { fault } => match fault {
+                FaultRecord::Struck(fault) => {
+                    *coverage.faults.entry(fault.kind()).or_default() += 1;
+                }
+                FaultRecord::ClockJump { delta_ms, .. } if *delta_ms < 0 => {
+                    coverage.count("backward_jump")
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+    }
+    coverage
+}
+
+fn committed(coverage: &mut Coverage, kind: &EventKind) {
+    match kind {
+        EventKind::TimerFired { .. } => coverage.count("timer_fired"),
+        EventKind::IdleFired { .. } => coverage.count("idle_fired"),
+        EventKind::WakeupCoalesced { .. } => coverage.count("wakeup_coalesced"),
+        EventKind::WakeupRefused { refusal, .. } => match refusal {
+            RefusalReason::DailyCap => coverage.count("daily_cap_reached"),
+            RefusalReason::Paused => coverage.count("routine_refused_while_paused"),
+            _ => {}
+        },
+        EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
+        EventKind::AgentOffline { .. } => coverage.count("agent_offline"),
+        EventKind::RunFinished {
+            stop_reason,
+            report,
+            ..
+        } => {
+            match stop_reason {
+                Some(StopReason::Ghost) => coverage.count("ghost_run"),
+                Some(StopReason::ToolCap) => coverage.count("tool_cap_stop"),
+                _ => {}
+            }
+            if report.as_ref().is_some_and(|r| r.pause_minutes.is_some()) {
+                coverage.count("rest_from_run");
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A breaker that opens again right after a half-open state had its probe fail: counted from
+/// the order of the agent's breaker events.
+pub fn reopened_breakers(records: &[TraceRecord]) -> u64 {
+    let mut half_open = BTreeMap::new();
+    let mut reopened = 0;
+    for record in records {
+        let TraceEvent::Committed { event } = &record.event else {
+            continue;
+        };
+        match &event.kind {
+            EventKind::BreakerHalfOpened { agent } => {
+                half_open.insert(agent.0, true);
+            }
+            EventKind::BreakerOpened { agent, .. } => {
+                if half_open.insert(agent.0, false) == Some(true) {
+                    reopened += 1;
+                }
+            }
+            EventKind::BreakerClosed { agent } | EventKind::BreakerReset { agent } => {
+                half_open.insert(agent.0, false);
+            }
+            _ => {}
+        }
+    }
+    reopened
+}
+
+/// Counts what the trace met, breaker re-openings included.
+pub fn of_seed(records: &[TraceRecord]) -> Coverage {
+    let mut coverage = of_trace(records);
+    let reopened = reopened_breakers(records);
+    if reopened > 0 {
+        coverage.preconditions.insert("breaker_reopened", reopened);
+    }
+    coverage
+}
+
+/// The preconditions scenario `name` is built to reach: a sweep of it that meets one of them in
+/// no seed fails. (docs/simulation.md has the measured table.)
+pub fn required(name: &str) -> &'static [&'static str] {
+    match name {
+        "smoke" => &["recovered_after_crash", "interrupted_commit", "stream_resumed", "timer_fired", "backward_jump"],
+        "coalesce_burst" => &["wakeup_coalesced", "recovered_after_crash"],
+        "idempotency" => &["key_replayed", "recovered_after_crash"],
+        "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
+        "pause" => &["routine_refused_while_paused", "backward_jump"],
+        "breaker" => &["breaker_probe", "breaker_reopened"],
+        "liveness" => &["agent_offline", "pulse_answered"],
+        "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],
+        "heart_fleet" | "heart_fleet_2h" => &["ghost_run", "rest_from_run", "execution_served", "pulse_answered"],
+        "tool_loop" => &["tool_cap_stop", "rest_from_run", "execution_served", "breaker_probe"],
+        "cli_agents" => &["execution_served", "process_group_gone"],
+        "hostile" => &["operator_answered"],
+        _ => &[],
+    }
+}
+
+/// A sweep's coverage: per key, the seeds that met it and the total count.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepCoverage {
+    pub preconditions: BTreeMap<&'static str, (u64, u64)>,
+    pub faults: BTreeMap<&'static str, (u64, u64)>,
+}
+
+impl SweepCoverage {
+    /// Adds one seed's coverage.
+    pub fn add(&mut self, seed: &Coverage) {
+        for (key, n) in &seed.preconditions {
+            let entry = self.preconditions.entry(key).or_default();
+            *entry = (entry.0 + 1, entry.1 + n);
+        }
+        for (kind, n) in &seed.faults {
+            let entry = self.faults.entry(kind).or_default();
+            *entry = (entry.0 + 1, entry.1 + n);
+        }
+    }
+
+    /// The required preconditions of `scenario` that no seed met.
+    pub fn gaps(&self, scenario: &str) -> Vec<&'static str> {
+        required(scenario)
+            .iter()
+            .copied()
+            .filter(|key| self.preconditions.get(key).is_none_or(|(seeds, _)| *seeds == 0))
+            .collect()
+    }
+
+    /// The table `vigil-sim sweep` prints: every precondition and fault, with the seeds that
+    /// met it and how often; required ones marked `*`.
+    pub fn table(&self, scenario: &str, seeds: u64) -> String {
+        let required = required(scenario);
+        let mut lines = vec![format!("coverage over {seeds} seeds (* required by {scenario}):")];
+        for p in PRECONDITIONS {
+            let (met, total) = self.preconditions.get(p.key).copied().unwrap_or_default();
+            let mark = if required.contains(&p.key) { "*" } else { " " };
+            lines.push(format!(
+                "  {mark} {:<30} seeds {:>6}  total {:>8}  {}",
+                p.key, met, total, p.invariant
+            ));
+        }
+        for (kind, (met, total)) in &self.faults {
+            lines.push(format!("    fault {:<24} seeds {met:>6}  total {total:>8}", kind));
+        }
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil::engine::agent::AgentId;
+    use vigil::engine::event::Event;
+
+    fn committed(t_ms: u64, kind: EventKind) -> TraceRecord {
+        TraceRecord {
+            t_ms,
+            node: "vigil-1",
+            event: TraceEvent::Committed {
+                event: Event {
+                    seq: 1,
+                    at_ms: t_ms,
+                    tenant: "default".into(),
+                    kind,
+                },
+            },
+        }
+    }
+
+    fn breaker(t_ms: u64, kind: &str) -> TraceRecord {
+        let agent = AgentId(1);
+        let kind = match kind {
+            "open" => EventKind::BreakerOpened {
+                agent,
+                trigger: vigil::engine::breaker::FailureCause::Llm,
+                until_ms: t_ms + 1,
+                cooldown_ms: 1,
+            },
+            "half" => EventKind::BreakerHalfOpened { agent },
+            _ => EventKind::BreakerClosed { agent },
+        };
+        committed(t_ms, kind)
+    }
+
+    #[test]
+    fn a_trace_counts_what_it_met_and_nothing_else() {
+        let records = vec![
+            breaker(1, "open"),
+            breaker(2, "half"),
+            breaker(3, "open"),
+            breaker(4, "half"),
+            breaker(5, "close"),
+            breaker(6, "open"),
+        ];
+        let coverage = of_seed(&records);
+        assert_eq!(coverage.preconditions.get("breaker_probe"), Some(&2));
+        assert_eq!(coverage.preconditions.get("breaker_reopened"), Some(&1));
+        assert_eq!(coverage.preconditions.get("agent_offline"), None);
+        assert!(coverage.faults.is_empty());
+    }
+
+    #[test]
+    fn a_sweep_that_never_met_a_required_precondition_has_a_gap() {
+        let mut sweep = SweepCoverage::default();
+        sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half")]));
+        assert_eq!(sweep.gaps("breaker"), vec!["breaker_reopened"]);
+        sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half"), breaker(3, "open")]));
+        assert!(sweep.gaps("breaker").is_empty());
+        assert_eq!(sweep.preconditions["breaker_probe"], (2, 2));
+        let table = sweep.table("breaker", 2);
+        assert!(table.contains("* breaker_reopened"), "{table}");
+        // Every scenario's required keys are keys this module counts.
+        for name in crate::run::SCENARIOS.iter().map(|s| s.name) {
+            for key in required(name) {
+                assert!(PRECONDITIONS.iter().any(|p| p.key == *key), "{name}: {key}");
+            }
+        }
+    }
+}
