@@ -129,6 +129,7 @@ fn run_world(
         steps,
         probe_every_ms: 2 * MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
+        sse_readers: 0,
         describe: String::new(),
     };
     let limit = Duration::from_millis(4 * (SAFETY_MS + QUIET_MS));

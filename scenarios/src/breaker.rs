@@ -129,6 +129,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 10 * MINUTE_MS,
         tail_every_ms: 10 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("rate_limit_at_ms={rate_limit_at_ms} rate_limit_ms={rate_limit_ms}"),
     };
     phases::run(setup, recorder).await;

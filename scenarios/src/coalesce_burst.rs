@@ -113,6 +113,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 5 * MINUTE_MS,
         tail_every_ms: 2 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("bursts={bursts} wakeups={wakeups}"),
     };
     phases::run(setup, recorder).await;

@@ -28,6 +28,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "recovered_after_crash", invariant: "durable_events_survive, acked_writes_survive (4)", counts: "recoveries of a non-empty log" },
     Precondition { key: "interrupted_commit", invariant: "commit_atomic (18)", counts: "recoveries that found a commit never reported" },
     Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
+    Precondition { key: "sse_resumed", invariant: "stream_resume_exact (11)", counts: "batches read from the live stream (Server-Sent Events) after an event id; the first of each connection is a Last-Event-ID resume" },
     Precondition { key: "timer_fired", invariant: "timer_not_duplicated, timer_not_lost", counts: "timer fires" },
     Precondition { key: "idle_fired", invariant: "idle_fires_once_per_silence", counts: "idle-chamber fires" },
     Precondition { key: "wakeup_coalesced", invariant: "duplicates_coalesce (6)", counts: "wakeups coalesced onto a queued run" },
@@ -80,7 +81,11 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                 }
             }
             TraceEvent::StreamPage { after, events } if *after > 0 && !events.is_empty() => {
-                coverage.count("stream_resumed")
+                coverage.count(if record.node == vigil_world::sse_reader::SSE_READER_NODE {
+                    "sse_resumed"
+                } else {
+                    "stream_resumed"
+                })
             }
             TraceEvent::AckedWakeup { replayed: true, .. } => coverage.count("key_replayed"),
             TraceEvent::AckedPulse { .. } => coverage.count("pulse_answered"),
@@ -179,7 +184,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
         "coalesce_burst" => &["wakeup_coalesced", "recovered_after_crash"],
         "idempotency" => &["key_replayed", "recovered_after_crash"],
         "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
-        "pause" => &["routine_refused_while_paused", "backward_jump"],
+        "pause" => &["routine_refused_while_paused", "backward_jump", "sse_resumed"],
         "breaker" => &["breaker_probe", "breaker_reopened"],
         "liveness" => &["agent_offline", "pulse_answered"],
         "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],

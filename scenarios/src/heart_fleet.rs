@@ -193,6 +193,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
         steps,
         probe_every_ms: 10 * MINUTE_MS,
         tail_every_ms: 30 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("agents={AGENTS} pulse_batches={batches} inputs={inputs}"),
     };
     phases::run(setup, recorder).await;

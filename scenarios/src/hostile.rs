@@ -133,6 +133,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 2 * MINUTE_MS,
         tail_every_ms: MINUTE_MS,
+        sse_readers: 0,
         describe,
     };
     phases::run(setup, recorder).await;

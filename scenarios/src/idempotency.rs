@@ -111,6 +111,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 5 * MINUTE_MS,
         tail_every_ms: 2 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("keys={keys} sends={sends}"),
     };
     phases::run(setup, recorder).await;

@@ -104,6 +104,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("pulses={pulses} stop_in_quiet={stopped}"),
     };
     phases::run(setup, recorder).await;

@@ -90,6 +90,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 5 * MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
+        sse_readers: 1,
         describe: format!("pauses={pauses}"),
     };
     phases::run(setup, recorder).await;

@@ -205,6 +205,7 @@ pub async fn run(case: Case, seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: MINUTE_MS,
         tail_every_ms: 5 * MINUTE_MS,
+        sse_readers: 0,
         describe,
     };
     phases::run(setup, recorder).await;

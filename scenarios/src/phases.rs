@@ -80,6 +80,9 @@ pub struct Setup {
     pub steps: Vec<Step>,
     pub probe_every_ms: u64,
     pub tail_every_ms: u64,
+    /// Readers of the live event stream (Server-Sent Events), each dropping and resuming it at
+    /// seeded moments: invariant 11 then judges the SSE path too.
+    pub sse_readers: u32,
     /// Extra words for the run's first trace record.
     pub describe: String,
 }
@@ -177,6 +180,10 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         until_ms: end_ms,
         pulse_loss: pulse_loss.clone(),
         pulse_drop_seed: stream(seed, "pulse_drops").gen(),
+        // Each reader's own stream, so that adding readers moves no other draw.
+        sse_readers: (0..setup.sse_readers)
+            .map(|i| stream(seed, &format!("sse_reader/{i}")).gen())
+            .collect(),
     };
     let provider = uses_llm.then(|| {
         let state = std::sync::Arc::new(std::sync::Mutex::new(

@@ -78,6 +78,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 10 * 60_000,
         tail_every_ms: 5 * 60_000,
+        sse_readers: 0,
         describe: String::new(),
     };
     phases::run(setup, recorder).await;

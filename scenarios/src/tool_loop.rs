@@ -189,6 +189,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 10 * MINUTE_MS,
         tail_every_ms: 10 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("agents={}", names.len()),
     };
     phases::run(setup, recorder).await;

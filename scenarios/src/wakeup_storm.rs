@@ -120,6 +120,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         steps,
         probe_every_ms: 20 * MINUTE_MS,
         tail_every_ms: 30 * MINUTE_MS,
+        sse_readers: 0,
         describe: format!("bursts={bursts} inputs={inputs}"),
     };
     phases::run(setup, recorder).await;

@@ -21,4 +21,6 @@ pub mod operator_client;
 #[cfg(madsim)]
 pub mod processes;
 #[cfg(madsim)]
+pub mod sse_reader;
+#[cfg(madsim)]
 pub mod workload;

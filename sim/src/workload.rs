@@ -76,6 +76,8 @@ pub struct Workload {
     pub pulse_loss: std::sync::Arc<std::sync::atomic::AtomicU16>,
     /// Seeds the pulse drops' own random stream.
     pub pulse_drop_seed: u64,
+    /// Readers of the live event stream (`sse_reader`), each with its own seed for its drops.
+    pub sse_readers: Vec<u64>,
 }
 
 /// Agent ids by name, as learnt from the API.
@@ -94,6 +96,16 @@ impl Workload {
             use rand::SeedableRng;
             rand_chacha::ChaCha8Rng::seed_from_u64(self.pulse_drop_seed)
         };
+        for seed in &self.sse_readers {
+            use rand::SeedableRng;
+            let rng = rand_chacha::ChaCha8Rng::seed_from_u64(*seed);
+            madsim::task::spawn_local(crate::sse_reader::run(
+                self.addr,
+                recorder.clone(),
+                rng,
+                self.until_ms,
+            ));
+        }
         loop {
             let next_step_ms = steps.peek().map_or(u64::MAX, |s| s.at_ms);
             let next_ms = next_step_ms.min(next_probe_ms).min(next_tail_ms);
@@ -470,6 +482,7 @@ pub async fn aligned_timers(
         until_ms,
         pulse_loss: Default::default(),
         pulse_drop_seed: 0,
+        sse_readers: Vec::new(),
     };
     let client = OperatorClient::new(addr, recorder.clone());
     let directory: Directory = Rc::default();
