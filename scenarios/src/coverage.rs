@@ -180,16 +180,36 @@ pub fn of_seed(records: &[TraceRecord]) -> Coverage {
 /// no seed fails. (docs/simulation.md has the measured table.)
 pub fn required(name: &str) -> &'static [&'static str] {
     match name {
-        "smoke" => &["recovered_after_crash", "interrupted_commit", "stream_resumed", "timer_fired", "backward_jump"],
+        "smoke" => &[
+            "recovered_after_crash",
+            "interrupted_commit",
+            "stream_resumed",
+            "timer_fired",
+            "backward_jump",
+        ],
         "coalesce_burst" => &["wakeup_coalesced", "recovered_after_crash"],
         "idempotency" => &["key_replayed", "recovered_after_crash"],
         "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
-        "pause" => &["routine_refused_while_paused", "backward_jump", "sse_resumed"],
+        "pause" => &[
+            "routine_refused_while_paused",
+            "backward_jump",
+            "sse_resumed",
+        ],
         "breaker" => &["breaker_probe", "breaker_reopened"],
         "liveness" => &["agent_offline", "pulse_answered"],
         "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],
-        "heart_fleet" | "heart_fleet_2h" => &["ghost_run", "rest_from_run", "execution_served", "pulse_answered"],
-        "tool_loop" => &["tool_cap_stop", "rest_from_run", "execution_served", "breaker_probe"],
+        "heart_fleet" | "heart_fleet_2h" => &[
+            "ghost_run",
+            "rest_from_run",
+            "execution_served",
+            "pulse_answered",
+        ],
+        "tool_loop" => &[
+            "tool_cap_stop",
+            "rest_from_run",
+            "execution_served",
+            "breaker_probe",
+        ],
         "cli_agents" => &["execution_served", "process_group_gone"],
         "hostile" => &["operator_answered"],
         _ => &[],
@@ -221,7 +241,11 @@ impl SweepCoverage {
         required(scenario)
             .iter()
             .copied()
-            .filter(|key| self.preconditions.get(key).is_none_or(|(seeds, _)| *seeds == 0))
+            .filter(|key| {
+                self.preconditions
+                    .get(key)
+                    .is_none_or(|(seeds, _)| *seeds == 0)
+            })
             .collect()
     }
 
@@ -229,7 +253,9 @@ impl SweepCoverage {
     /// met it and how often; required ones marked `*`.
     pub fn table(&self, scenario: &str, seeds: u64) -> String {
         let required = required(scenario);
-        let mut lines = vec![format!("coverage over {seeds} seeds (* required by {scenario}):")];
+        let mut lines = vec![format!(
+            "coverage over {seeds} seeds (* required by {scenario}):"
+        )];
         for p in PRECONDITIONS {
             let (met, total) = self.preconditions.get(p.key).copied().unwrap_or_default();
             let mark = if required.contains(&p.key) { "*" } else { " " };
@@ -239,7 +265,10 @@ impl SweepCoverage {
             ));
         }
         for (kind, (met, total)) in &self.faults {
-            lines.push(format!("    fault {:<24} seeds {met:>6}  total {total:>8}", kind));
+            lines.push(format!(
+                "    fault {:<24} seeds {met:>6}  total {total:>8}",
+                kind
+            ));
         }
         lines.join("\n")
     }
@@ -303,7 +332,11 @@ mod tests {
         let mut sweep = SweepCoverage::default();
         sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half")]));
         assert_eq!(sweep.gaps("breaker"), vec!["breaker_reopened"]);
-        sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half"), breaker(3, "open")]));
+        sweep.add(&of_seed(&[
+            breaker(1, "open"),
+            breaker(2, "half"),
+            breaker(3, "open"),
+        ]));
         assert!(sweep.gaps("breaker").is_empty());
         assert_eq!(sweep.preconditions["breaker_probe"], (2, 2));
         let table = sweep.table("breaker", 2);

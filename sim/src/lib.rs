@@ -9,6 +9,7 @@ pub mod disk;
 pub mod provider;
 pub mod recorder;
 pub mod run_faults;
+pub mod sse_frames;
 pub mod tool_server;
 pub mod trace;
 

@@ -14,10 +14,10 @@ use hyper_util::rt::TokioIo;
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use tokio::net::TcpStream;
-use vigil::engine::event::Event;
 
 use crate::harness::{elapsed_ms, SIM_OPERATOR_TOKEN};
 use crate::recorder::Recorder;
+use crate::sse_frames::take_events;
 use crate::trace::{event_digest, TraceEvent};
 
 /// A reader holds its stream for a while drawn in this range (virtual ms), then drops it. Why
@@ -38,7 +38,12 @@ const HEAD_WAIT_MS: u64 = 10_000;
 
 /// Reads the stream of the node at `addr` until virtual `until_ms`, its drops and pauses drawn
 /// from `rng` (its own stream: nothing else's draws move).
-pub async fn run(addr: std::net::SocketAddr, recorder: Recorder, mut rng: ChaCha8Rng, until_ms: u64) {
+pub async fn run(
+    addr: std::net::SocketAddr,
+    recorder: Recorder,
+    mut rng: ChaCha8Rng,
+    until_ms: u64,
+) {
     let mut last_id = 0;
     while elapsed_ms() < until_ms {
         let hold_ms = rng.gen_range(HOLD_MS_MIN..=HOLD_MS_MAX);
@@ -124,43 +129,4 @@ async fn open(addr: std::net::SocketAddr, last_id: u64) -> Option<Stream> {
         return None;
     }
     Some((answer.into_body(), connection))
-}
-
-/// Takes every complete frame (ended by a blank line) off `buffer`: the events their `data:`
-/// lines carry, in order. Keepalive comments carry none.
-fn take_events(buffer: &mut String) -> Vec<Event> {
-    let mut events = Vec::new();
-    while let Some(end) = buffer.find("\n\n") {
-        let frame: String = buffer.drain(..end + 2).collect();
-        for line in frame.lines() {
-            if let Some(data) = line.strip_prefix("data: ") {
-                let event: Event = serde_json::from_str(data).expect("stream frames carry events");
-                events.push(event);
-            }
-        }
-    }
-    events
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn complete_frames_are_taken_and_a_partial_one_waits() {
-        let event = |seq: u64| {
-            format!(
-                "id: {seq}\nevent: agent_resumed\ndata: {{\"seq\":{seq},\"at_ms\":1,\"tenant\":\"default\",\"type\":\"agent_resumed\",\"agent\":1}}\n\n"
-            )
-        };
-        let mut buffer = format!(": keepalive\n\n{}{}", event(4), event(5));
-        let partial = event(6);
-        buffer.push_str(&partial[..20]);
-        let seqs: Vec<u64> = take_events(&mut buffer).iter().map(|e| e.seq).collect();
-        assert_eq!(seqs, [4, 5]);
-        assert_eq!(buffer, &partial[..20]);
-        buffer.push_str(&partial[20..]);
-        assert_eq!(take_events(&mut buffer)[0].seq, 6);
-        assert!(buffer.is_empty());
-    }
 }

@@ -117,11 +117,17 @@ mod tests {
                 id += 1;
             }
         }
-        assert_eq!(slots.try_acquire(&agent(999)).unwrap_err(), SlotRefusal::Tenant);
+        assert_eq!(
+            slots.try_acquire(&agent(999)).unwrap_err(),
+            SlotRefusal::Tenant
+        );
         let reserve: Vec<_> = (0..REQUESTS_IN_FLIGHT_TENANT_OPERATOR_RESERVE)
             .map(|_| slots.try_acquire(&operator).unwrap())
             .collect();
-        assert_eq!(slots.try_acquire(&operator).unwrap_err(), SlotRefusal::Tenant);
+        assert_eq!(
+            slots.try_acquire(&operator).unwrap_err(),
+            SlotRefusal::Tenant
+        );
         drop((held, others, reserve));
         assert_eq!(slots.held(), 0);
     }

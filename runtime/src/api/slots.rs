@@ -182,14 +182,23 @@ mod tests {
     fn each_token_kind_holds_at_most_its_own_cap() {
         let slots = Slots::new(LIMITS);
         let held = take(&slots, &agent("t", 1), LIMITS.agent_token_max);
-        assert_eq!(slots.try_acquire(&agent("t", 1)).unwrap_err(), SlotRefusal::Token);
+        assert_eq!(
+            slots.try_acquire(&agent("t", 1)).unwrap_err(),
+            SlotRefusal::Token
+        );
         let _operator = take(&slots, &operator("t"), LIMITS.operator_token_max);
-        assert_eq!(slots.try_acquire(&operator("t")).unwrap_err(), SlotRefusal::Token);
+        assert_eq!(
+            slots.try_acquire(&operator("t")).unwrap_err(),
+            SlotRefusal::Token
+        );
         drop(held);
         // The operator's slots count in the tenant's share too: with 6 of the operator's held,
         // the tenant's agents have 2 left before its operator's reserve.
         let _again = take(&slots, &agent("t", 1), 2);
-        assert_eq!(slots.try_acquire(&agent("t", 1)).unwrap_err(), SlotRefusal::Tenant);
+        assert_eq!(
+            slots.try_acquire(&agent("t", 1)).unwrap_err(),
+            SlotRefusal::Tenant
+        );
     }
 
     #[test]
@@ -199,9 +208,15 @@ mod tests {
         let held: Vec<_> = (0..agents_cap as u64)
             .flat_map(|i| take(&slots, &agent("t", i), 1))
             .collect();
-        assert_eq!(slots.try_acquire(&agent("t", 99)).unwrap_err(), SlotRefusal::Tenant);
+        assert_eq!(
+            slots.try_acquire(&agent("t", 99)).unwrap_err(),
+            SlotRefusal::Tenant
+        );
         let reserve = take(&slots, &operator("t"), LIMITS.tenant_operator_reserve);
-        assert_eq!(slots.try_acquire(&operator("t")).unwrap_err(), SlotRefusal::Tenant);
+        assert_eq!(
+            slots.try_acquire(&operator("t")).unwrap_err(),
+            SlotRefusal::Tenant
+        );
         let _other = take(&slots, &agent("u", 1), 1);
         drop(reserve);
         drop(held);
@@ -216,9 +231,15 @@ mod tests {
         let held: Vec<_> = (0..agents_cap)
             .flat_map(|i| take(&slots, &agent(&format!("t{}", i / per_tenant), i as u64), 1))
             .collect();
-        assert_eq!(slots.try_acquire(&agent("fresh", 1)).unwrap_err(), SlotRefusal::Node);
+        assert_eq!(
+            slots.try_acquire(&agent("fresh", 1)).unwrap_err(),
+            SlotRefusal::Node
+        );
         let ops = take(&slots, &operator("fresh"), LIMITS.node_operator_reserve);
-        assert_eq!(slots.try_acquire(&operator("late")).unwrap_err(), SlotRefusal::Node);
+        assert_eq!(
+            slots.try_acquire(&operator("late")).unwrap_err(),
+            SlotRefusal::Node
+        );
         drop((held, ops));
         assert_eq!(slots.held(), 0);
     }

@@ -136,7 +136,10 @@ mod tests {
     fn metadata_at_its_byte_limit_passes_and_one_byte_more_is_refused() {
         // {"k":"xxx…"} is 8 bytes of framing around the string.
         let at_limit = object(json!({ "k": "x".repeat(PULSE_METADATA_BYTES_MAX - 8) }));
-        assert_eq!(serde_json::to_vec(&at_limit).unwrap().len(), PULSE_METADATA_BYTES_MAX);
+        assert_eq!(
+            serde_json::to_vec(&at_limit).unwrap().len(),
+            PULSE_METADATA_BYTES_MAX
+        );
         PulseReport::validate_metadata(&at_limit, "metadata").unwrap();
         let over = object(json!({ "k": "x".repeat(PULSE_METADATA_BYTES_MAX - 7) }));
         let err = PulseReport::validate_metadata(&over, "agents[2].metadata").unwrap_err();
@@ -147,7 +150,9 @@ mod tests {
     #[test]
     fn key_count_and_depth_have_their_limits() {
         let keys = |n: usize| {
-            object(Value::Object((0..n).map(|i| (format!("k{i}"), json!(i))).collect()))
+            object(Value::Object(
+                (0..n).map(|i| (format!("k{i}"), json!(i))).collect(),
+            ))
         };
         PulseReport::validate_metadata(&keys(PULSE_METADATA_KEYS_MAX), "metadata").unwrap();
         let err = PulseReport::validate_metadata(&keys(PULSE_METADATA_KEYS_MAX + 1), "metadata")

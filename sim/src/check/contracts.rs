@@ -37,7 +37,9 @@ enum Breaker {
         cooldown_ms: u64,
     },
     /// The cooldown was over; a failure of the probe opens it with the cooldown doubled.
-    HalfOpen { cooldown_ms: u64 },
+    HalfOpen {
+        cooldown_ms: u64,
+    },
 }
 
 #[derive(Debug, Clone, Default)]
@@ -97,7 +99,9 @@ impl ContractOracle {
                     a.breaker = Breaker::Closed;
                 }
             }
-            EventKind::RunStarted { agent, run, day, .. } => {
+            EventKind::RunStarted {
+                agent, run, day, ..
+            } => {
                 let day = serde_json::to_value(day).ok().and_then(|d| d.as_i64());
                 return self.run_started(event.at_ms, agent.0, run.0, day);
             }
@@ -128,9 +132,9 @@ impl ContractOracle {
             return Ok(());
         };
         let expected = match a.breaker {
-            Breaker::HalfOpen { cooldown_ms: previous } => {
-                previous.saturating_mul(2).min(a.cooldown_ms_max)
-            }
+            Breaker::HalfOpen {
+                cooldown_ms: previous,
+            } => previous.saturating_mul(2).min(a.cooldown_ms_max),
             Breaker::Closed | Breaker::Open { .. } => a.cooldown_ms,
         };
         let was = a.breaker;
@@ -175,7 +179,12 @@ impl ContractOracle {
         Ok(())
     }
 
-    fn rest_as_asked(&mut self, run: u64, minutes: u64, asked: Option<Option<u64>>) -> Result<(), Violation> {
+    fn rest_as_asked(
+        &mut self,
+        run: u64,
+        minutes: u64,
+        asked: Option<Option<u64>>,
+    ) -> Result<(), Violation> {
         // A rest asked through the API rather than by the simulated model is not this
         // contract's to judge.
         let Some(asked) = asked else {
@@ -239,7 +248,8 @@ mod tests {
     use vigil::engine::run::RunReport;
 
     fn created(time_zone: &str) -> Event {
-        let mut spec: AgentSpec = serde_json::from_value(serde_json::json!({ "name": "a" })).unwrap();
+        let mut spec: AgentSpec =
+            serde_json::from_value(serde_json::json!({ "name": "a" })).unwrap();
         spec.time_zone = time_zone.into();
         spec.breaker.cooldown_ms = 60_000;
         spec.breaker.cooldown_ms_max = 200_000;
@@ -290,7 +300,11 @@ mod tests {
         o.committed(&half_opened(182_000)).unwrap();
         // Doubling 120 s would be 240 s: the cap of 200 s holds.
         o.committed(&opened(183_000, 200_000)).unwrap();
-        o.committed(&event(400_000, EventKind::BreakerReset { agent: AgentId(1) })).unwrap();
+        o.committed(&event(
+            400_000,
+            EventKind::BreakerReset { agent: AgentId(1) },
+        ))
+        .unwrap();
         // After a reset the sequence starts again.
         o.committed(&opened(500_000, 60_000)).unwrap();
         assert_eq!(o.judged()["breaker_cooldown_as_documented"], 4);
@@ -301,18 +315,30 @@ mod tests {
         let mut o = oracle("UTC");
         o.committed(&opened(1_000, 60_000)).unwrap();
         o.committed(&half_opened(61_000)).unwrap();
-        assert_eq!(broken(o.committed(&opened(62_000, 60_000))), "breaker_cooldown_as_documented");
+        assert_eq!(
+            broken(o.committed(&opened(62_000, 60_000))),
+            "breaker_cooldown_as_documented"
+        );
         let mut o = oracle("UTC");
-        assert_eq!(broken(o.committed(&opened(1_000, 30_000))), "breaker_cooldown_as_documented");
+        assert_eq!(
+            broken(o.committed(&opened(1_000, 30_000))),
+            "breaker_cooldown_as_documented"
+        );
         let mut o = oracle("UTC");
         o.committed(&opened(1_000, 60_000)).unwrap();
-        assert_eq!(broken(o.committed(&half_opened(60_999))), "breaker_cooldown_as_documented");
+        assert_eq!(
+            broken(o.committed(&half_opened(60_999))),
+            "breaker_cooldown_as_documented"
+        );
         let mut o = oracle("UTC");
         let mut wrong_end = opened(1_000, 60_000);
         if let EventKind::BreakerOpened { until_ms, .. } = &mut wrong_end.kind {
             *until_ms += 1;
         }
-        assert_eq!(broken(o.committed(&wrong_end)), "breaker_cooldown_as_documented");
+        assert_eq!(
+            broken(o.committed(&wrong_end)),
+            "breaker_cooldown_as_documented"
+        );
     }
 
     fn rested(run: u64, minutes: u64) -> Event {
@@ -329,7 +355,12 @@ mod tests {
     #[test]
     fn a_rest_is_the_asked_minutes_clamped_or_the_default() {
         let mut o = oracle("UTC");
-        for (run, asked, rests) in [(1, Some(0), 1), (2, Some(70), 60), (3, Some(17), 17), (4, None, 2)] {
+        for (run, asked, rests) in [
+            (1, Some(0), 1),
+            (2, Some(70), 60),
+            (3, Some(17), 17),
+            (4, None, 2),
+        ] {
             o.rest_asked(run, asked);
             o.committed(&rested(run, rests)).unwrap();
         }
@@ -355,11 +386,15 @@ mod tests {
         // 2026-11-22T23:30:00Z is 2026-11-23 in Paris (UTC+1): day 20780, not 20779.
         let at_ms = 1_795_390_200_000;
         let mut o = oracle("Europe/Paris");
-        assert_eq!(broken(o.committed(&started_on(at_ms, 1, 20_779))), "start_counts_on_its_local_day");
+        assert_eq!(
+            broken(o.committed(&started_on(at_ms, 1, 20_779))),
+            "start_counts_on_its_local_day"
+        );
         let mut o = oracle("Europe/Paris");
         o.committed(&started_on(at_ms, 1, 20_780)).unwrap();
         // The clock goes back an hour, to the 22nd in Paris: the start still counts on the 23rd.
-        o.committed(&started_on(at_ms - 3_600_000, 2, 20_780)).unwrap();
+        o.committed(&started_on(at_ms - 3_600_000, 2, 20_780))
+            .unwrap();
         let mut back = oracle("Europe/Paris");
         back.committed(&started_on(at_ms, 1, 20_780)).unwrap();
         assert_eq!(
