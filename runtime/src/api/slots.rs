@@ -144,6 +144,7 @@ fn holder_of(principal: &Principal) -> Holder {
 
 #[cfg(test)]
 mod tests {
+    use super::test_support::{agent, operator, take};
     use super::*;
 
     const LIMITS: SlotLimits = SlotLimits {
@@ -154,29 +155,6 @@ mod tests {
         agent_token_max: 3,
         operator_token_max: 6,
     };
-
-    fn operator(tenant: &str) -> Principal {
-        Principal::Operator {
-            tenant: tenant.into(),
-        }
-    }
-
-    fn agent(tenant: &str, id: u64) -> Principal {
-        Principal::Agent {
-            tenant: tenant.into(),
-            agent: AgentId(id),
-        }
-    }
-
-    fn take(slots: &Slots, principal: &Principal, n: usize) -> Vec<SlotPermit> {
-        (0..n)
-            .map(|i| {
-                slots
-                    .try_acquire(principal)
-                    .unwrap_or_else(|e| panic!("slot {i} of {principal:?}: {e:?}"))
-            })
-            .collect()
-    }
 
     #[test]
     fn each_token_kind_holds_at_most_its_own_cap() {
@@ -242,5 +220,35 @@ mod tests {
         );
         drop((held, ops));
         assert_eq!(slots.held(), 0);
+    }
+}
+
+/// Principals and grants for the unit tests of every kind of slot.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    pub fn operator(tenant: &str) -> Principal {
+        Principal::Operator {
+            tenant: tenant.into(),
+        }
+    }
+
+    pub fn agent(tenant: &str, id: u64) -> Principal {
+        Principal::Agent {
+            tenant: tenant.into(),
+            agent: AgentId(id),
+        }
+    }
+
+    /// Takes `n` slots for `principal`, all of which must be granted.
+    pub fn take(slots: &Slots, principal: &Principal, n: usize) -> Vec<SlotPermit> {
+        (0..n)
+            .map(|i| {
+                slots
+                    .try_acquire(principal)
+                    .unwrap_or_else(|e| panic!("slot {i} of {principal:?}: {e:?}"))
+            })
+            .collect()
     }
 }

@@ -105,30 +105,12 @@ impl StreamSlots {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::agent::AgentId;
 
-    fn operator(tenant: &str) -> Principal {
-        Principal::Operator {
-            tenant: tenant.into(),
-        }
-    }
+    use super::super::slots::test_support::{agent, operator};
 
-    fn agent(tenant: &str, id: u64) -> Principal {
-        Principal::Agent {
-            tenant: tenant.into(),
-            agent: AgentId(id),
-        }
-    }
-
-    /// Takes `n` slots for `principal`, all of which must be granted.
+    /// Takes `n` stream slots for `principal`, all of which must be granted.
     fn take(slots: &StreamSlots, principal: &Principal, n: usize) -> Vec<StreamPermit> {
-        (0..n)
-            .map(|i| {
-                slots
-                    .try_acquire(principal)
-                    .unwrap_or_else(|e| panic!("slot {i} of {principal:?}: {e:?}"))
-            })
-            .collect()
+        super::super::slots::test_support::take(&slots.0, principal, n)
     }
 
     #[test]
