@@ -38,7 +38,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "coalesce_burst",
-        summary: "4 agents, bursts of 100-200 on-demand wakeups inside a second over 4 task keys, with crashes and power cuts; 2 h",
+        summary: "4 agents (2 with a 5-60 s cooldown between runs), bursts of 100-200 on-demand wakeups inside a second over 4 task keys, with crashes and power cuts; 2 h",
         virtual_ms: crate::coalesce_burst::SAFETY_MS + crate::coalesce_burst::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::coalesce_burst::run(seed, recorder)),
     },
@@ -56,7 +56,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "pause",
-        summary: "6 timer agents take pause_heartbeats rests (0-61 min) under skew, clock jumps, crashes and power cuts; 3 h",
+        summary: "6 timer agents take pause_heartbeats rests (0-61 min) under skew, clock jumps, crashes and power cuts, while a reader drops and resumes the live event stream; 3 h",
         virtual_ms: crate::pause::SAFETY_MS + crate::pause::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::pause::run(seed, recorder)),
     },
@@ -176,7 +176,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "tool_loop",
-        summary: "llm agents whose model keeps calling failing and looping tools, against tool_calls_max, max_iterations and a daily budget, with crashes and power cuts mid-run; 2 h 30 min",
+        summary: "llm agents whose model keeps calling failing and looping tools, against tool_calls_max, max_iterations and a daily budget, with crashes, power cuts and tool-server failure and hang spells mid-run; 2 h 30 min",
         virtual_ms: crate::tool_loop::SAFETY_MS + crate::tool_loop::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::tool_loop::run(seed, recorder)),
     },
