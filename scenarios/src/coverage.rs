@@ -34,6 +34,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "wakeup_coalesced", invariant: "duplicates_coalesce (6)", counts: "wakeups coalesced onto a queued run" },
     Precondition { key: "key_replayed", invariant: "idempotency_honoured (6)", counts: "acknowledged wakeups that replayed a key" },
     Precondition { key: "daily_cap_reached", invariant: "daily_cap_respected (2)", counts: "wakeups refused `daily_cap`" },
+    Precondition { key: "source_or_terminated_refused", invariant: "refusal_reason_holds (23)", counts: "wakeups refused `disabled_source` or `terminated`" },
     Precondition { key: "routine_refused_while_paused", invariant: "no_routine_wakeup_while_paused (3)", counts: "wakeups refused `paused`" },
     Precondition { key: "breaker_probe", invariant: "breaker_single_probe (8), breaker_cooldown_as_documented (20)", counts: "breakers half-opened for a probe" },
     Precondition { key: "breaker_reopened", invariant: "breaker_cooldown_as_documented (20)", counts: "breakers opened again after a failed probe" },
@@ -117,6 +118,9 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
         EventKind::WakeupRefused { refusal, .. } => match refusal {
             RefusalReason::DailyCap => coverage.count("daily_cap_reached"),
             RefusalReason::Paused => coverage.count("routine_refused_while_paused"),
+            RefusalReason::DisabledSource | RefusalReason::Terminated => {
+                coverage.count("source_or_terminated_refused")
+            }
             _ => {}
         },
         EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
