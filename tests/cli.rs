@@ -634,6 +634,29 @@ fn input_and_pulses_from_the_cli() {
     // Bad input names what is wrong.
     let missing = server.fails(&["agent", "pulse", "no-such-agent"]);
     assert!(missing.contains("no-such-agent"), "{missing}");
+
+    // The wakeup history: the input's wakeup, then one with a trigger detail, then a refusal.
+    let detail = r#"{"ticket":"T-9"}"#;
+    let args = ["agent", "wake", "listener", "--source", "assignment", "--trigger-detail", detail];
+    server.ok(&args);
+    server.ok(&["agent", "pause", "listener"]);
+    assert!(server.ok(&["agent", "wake", "listener"]).contains("refused: paused"));
+    let listed = server.ok(&["wakeups", "list", "--agent", "listener"]);
+    let rows: Vec<&str> = listed.lines().skip(1).collect();
+    assert_eq!(rows.len(), 3, "{listed}");
+    assert!(rows[0].contains("on_demand") && rows[0].contains("operator"), "{listed}");
+    assert!(rows[1].contains("assignment"), "{listed}");
+    assert!(rows[2].contains("refused (paused)"), "{listed}");
+    let page = server.json(&["wakeups", "list", "--status", "refused"]);
+    assert_eq!(page["wakeups"].as_array().unwrap().len(), 1, "{page}");
+    let page = server.json(&["wakeups", "list", "--agent", "listener", "--source", "assignment"]);
+    assert_eq!(page["wakeups"][0]["trigger_detail"]["ticket"], "T-9", "{page}");
+    let one = server.ok(&["wakeups", "list", "--agent", "listener", "--limit", "1"]);
+    assert!(one.contains("more: --after "), "{one}");
+    let err = server.fails(&["wakeups", "list", "--status", "sleeping"]);
+    assert!(err.contains("(field: status)"), "{err}");
+    let err = server.fails(&["agent", "wake", "listener", "--trigger-detail", "[1]"]);
+    assert!(err.contains("(field: trigger_detail)"), "{err}");
 }
 
 /// Writes `lines` as run `run`'s transcript, the way the server's store lays it out, in one

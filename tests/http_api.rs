@@ -1648,3 +1648,163 @@ async fn run_activity_is_a_pulse_for_agents_that_ask_for_passive_pulses() {
     );
     f.node.stop();
 }
+
+/// `GET /v1/wakeups`: every wakeup with who asked, what caused it and where it stands now,
+/// filtered, paged, scoped to the caller; bad filters and trigger details name their field.
+#[tokio::test]
+async fn the_wakeup_history_shows_who_asked_and_what_became_of_each_wakeup() {
+    let f = start("wakeup-history").await;
+    let steps = json!([
+        { "duration_ms": 0, "outcome": "succeeded" },
+        { "duration_ms": 0, "outcome": "hang" }
+    ]);
+    let (id, token) = create(
+        &f.acme,
+        json!({ "name": "h", "adapter": script(steps), "limits": {"queued_runs_max": 1},
+                "heartbeat": { "idle_after_ms": 60000 } }),
+    )
+    .await;
+    let (other, _) = create(&f.acme, json!({ "name": "other" })).await;
+    let run_of = |answer: &Value| answer["run"].as_u64().unwrap();
+
+    // 1: finished (operator, with a trigger detail); 2: started (the agent's own token);
+    // 3: queued; 4: coalesced onto 3; 5: refused (queue full).
+    let detail = json!({ "issue": 4812, "repo": "acme/api" });
+    let (status, first) = wake(
+        &f.acme,
+        id,
+        json!({ "source": "assignment", "reason": "issue", "trigger_detail": detail }),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    wait_run(&f.acme, run_of(&first), terminal).await;
+    let (_, second) = wake(&f.as_token(&token), id, json!({ "source": "on_demand" })).await;
+    wait_run(&f.acme, run_of(&second), |r| r["status"] == "running").await;
+    let (_, third) = wake(&f.acme, id, json!({ "source": "automation", "task_key": "t" })).await;
+    let (_, fourth) = wake(&f.acme, id, json!({ "source": "on_demand", "task_key": "t" })).await;
+    assert_eq!(fourth["outcome"], "coalesced");
+    let (_, fifth) = wake(&f.acme, id, json!({ "source": "on_demand", "task_key": "u" })).await;
+    assert_eq!(fifth["refusal"], "queue_full");
+    let (_, elsewhere) = wake(&f.acme, other, json!({ "source": "on_demand" })).await;
+
+    let (status, page) = get(&f.acme, &format!("/v1/wakeups?agent={id}")).await;
+    assert_eq!(status, 200, "{page}");
+    let rows = page["wakeups"].as_array().unwrap();
+    let column = |key: &str| rows.iter().map(|w| w[key].clone()).collect::<Vec<_>>();
+    assert_eq!(
+        column("wakeup"),
+        [&first, &second, &third, &fourth, &fifth].map(|a| a["wakeup"].clone())
+    );
+    assert_eq!(
+        column("status"),
+        ["finished", "started", "queued", "coalesced", "refused"]
+    );
+    assert_eq!(
+        column("requested_by"),
+        ["operator", "agent", "operator", "operator", "operator"]
+    );
+    assert_eq!(rows[0]["trigger_detail"], detail);
+    assert_eq!(rows[0]["run_status"], "succeeded");
+    assert_eq!(rows[0]["stop_reason"], "end_turn", "{}", rows[0]);
+    assert_eq!(rows[1]["run_status"], "running");
+    assert_eq!(rows[3]["run"], rows[2]["run"]);
+    assert_eq!(rows[3]["task_key"], "t");
+    assert_eq!(rows[4]["refusal"], "queue_full");
+    assert!(rows[4].get("run").is_none());
+    assert!(rows[1].get("trigger_detail").is_none());
+
+    // Filters, each alone and together; the status follows the run.
+    let ids = |page: &Value| {
+        page["wakeups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w["wakeup"].as_u64().unwrap())
+            .collect::<Vec<_>>()
+    };
+    let wid = |answer: &Value| answer["wakeup"].as_u64().unwrap();
+    let (_, page) = get(&f.acme, "/v1/wakeups?status=refused").await;
+    assert_eq!(ids(&page), [wid(&fifth)]);
+    let (_, page) = get(&f.acme, "/v1/wakeups?source=on_demand").await;
+    assert_eq!(
+        ids(&page),
+        [wid(&second), wid(&fourth), wid(&fifth), wid(&elsewhere)]
+    );
+    let (_, page) = get(&f.acme, "/v1/wakeups?requested_by=agent").await;
+    assert_eq!(ids(&page), [wid(&second)]);
+    let (_, page) = get(&f.acme, &format!("/v1/wakeups?agent={id}&source=on_demand&status=coalesced")).await;
+    assert_eq!(ids(&page), [wid(&fourth)]);
+    let (status, _) = post_empty(&f.acme, &format!("/v1/runs/{}/cancel", run_of(&second))).await;
+    assert_eq!(status, 200);
+    let (_, page) = get(&f.acme, "/v1/wakeups?status=finished").await;
+    assert!(ids(&page).contains(&wid(&second)), "{page}");
+
+    // Paging: `limit` rows, then on from `next_after`, nothing lost or repeated.
+    let (_, one) = get(&f.acme, &format!("/v1/wakeups?agent={id}&limit=2")).await;
+    assert_eq!(ids(&one), [wid(&first), wid(&second)]);
+    let after = one["next_after"].as_u64().unwrap();
+    let (_, rest) = get(&f.acme, &format!("/v1/wakeups?agent={id}&after={after}")).await;
+    assert_eq!(ids(&rest), [wid(&third), wid(&fourth), wid(&fifth)]);
+
+    // The idle chamber asks as `idle`; its wakeup carries no detail.
+    f.clock.0.store(START_MS + 60_000, Ordering::SeqCst);
+    wait_agent(&f.acme, id, |agent| agent["next_idle_at_ms"] == START_MS + 120_000).await;
+    let (_, page) = get(&f.acme, "/v1/wakeups?requested_by=idle").await;
+    assert_eq!(page["wakeups"][0]["source"], "idle", "{page}");
+
+    // Scoping: an agent token sees only its own; another tenant sees none.
+    let (status, page) = get(&f.as_token(&token), "/v1/wakeups").await;
+    assert_eq!(status, 200);
+    assert!(page["wakeups"].as_array().unwrap().iter().all(|w| w["agent"] == id));
+    assert_error(
+        &get(&f.as_token(&token), &format!("/v1/wakeups?agent={other}")).await,
+        403,
+        "forbidden",
+        None,
+    );
+    assert_eq!(get(&f.globex, "/v1/wakeups").await.1["wakeups"], json!([]));
+    assert_error(
+        &get(&f.globex, &format!("/v1/wakeups?agent={id}")).await,
+        404,
+        "not_found",
+        None,
+    );
+
+    // Bad filters name their parameter.
+    for (query, field) in [
+        ("status=done", "status"),
+        ("source=email", "source"),
+        ("requested_by=someone", "requested_by"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("after=-1", "after"),
+        ("agent=x", "agent"),
+        ("since=3", "since"),
+    ] {
+        assert_error(
+            &get(&f.acme, &format!("/v1/wakeups?{query}")).await,
+            400,
+            "invalid_field",
+            Some(field),
+        );
+    }
+    assert_eq!(get(&f.acme, "/v1/wakeups?limit=1000").await.0, 200);
+
+    // Bad trigger details are refused naming the field, and nothing is recorded.
+    let head = get(&f.acme, "/v1/events").await.1["head_seq"].clone();
+    for body in [
+        json!({ "source": "on_demand", "trigger_detail": ["a"] }),
+        json!({ "source": "on_demand", "trigger_detail": { "k": "d".repeat(2048) } }),
+    ] {
+        assert_error(&wake(&f.acme, id, body).await, 400, "invalid_field", Some("trigger_detail"));
+    }
+    // Who asked is the node's to say, never the body's.
+    assert_error(
+        &wake(&f.acme, id, json!({ "source": "on_demand", "requested_by": "timer" })).await,
+        400,
+        "invalid_field",
+        Some("requested_by"),
+    );
+    assert_eq!(get(&f.acme, "/v1/events").await.1["head_seq"], head);
+    f.node.stop();
+}

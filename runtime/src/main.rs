@@ -11,7 +11,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use vigil::cli::{
     parse_interval, resolve_token, AgentCreate, CliError, Output, Printed, RunFilter, Session,
-    SpecSource, Wake, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
+    SpecSource, Wake, WakeupFilter, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
 };
 use vigil::engine::tenant::DEFAULT_TENANT;
 use vigil::fleet::{checked_token, Fleet};
@@ -54,6 +54,13 @@ enum CliCommand {
         connection: Connection,
         #[command(subcommand)]
         command: RunsCommand,
+    },
+    /// Read the wakeup history: every wakeup, who asked, and what became of it.
+    Wakeups {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: WakeupsCommand,
     },
     /// Read the event log.
     Events {
@@ -170,6 +177,9 @@ enum AgentCommand {
         /// JSON handed to the run.
         #[arg(long)]
         payload: Option<String>,
+        /// A JSON object saying what caused the wakeup, kept in the wakeup history.
+        #[arg(long)]
+        trigger_detail: Option<String>,
     },
     /// User input for an agent: restarts its idle chamber and wakes it on demand.
     Input {
@@ -236,6 +246,31 @@ enum RunsCommand {
 }
 
 #[derive(Subcommand)]
+enum WakeupsCommand {
+    /// Wakeups in the order they came, one line each; the next page with --after.
+    List {
+        /// Only this agent's (id or name).
+        #[arg(long)]
+        agent: Option<String>,
+        /// Only this source: timer, idle, assignment, on_demand, automation, predicate.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only wakeups now refused, queued, coalesced, started or finished.
+        #[arg(long)]
+        status: Option<String>,
+        /// Only those asked for by operator, agent, timer, idle, predicate or fleet_file.
+        #[arg(long)]
+        requested_by: Option<String>,
+        /// Start after this log position (the `next_after` of the previous page).
+        #[arg(long)]
+        after: Option<u64>,
+        /// At most this many (server default 100).
+        #[arg(long)]
+        limit: Option<u64>,
+    },
+}
+
+#[derive(Subcommand)]
 enum EventsCommand {
     /// Print events, one per line: up to the current head, or live with --follow.
     Tail {
@@ -277,6 +312,10 @@ fn main() -> ExitCode {
             connection,
             command,
         } => runtime.block_on(operate(connection, Operation::Events(command))),
+        CliCommand::Wakeups {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Wakeups(command))),
         CliCommand::Top { connection, once } => {
             runtime.block_on(operate(connection, Operation::Top { once }))
         }
@@ -316,6 +355,7 @@ enum Operation {
     Agent(AgentCommand),
     Runs(RunsCommand),
     Events(EventsCommand),
+    Wakeups(WakeupsCommand),
     Top { once: bool },
 }
 
@@ -352,6 +392,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                 task_key,
                 idempotency_key,
                 payload,
+                trigger_detail,
             } => {
                 let wake = Wake {
                     source,
@@ -359,6 +400,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
                     task_key,
                     idempotency_key,
                     payload,
+                    trigger_detail,
                 };
                 session.agent_wake(&agent, &wake).await?
             }
@@ -408,6 +450,24 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             }
             RunsCommand::Cancel { run } => session.runs_cancel(run).await?,
         },
+        Operation::Wakeups(WakeupsCommand::List {
+            agent,
+            source,
+            status,
+            requested_by,
+            after,
+            limit,
+        }) => {
+            let filter = WakeupFilter {
+                agent,
+                source,
+                status,
+                requested_by,
+                after,
+                limit,
+            };
+            session.wakeups_list(&filter).await?
+        }
         Operation::Events(EventsCommand::Tail { after, follow }) => {
             let mut emit = |printed: Printed| print(&printed);
             let after = session.events_catch_up(after, &mut emit).await?;

@@ -189,6 +189,7 @@ pub async fn wakeup(
     let agent = AgentId(parse_id("id", &id)?);
     caller.agent(agent)?;
     let request: WakeupRequest = parse_json(body)?;
+    let request = request.requested_by(caller.requested_by());
     let answer = caller.shell.wake(agent, request)?;
     Ok(Json(WakeAnswer {
         wakeup: answer.wakeup,

@@ -17,6 +17,7 @@ use super::streams::StreamSlots;
 use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
 use crate::engine::tenant::{Principal, TokenHash};
+use crate::engine::wakeup::RequestedBy;
 use crate::shell::Shell;
 use crate::transcript::SharedTranscriptStore;
 
@@ -151,6 +152,14 @@ impl Caller {
     /// as long as it lasts, is not a request in flight.
     pub fn end_request(&mut self) {
         self.in_flight = None;
+    }
+
+    /// Who a wakeup this caller sends is recorded as asked by.
+    pub fn requested_by(&self) -> RequestedBy {
+        match self.principal {
+            Principal::Operator { .. } => RequestedBy::Operator,
+            Principal::Agent { .. } => RequestedBy::Agent,
+        }
     }
 
     /// The caller's tenant, if the caller is its operator.

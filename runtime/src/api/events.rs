@@ -127,7 +127,19 @@ fn visible_page(
     after: u64,
     limit: usize,
 ) -> Result<(Vec<Event>, u64, u64), ApiError> {
-    let mut visible = Vec::new();
+    scan_visible(caller, after, limit, Some)
+}
+
+/// Scans the log after `after` for the caller's events, keeping what `pick` makes of them,
+/// until `limit` are kept or `EVENTS_SCAN_PAGES_MAX` log pages are read. Returns what was
+/// kept, the cursor to go on from, and the log's head when it was read.
+pub(super) fn scan_visible<T>(
+    caller: &Caller,
+    after: u64,
+    limit: usize,
+    mut pick: impl FnMut(Event) -> Option<T>,
+) -> Result<(Vec<T>, u64, u64), ApiError> {
+    let mut kept = Vec::new();
     let mut cursor = after;
     let mut head = 0;
     for _ in 0..EVENTS_SCAN_PAGES_MAX {
@@ -138,16 +150,19 @@ fn visible_page(
         };
         for event in page {
             cursor = event.seq;
-            if sees(&caller.principal, &event) {
-                visible.push(event);
-                if visible.len() == limit {
-                    return Ok((visible, cursor, head));
+            if !sees(&caller.principal, &event) {
+                continue;
+            }
+            if let Some(item) = pick(event) {
+                kept.push(item);
+                if kept.len() == limit {
+                    return Ok((kept, cursor, head));
                 }
             }
         }
         debug_assert_eq!(cursor, last);
     }
-    Ok((visible, cursor, head))
+    Ok((kept, cursor, head))
 }
 
 /// Whether `principal` may see `event`.

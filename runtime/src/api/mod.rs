@@ -20,6 +20,7 @@ mod sessions;
 mod slots;
 mod streams;
 mod usage;
+mod wakeups;
 mod timer;
 
 use std::sync::Arc;
@@ -102,6 +103,7 @@ pub fn router(gate: Gate) -> Router {
         .route("/v1/runs/{id}/cancel", post(runs::cancel))
         .route("/v1/runs/{id}/result", post(run_result::report))
         .route("/v1/events", get(events::list))
+        .route("/v1/wakeups", get(wakeups::list))
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             ApiError {

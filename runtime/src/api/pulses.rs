@@ -283,6 +283,8 @@ pub async fn input(
         payload: serde_json::json!({ "text": request.text }),
         task_key: request.task_key,
         idempotency_key: request.idempotency_key,
+        trigger_detail: None,
+        requested_by: Some(caller.requested_by()),
     };
     // The text travels as the payload, so the payload's limit is the text's: name the field
     // the caller sent.

@@ -31,6 +31,8 @@ pub struct Wake {
     pub idempotency_key: Option<String>,
     /// JSON text.
     pub payload: Option<String>,
+    /// JSON object text: what caused the wakeup, kept in the wakeup history.
+    pub trigger_detail: Option<String>,
 }
 
 impl AgentCreate {
@@ -119,6 +121,11 @@ impl Wake {
         if let Some(payload) = &self.payload {
             body["payload"] = serde_json::from_str(payload)
                 .map_err(|e| CliError::input("payload", format!("--payload is not JSON: {e}")))?;
+        }
+        if let Some(detail) = &self.trigger_detail {
+            body["trigger_detail"] = serde_json::from_str(detail).map_err(|e| {
+                CliError::input("trigger_detail", format!("--trigger-detail is not JSON: {e}"))
+            })?;
         }
         Ok(body)
     }

@@ -12,6 +12,7 @@ mod runs;
 mod runs_log;
 mod sessions;
 mod top;
+mod wakeups;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ pub use events::EVENTS_RECONNECTS_MAX;
 pub use format::{escape_controls, safe_json_line};
 pub use interval::{format_interval, parse_interval};
 pub use runs::RunFilter;
+pub use wakeups::WakeupFilter;
 pub use runs_log::{entry_line, RUN_LOG_POLL_MS, RUN_LOG_TEXT_CHARS_MAX};
 pub use top::{render_fleet, ActiveRun, AgentRow, FleetSnapshot, Liveness, LivenessStatus};
 

@@ -84,7 +84,7 @@ impl Session {
         )))
     }
 
-    async fn agent_names(&self) -> Result<BTreeMap<u64, String>, CliError> {
+    pub(super) async fn agent_names(&self) -> Result<BTreeMap<u64, String>, CliError> {
         let listing = self.get("/v1/agents").await?;
         Ok(listing["agents"]
             .as_array()

@@ -26,7 +26,8 @@ use super::run::{Run, RunEnd, RunId, RunReport, RunStatus, StopReason, CONTROL_P
 use super::usage::{self, Usage};
 use super::schedule;
 use super::wakeup::{
-    Priority, RefusalReason, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource,
+    Priority, RefusalReason, RequestedBy, WakeupOutcome, WakeupRecord, WakeupRequest,
+    WakeupSource,
 };
 use super::Refusal;
 
@@ -126,6 +127,8 @@ impl Coordinator {
                     wakeup,
                     agent,
                     source: request.source,
+                    requested_by: Some(request.asker()),
+                    trigger_detail: request.trigger_detail.clone(),
                     reason: request.reason.clone(),
                     task_key: request.task_key.clone(),
                     idempotency_key: request.idempotency_key.clone(),
@@ -141,6 +144,8 @@ impl Coordinator {
                     wakeup,
                     agent,
                     source: request.source,
+                    requested_by: Some(request.asker()),
+                    trigger_detail: request.trigger_detail.clone(),
                     reason: request.reason.clone(),
                     payload: request.payload.clone(),
                     idempotency_key: request.idempotency_key.clone(),
@@ -160,6 +165,8 @@ impl Coordinator {
                     wakeup,
                     agent,
                     source: request.source,
+                    requested_by: Some(request.asker()),
+                    trigger_detail: request.trigger_detail.clone(),
                     reason: request.reason.clone(),
                     payload: request.payload.clone(),
                     task_key: request.task_key.clone(),
@@ -210,7 +217,12 @@ impl Coordinator {
                 fire.due_at_ms, fire.missed_slots
             )
         };
-        self.wake(draft, &WakeupRequest::new(WakeupSource::Timer, reason));
+        let mut request = WakeupRequest::new(WakeupSource::Timer, reason);
+        request.trigger_detail = Some(serde_json::json!({
+            "due_at_ms": fire.due_at_ms,
+            "missed_slots": fire.missed_slots,
+        }));
+        self.wake(draft, &request.requested_by(RequestedBy::Timer));
     }
 
     /// Fires the idle chamber if `idle_after_ms` passed without user input: the fire, then an
@@ -234,10 +246,8 @@ impl Coordinator {
             .agent
             .last_input_at_ms
             .map_or_else(|| "creation".to_string(), |at| format!("input at {at}"));
-        self.wake(
-            draft,
-            &WakeupRequest::new(WakeupSource::Idle, format!("idle since {since}")),
-        );
+        let request = WakeupRequest::new(WakeupSource::Idle, format!("idle since {since}"));
+        self.wake(draft, &request.requested_by(RequestedBy::Idle));
     }
 
     /// A pulse came while the agent was not online; its pulses say `report`.

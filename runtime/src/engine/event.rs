@@ -11,7 +11,7 @@ use super::pulse_report::PulseReport;
 use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use super::usage::{MicroUsd, Usage};
 use super::tenant::{TenantName, TokenHash};
-use super::wakeup::{RefusalReason, WakeupId, WakeupSource};
+use super::wakeup::{RefusalReason, RequestedBy, WakeupId, WakeupSource};
 
 /// One durable fact with its place in the log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -84,6 +84,12 @@ pub enum EventKind {
         payload: serde_json::Value,
         task_key: Option<String>,
         idempotency_key: Option<String>,
+        /// Who asked (absent in logs written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<RequestedBy>,
+        /// What caused it, as the caller described it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger_detail: Option<serde_json::Value>,
         run: RunId,
     },
     /// A wakeup was accepted and joined the run already queued for its agent and task key.
@@ -94,6 +100,12 @@ pub enum EventKind {
         reason: String,
         payload: serde_json::Value,
         idempotency_key: Option<String>,
+        /// Who asked (absent in logs written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<RequestedBy>,
+        /// What caused it, as the caller described it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger_detail: Option<serde_json::Value>,
         run: RunId,
         /// The run's count of coalesced wakeups, this one included.
         coalesced_count: u64,
@@ -106,6 +118,12 @@ pub enum EventKind {
         reason: String,
         task_key: Option<String>,
         idempotency_key: Option<String>,
+        /// Who asked (absent in logs written before it was recorded).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        requested_by: Option<RequestedBy>,
+        /// What caused it, as the caller described it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        trigger_detail: Option<serde_json::Value>,
         refusal: RefusalReason,
     },
     /// A run that was running when the control plane stopped is queued again, once, as `run`

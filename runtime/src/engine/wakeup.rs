@@ -16,6 +16,9 @@ pub const REASON_CHARS_MAX: usize = 500;
 pub const KEY_CHARS_MAX: usize = 200;
 /// Largest `payload`, as compact JSON.
 pub const PAYLOAD_BYTES_MAX: usize = 16 * 1024;
+/// Largest `trigger_detail`, as compact JSON: a pointer to what caused the wakeup (an issue, a
+/// message id), not the data itself, which belongs in `payload`.
+pub const TRIGGER_DETAIL_BYTES_MAX: usize = 2 * 1024;
 
 /// Identifies a wakeup within one runtime, in arrival order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -78,6 +81,51 @@ impl WakeupSource {
     }
 }
 
+/// Who asked for a wakeup, recorded on its event and shown in the wakeup history.
+///
+/// The caller cannot choose it: the API sets `operator` or `agent` from the bearer token, the
+/// coordinator `timer` and `idle` for its own chambers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestedBy {
+    /// A tenant's operator token (`POST /v1/agents/{id}/wakeup` or `/input`).
+    Operator,
+    /// The agent's own token.
+    Agent,
+    /// The agent's schedule chamber.
+    Timer,
+    /// The agent's idle chamber.
+    Idle,
+    /// A predicate heartbeat on a state change. Reserved: no predicate heartbeat exists yet.
+    Predicate,
+    /// The fleet file at start. Reserved: the fleet file wakes nothing yet.
+    FleetFile,
+}
+
+impl RequestedBy {
+    /// Every value, for parsing a filter.
+    pub const ALL: [RequestedBy; 6] = [
+        RequestedBy::Operator,
+        RequestedBy::Agent,
+        RequestedBy::Timer,
+        RequestedBy::Idle,
+        RequestedBy::Predicate,
+        RequestedBy::FleetFile,
+    ];
+
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestedBy::Operator => "operator",
+            RequestedBy::Agent => "agent",
+            RequestedBy::Timer => "timer",
+            RequestedBy::Idle => "idle",
+            RequestedBy::Predicate => "predicate",
+            RequestedBy::FleetFile => "fleet_file",
+        }
+    }
+}
+
 /// Order in which queued runs start: smaller first, FIFO (by run id) within a class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +153,13 @@ pub struct WakeupRequest {
     /// A retry carrying a key seen in the last 24 h gets the original answer.
     #[serde(default)]
     pub idempotency_key: Option<String>,
+    /// What caused the wakeup, as a JSON object (at most `TRIGGER_DETAIL_BYTES_MAX`): kept on
+    /// the wakeup's event and in the wakeup history, not handed to the run.
+    #[serde(default)]
+    pub trigger_detail: Option<serde_json::Value>,
+    /// Who asked; set by the node, never by the body (`operator` when unset).
+    #[serde(skip)]
+    pub requested_by: Option<RequestedBy>,
 }
 
 impl WakeupRequest {
@@ -116,7 +171,20 @@ impl WakeupRequest {
             payload: serde_json::Value::Null,
             task_key: None,
             idempotency_key: None,
+            trigger_detail: None,
+            requested_by: None,
         }
+    }
+
+    /// The same request, asked for by `by`.
+    pub fn requested_by(mut self, by: RequestedBy) -> Self {
+        self.requested_by = Some(by);
+        self
+    }
+
+    /// Who asked: as set, else `operator` (the API always sets it).
+    pub fn asker(&self) -> RequestedBy {
+        self.requested_by.unwrap_or(RequestedBy::Operator)
     }
 
     /// Checks every field against its limit.
@@ -150,6 +218,25 @@ impl WakeupRequest {
                     "payload is at most {PAYLOAD_BYTES_MAX} bytes of JSON (got {payload_bytes})"
                 ),
             ));
+        }
+        if let Some(detail) = &self.trigger_detail {
+            if !detail.is_object() {
+                return Err(FieldError::new(
+                    "trigger_detail",
+                    "trigger_detail must be a JSON object",
+                ));
+            }
+            let bytes = serde_json::to_vec(detail)
+                .expect("JSON values serialize")
+                .len();
+            if bytes > TRIGGER_DETAIL_BYTES_MAX {
+                return Err(FieldError::new(
+                    "trigger_detail",
+                    format!(
+                        "trigger_detail is at most {TRIGGER_DETAIL_BYTES_MAX} bytes of JSON (got {bytes})"
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -223,6 +310,30 @@ mod tests {
         assert_eq!(r.validate().unwrap_err().field, "payload");
         r.payload = serde_json::Value::String("p".repeat(PAYLOAD_BYTES_MAX - 2));
         assert!(r.validate().is_ok());
+    }
+
+    #[test]
+    fn trigger_detail_is_an_object_within_its_limit() {
+        let mut r = WakeupRequest::new(WakeupSource::OnDemand, "");
+        r.trigger_detail = Some(serde_json::json!(["not", "an", "object"]));
+        assert_eq!(r.validate().unwrap_err().field, "trigger_detail");
+        // {"k":"…"} is 8 bytes of JSON around the string.
+        r.trigger_detail = Some(serde_json::json!({ "k": "d".repeat(TRIGGER_DETAIL_BYTES_MAX - 8) }));
+        assert!(r.validate().is_ok());
+        r.trigger_detail = Some(serde_json::json!({ "k": "d".repeat(TRIGGER_DETAIL_BYTES_MAX - 7) }));
+        let error = r.validate().unwrap_err();
+        assert_eq!(error.field, "trigger_detail");
+        assert!(error.message.contains(&(TRIGGER_DETAIL_BYTES_MAX + 1).to_string()));
+    }
+
+    #[test]
+    fn requested_by_is_not_taken_from_a_body() {
+        let body = r#"{"source":"on_demand","requested_by":"timer"}"#;
+        assert!(serde_json::from_str::<WakeupRequest>(body).is_err());
+        let body = r#"{"source":"on_demand"}"#;
+        let request: WakeupRequest = serde_json::from_str(body).unwrap();
+        assert_eq!(request.asker(), RequestedBy::Operator);
+        assert_eq!(request.requested_by(RequestedBy::Agent).asker(), RequestedBy::Agent);
     }
 
     #[test]
