@@ -3,13 +3,14 @@
 //!
 //! Random sequences of wakeups, run ends (success, LLM and tool failures, timeouts), cancels,
 //! pauses (until resumed, timed by the operator, the agent's own `pause_heartbeats`), resumes,
-//! terminations, breaker resets, clock moves (past the 24 h idempotency TTL, across local
+//! terminations, breaker resets, error-state resets (with runs dying in crash loops and probes
+//! failing at the breaker's longest cooldown, the two ways into `error`), clock moves (past the 24 h idempotency TTL, across local
 //! midnights, and backwards) and crashes run through the engine and through `Model`, written
 //! from the rules alone (coordinator.rs header, docs/api.md "Semantics", docs/invariants.md 1,
 //! 2, 3, 5, 6, 8, 11). After every step the two must agree on the answer; on the runs started
 //! (with the local day each counts against) and ended and the pause and breaker events, in log
 //! order; on the running run, the queue in start order and every run's state; and on each
-//! agent's pause, daily count and breaker. The event log must keep invariants 1, 5 and 11 on its
+//! agent's pause, daily count, breaker and error state with its counts. The event log must keep invariants 1, 5 and 11 on its
 //! own. A crash rebuilds the engine from the whole log, which must give the same engine, then
 //! recovers.
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,6 +76,10 @@ const OPERATOR_PAUSE_MINUTES_MAX: u64 = 10_080;
 const HEARTBEAT_PAUSE_MINUTES_DEFAULT: u64 = 2;
 const HEARTBEAT_PAUSE_MINUTES_MIN: u64 = 1;
 const HEARTBEAT_PAUSE_MINUTES_MAX: u64 = 60;
+/// Started runs in a row ended by a control-plane restart that put an agent in `error`.
+const RESTART_ENDS_TO_ERROR: u32 = 3;
+/// Breaker openings in a row at `breaker.cooldown_ms_max` that put an agent in `error`.
+const OPENINGS_AT_CAP_TO_ERROR: u32 = 3;
 
 // ---- the generated input ----
 
@@ -192,6 +197,10 @@ enum Op {
     ResetBreaker {
         agent: usize,
     },
+    /// An operator takes the agent out of the error state.
+    ResetError {
+        agent: usize,
+    },
     /// Move the wall clock by this much (negative: back).
     Advance {
         delta_ms: i64,
@@ -287,6 +296,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => agent.clone().prop_map(|agent| Op::Resume { agent }),
         1 => agent.clone().prop_map(|agent| Op::Terminate { agent }),
         2 => agent.clone().prop_map(|agent| Op::ResetBreaker { agent }),
+        4 => agent.clone().prop_map(|agent| Op::ResetError { agent }),
         20 => prop::sample::select(vec![
             1,
             1_000,
@@ -317,10 +327,41 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
+/// Steps that make the error state's counts likely to reach their limits: a run dies with the
+/// control plane (a wake, then a crash), or a probe fails after the longest cooldown (two hours
+/// on, a wake, an LLM failure).
+fn error_prone_steps() -> impl Strategy<Value = Vec<Op>> {
+    let agent = 0..AGENTS_MAX;
+    let wake = |agent| Op::Wake {
+        agent,
+        source: WakeupSource::OnDemand,
+        task_key: None,
+        idempotency_key: None,
+    };
+    prop_oneof![
+        1 => agent.clone().prop_map(move |agent| vec![wake(agent), Op::Crash]),
+        2 => agent.prop_map(move |agent| vec![
+            Op::Advance {
+                delta_ms: 2 * HOUR_MS as i64
+            },
+            wake(agent),
+            Op::Finish {
+                agent,
+                ending: Ending::LlmFailed
+            },
+        ]),
+    ]
+}
+
 fn sequence() -> impl Strategy<Value = (Vec<AgentSetup>, Vec<Op>)> {
+    let step = prop_oneof![
+        15 => op().prop_map(|op| vec![op]),
+        1 => error_prone_steps(),
+    ];
     (
         prop::collection::vec(agent_setup(), 1..=AGENTS_MAX),
-        prop::collection::vec(op(), 1..=OPS_MAX),
+        prop::collection::vec(step, 1..=OPS_MAX)
+            .prop_map(|steps| steps.into_iter().flatten().take(OPS_MAX).collect()),
     )
 }
 
@@ -389,6 +430,12 @@ struct ModelAgent {
     breaker: BreakerState,
     /// The last run's end and that plus its cooldown, while it may hold.
     cooldown: Option<(u64, u64)>,
+    /// In the error state: every wakeup refused `agent_error`, nothing started, until reset.
+    in_error: bool,
+    /// Started runs in a row that ended with a control-plane restart.
+    restart_ends: u32,
+    /// Breaker openings in a row at the longest cooldown.
+    openings_at_cap: u32,
 }
 
 impl ModelAgent {
@@ -458,6 +505,9 @@ impl Model {
                     tool_failures: 0,
                 },
                 cooldown: None,
+                in_error: false,
+                restart_ends: 0,
+                openings_at_cap: 0,
             })
             .collect();
         Model {
@@ -533,7 +583,7 @@ impl Model {
         let now_ms = self.now_ms;
         loop {
             let a = &self.agents[agent];
-            if a.status != AgentStatus::Active || a.running.is_some() {
+            if a.status != AgentStatus::Active || a.running.is_some() || a.in_error {
                 return;
             }
             // A clock read before the end went back since: the cooldown is over.
@@ -587,6 +637,8 @@ impl Model {
         let a = &mut self.agents[r.agent];
         if a.running == Some(run) {
             a.running = None;
+            let restart = status == RunStatus::Failed && detail == Some(CONTROL_PLANE_RESTART);
+            a.restart_ends = if restart { a.restart_ends + 1 } else { 0 };
             let cooldown_ms = a.setup.run_cooldown_ms;
             a.cooldown = (cooldown_ms > 0).then(|| (self.now_ms, self.now_ms + cooldown_ms));
         } else {
@@ -617,6 +669,7 @@ impl Model {
         let a = &self.agents[agent];
         let refusal = match a.status {
             AgentStatus::Terminated => Some(RefusalReason::Terminated),
+            _ if a.in_error => Some(RefusalReason::AgentError),
             AgentStatus::Paused => Some(RefusalReason::Paused),
             AgentStatus::Active if a.pause_refuses(request.source, now_ms) => {
                 Some(RefusalReason::Paused)
@@ -733,6 +786,7 @@ impl Model {
             }
             (BreakerState::HalfOpen { .. }, _) if was_probe && succeeded => {
                 a.breaker = closed(0, 0);
+                a.openings_at_cap = 0;
                 self.effects
                     .push(Effect::heart(EventKind::BreakerClosed { agent: id }));
             }
@@ -744,10 +798,14 @@ impl Model {
         }
         if let Some((trigger, cooldown_ms)) = open_for {
             let until_ms = self.now_ms + cooldown_ms;
-            self.agents[agent].breaker = BreakerState::Open {
+            let a = &mut self.agents[agent];
+            a.breaker = BreakerState::Open {
                 until_ms,
                 cooldown_ms,
             };
+            if cooldown_ms >= a.setup.cooldown_ms_max {
+                a.openings_at_cap += 1;
+            }
             self.effects.push(Effect::heart(EventKind::BreakerOpened {
                 agent: id,
                 trigger,
@@ -757,9 +815,50 @@ impl Model {
             for queued in self.start_order(agent) {
                 self.end(queued, RunStatus::Cancelled, Some("breaker_open"));
             }
+            self.enter_error_if_due(agent);
         }
         self.start_next(agent);
         Ok(())
+    }
+
+    /// A count at its limit puts the agent in `error` (restarts first), and its queued runs
+    /// are cancelled; entering sets both counts back to 0. Returns whether it entered.
+    fn enter_error_if_due(&mut self, agent: usize) -> bool {
+        use vigil::engine::agent_error::AgentErrorReason;
+        let a = &mut self.agents[agent];
+        if a.in_error {
+            return false;
+        }
+        let (reason, count) = if a.restart_ends >= RESTART_ENDS_TO_ERROR {
+            (AgentErrorReason::RestartLoop, a.restart_ends)
+        } else if a.openings_at_cap >= OPENINGS_AT_CAP_TO_ERROR {
+            (AgentErrorReason::BreakerAtCap, a.openings_at_cap)
+        } else {
+            return false;
+        };
+        a.in_error = true;
+        a.restart_ends = 0;
+        a.openings_at_cap = 0;
+        self.effects.push(Effect::heart(EventKind::AgentErrored {
+            agent: a.id,
+            reason,
+            count,
+        }));
+        for queued in self.start_order(agent) {
+            self.end(queued, RunStatus::Cancelled, Some("agent_error"));
+        }
+        true
+    }
+
+    /// An operator resets the error state; an agent not in error is left as it is.
+    fn reset_error(&mut self, agent: usize) {
+        let a = &mut self.agents[agent];
+        if a.in_error {
+            a.in_error = false;
+            self.effects
+                .push(Effect::heart(EventKind::AgentErrorReset { agent: a.id }));
+            self.start_next(agent);
+        }
     }
 
     fn cancel(&mut self, run: RunId) -> Result<(), Refusal> {
@@ -877,6 +976,7 @@ impl Model {
                 llm_failures: 0,
                 tool_failures: 0,
             };
+            a.openings_at_cap = 0;
             self.effects
                 .push(Effect::heart(EventKind::BreakerReset { agent: a.id }));
             self.start_next(agent);
@@ -899,6 +999,7 @@ impl Model {
                 && a.running.is_none()
                 && !a.queue.is_empty()
                 && a.status == AgentStatus::Active
+                && !a.in_error
             {
                 self.start_next(agent);
             }
@@ -910,7 +1011,9 @@ impl Model {
             if let Some(run) = self.agents[agent].running {
                 self.end(run, RunStatus::Failed, Some(CONTROL_PLANE_RESTART));
                 let old = self.runs[&run].clone();
-                if old.retry_of.is_none() {
+                // A restart loop puts the agent in error instead of running it again.
+                let errored = self.enter_error_if_due(agent);
+                if old.retry_of.is_none() && !errored {
                     let requeued = match self.queued_with_key(agent, &old.task_key) {
                         Some(onto) => {
                             let r = self.runs.get_mut(&onto).unwrap();
@@ -1099,7 +1202,9 @@ fn effects(decision: &Decision) -> Vec<Effect> {
             | EventKind::BreakerOpened { .. }
             | EventKind::BreakerHalfOpened { .. }
             | EventKind::BreakerClosed { .. }
-            | EventKind::BreakerReset { .. } => Some(Effect::heart(event.kind.clone())),
+            | EventKind::BreakerReset { .. }
+            | EventKind::AgentErrored { .. }
+            | EventKind::AgentErrorReset { .. } => Some(Effect::heart(event.kind.clone())),
             _ => None,
         })
         .collect()
@@ -1144,6 +1249,13 @@ fn assert_same_state(engine: &Engine, model: &Model) {
         };
         assert_eq!(agent.day_count, day_count, "day count of agent {}", a.id);
         assert_eq!(agent.breaker, a.breaker, "breaker of agent {}", a.id);
+        assert_eq!(agent.error.is_some(), a.in_error, "error state of agent {}", a.id);
+        assert_eq!(
+            (agent.error_counts.restart_ends, agent.error_counts.openings_at_cap),
+            (a.restart_ends, a.openings_at_cap),
+            "error counts of agent {}",
+            a.id
+        );
         assert_eq!(
             agent.cooldown.map(|c| (c.from_ms, c.until_ms)),
             a.cooldown,
@@ -1306,6 +1418,11 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
                 model.reset_breaker(agent % agents);
                 Some(compare(step, node.execute(&command, now_ms), Ok(())))
             }
+            Op::ResetError { agent } => {
+                let command = Command::ResetAgentError { agent: id(agent) };
+                model.reset_error(agent % agents);
+                Some(compare(step, node.execute(&command, now_ms), Ok(())))
+            }
             Op::Advance { delta_ms } => {
                 model.now_ms = now_ms.saturating_add_signed(*delta_ms);
                 None
@@ -1400,6 +1517,9 @@ struct Reach {
     breaker_half_opened: usize,
     breaker_closed: usize,
     breaker_reset: usize,
+    errored: BTreeMap<&'static str, usize>,
+    refused_agent_error: usize,
+    error_reset: usize,
 }
 
 impl Reach {
@@ -1430,6 +1550,7 @@ impl Reach {
                     }
                     RefusalReason::DailyCap => self.refused_daily_cap += 1,
                     RefusalReason::BreakerOpen => self.refused_breaker_open += 1,
+                    RefusalReason::AgentError => self.refused_agent_error += 1,
                     _ => {}
                 },
                 EventKind::RunFinished { agent, detail, .. } => match detail.as_str() {
@@ -1462,6 +1583,10 @@ impl Reach {
                     half_open.remove(agent);
                     self.breaker_reset += 1;
                 }
+                EventKind::AgentErrored { reason, .. } => {
+                    *self.errored.entry(reason.as_str()).or_default() += 1;
+                }
+                EventKind::AgentErrorReset { .. } => self.error_reset += 1,
                 _ => {}
             }
         }
@@ -1495,6 +1620,10 @@ fn generated_sequences_reach_every_heart_mechanism() {
         reach.breaker_half_opened,
         reach.breaker_closed,
         reach.breaker_reset,
+        reach.errored.get("restart_loop").copied().unwrap_or(0),
+        reach.errored.get("breaker_at_cap").copied().unwrap_or(0),
+        reach.refused_agent_error,
+        reach.error_reset,
     ];
     assert!(
         counts.iter().all(|n| *n >= REACHED_MIN),

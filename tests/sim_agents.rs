@@ -471,6 +471,8 @@ fn checker_records() -> Vec<TraceRecord> {
                 wakeup: vigil::engine::wakeup::WakeupId(1),
                 agent: AgentId(1),
                 source: vigil::engine::wakeup::WakeupSource::Timer,
+                requested_by: None,
+                trigger_detail: None,
                 reason: String::new(),
                 payload: serde_json::Value::Null,
                 task_key: None,

@@ -160,6 +160,8 @@ fn ended_run() -> (Checker, Vec<(u64, u64)>) {
             first_fire_at_ms: None,
         }),
         commit(2, 1_000, EventKind::WakeupQueued {
+            requested_by: None,
+            trigger_detail: None,
             wakeup: vigil::engine::wakeup::WakeupId(1),
             agent,
             source: vigil::engine::wakeup::WakeupSource::OnDemand,

@@ -540,6 +540,8 @@ mod tests {
                 agent: AgentId(3),
                 source: WakeupSource::Timer,
                 reason: "\u{1b}]0;pwned\u{7}".into(),
+                requested_by: None,
+                trigger_detail: None,
                 task_key: None,
                 idempotency_key: None,
                 refusal: RefusalReason::Paused,

@@ -103,15 +103,17 @@ pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentVi
     Ok(Json(AgentView::of(agent, &caller)))
 }
 
-/// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset}` does.
+/// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset|error/reset}` does.
 #[derive(Debug, Clone, Copy)]
 pub enum Control {
     Resume,
     Terminate,
     ResetBreaker,
+    ResetError,
 }
 
-/// Resumes or terminates an agent, or resets its breaker (operator only); answers with the
+/// Resumes or terminates an agent, or resets its breaker or its error state (operator only);
+/// answers with the
 /// agent.
 pub async fn control(
     caller: Caller,
@@ -124,6 +126,7 @@ pub async fn control(
         Control::Resume => Command::ResumeAgent { agent },
         Control::Terminate => Command::TerminateAgent { agent },
         Control::ResetBreaker => Command::ResetBreaker { agent },
+        Control::ResetError => Command::ResetAgentError { agent },
     };
     caller.shell.execute(command)?;
     caller.agent(agent).map(Json)

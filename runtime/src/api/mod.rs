@@ -93,6 +93,10 @@ pub fn router(gate: Gate) -> Router {
             "/v1/agents/{id}/breaker/reset",
             post(|c, p| agents::control(c, p, Control::ResetBreaker)),
         )
+        .route(
+            "/v1/agents/{id}/error/reset",
+            post(|c, p| agents::control(c, p, Control::ResetError)),
+        )
         .route("/v1/agents/{id}/history", get(usage::history))
         .route("/v1/agents/{id}/sessions", get(sessions::list))
         .route("/v1/agents/{id}/sessions/{task_key}/reset", post(sessions::reset))

@@ -120,7 +120,9 @@ impl Filter {
         self.agent.is_none_or(|a| a == view.agent)
             && self.source.is_none_or(|s| s == view.source)
             && self.status.is_none_or(|s| s == view.status)
-            && self.requested_by.is_none_or(|r| Some(r) == view.requested_by)
+            && self
+                .requested_by
+                .is_none_or(|r| Some(r) == view.requested_by)
     }
 }
 
@@ -129,7 +131,14 @@ impl Filter {
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<WakeupPage>, ApiError> {
     let mut query = Query::parse(
         query.as_deref(),
-        &["agent", "source", "status", "requested_by", "after", "limit"],
+        &[
+            "agent",
+            "source",
+            "status",
+            "requested_by",
+            "after",
+            "limit",
+        ],
     )?;
     let filter = Filter {
         agent: own_agent(&caller, query.number("agent")?.map(AgentId))?,
@@ -205,7 +214,11 @@ fn parse_named<T: Copy>(
             let names: Vec<&str> = values.iter().map(|v| name(*v)).collect();
             ApiError::invalid_field(
                 field,
-                format!("unknown {field} {}; one of: {}", echo(&raw), names.join(", ")),
+                format!(
+                    "unknown {field} {}; one of: {}",
+                    echo(&raw),
+                    names.join(", ")
+                ),
             )
         })
 }
@@ -229,8 +242,11 @@ fn view_of(engine: &Engine, event: Event) -> Option<WakeupView> {
             task_key,
             run: Some(run),
             status: WakeupStatus::Queued,
-            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason)
-                .asked(requested_by, idempotency_key, trigger_detail)
+            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason).asked(
+                requested_by,
+                idempotency_key,
+                trigger_detail,
+            )
         },
         EventKind::WakeupCoalesced {
             wakeup,
@@ -245,8 +261,11 @@ fn view_of(engine: &Engine, event: Event) -> Option<WakeupView> {
         } => WakeupView {
             run: Some(run),
             status: WakeupStatus::Coalesced,
-            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason)
-                .asked(requested_by, idempotency_key, trigger_detail)
+            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason).asked(
+                requested_by,
+                idempotency_key,
+                trigger_detail,
+            )
         },
         EventKind::WakeupRefused {
             wakeup,
@@ -261,8 +280,11 @@ fn view_of(engine: &Engine, event: Event) -> Option<WakeupView> {
         } => WakeupView {
             task_key,
             refusal: Some(refusal),
-            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason)
-                .asked(requested_by, idempotency_key, trigger_detail)
+            ..WakeupView::new(event.seq, event.at_ms, wakeup, agent, source, reason).asked(
+                requested_by,
+                idempotency_key,
+                trigger_detail,
+            )
         },
         _ => return None,
     };

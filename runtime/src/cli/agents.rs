@@ -477,6 +477,7 @@ mod tests {
             task_key: None,
             idempotency_key: Some("k1".into()),
             payload: Some(r#"{"ticket": 7}"#.into()),
+            trigger_detail: None,
         };
         assert_eq!(
             wake.body().unwrap(),

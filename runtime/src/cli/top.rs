@@ -21,6 +21,7 @@ use super::events::FeedItem;
 use super::format::safe_json_line;
 use super::{CliError, Printed, Session};
 use crate::engine::agent::AgentStatus;
+use crate::engine::agent_error::AgentError;
 use crate::engine::breaker::{BreakerState, FailureCause};
 use crate::engine::daily_cap::DayCount;
 use crate::engine::usage::{DaySpend, MicroUsd};
@@ -115,6 +116,9 @@ pub struct AgentRow {
     pub tenant: String,
     pub name: String,
     pub status: AgentStatus,
+    /// Set while the agent is in the error state (`None` from an older server).
+    #[serde(default)]
+    pub error: Option<AgentError>,
     /// `None` (shown `-`) from a server that does not report liveness.
     #[serde(default)]
     pub liveness: Option<Liveness>,

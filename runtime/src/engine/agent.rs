@@ -1,5 +1,6 @@
 //! Agents: what the runtime keeps alive, the policy a caller gives each one, and its validation.
 
+use super::agent_error::{AgentError, ErrorCounts};
 use serde::{Deserialize, Serialize};
 
 use super::breaker::{BreakerPolicy, BreakerState};
@@ -481,6 +482,13 @@ pub struct Agent {
     /// has started since).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cooldown: Option<Cooldown>,
+    /// Set while the agent is in the error state: every wakeup refused `agent_error`, no run
+    /// started, until an operator resets it (`engine/agent_error.rs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<AgentError>,
+    /// The counts that lead to the error state.
+    #[serde(default)]
+    pub error_counts: ErrorCounts,
 }
 
 /// The wait between one run's end and the next start (`limits.cooldown_ms`), on the wall clock.

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus, Cooldown};
+use super::agent_error::AgentError;
 use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
@@ -94,6 +95,7 @@ impl Coordinator {
             && pause::refuses(request.source, heartbeat.while_paused);
         let refusal = match self.agent.status {
             AgentStatus::Terminated => Some(RefusalReason::Terminated),
+            _ if self.agent.error.is_some() => Some(RefusalReason::AgentError),
             AgentStatus::Paused => Some(RefusalReason::Paused),
             AgentStatus::Active if paused => Some(RefusalReason::Paused),
             AgentStatus::Active if !heartbeat.sources.contains(&request.source) => {
@@ -340,6 +342,7 @@ impl Coordinator {
                     RunEnd::new(RunStatus::Cancelled, "breaker_open"),
                 );
             }
+            self.enter_error_if_due(draft);
         } else if probe && end.status == RunStatus::Succeeded {
             draft.emit(
                 self,
@@ -358,6 +361,45 @@ impl Coordinator {
         }
         self.start_next(draft);
         Ok(())
+    }
+
+    /// Enters the error state when a count reached its limit (`engine/agent_error.rs`): the
+    /// event, then every queued run cancelled. Returns whether it did.
+    fn enter_error_if_due(&mut self, draft: &mut Draft) -> bool {
+        if self.agent.error.is_some() {
+            return false;
+        }
+        let Some(reason) = self.agent.error_counts.reached() else {
+            return false;
+        };
+        let count = self.agent.error_counts.count_of(reason);
+        draft.emit(
+            self,
+            EventKind::AgentErrored {
+                agent: self.agent.id,
+                reason,
+                count,
+            },
+        );
+        let queued: Vec<RunId> = self.queued_runs().collect();
+        for run in queued {
+            self.end_run(draft, run, RunEnd::new(RunStatus::Cancelled, "agent_error"));
+        }
+        true
+    }
+
+    /// An operator takes the agent out of the error state, and its queue may start again;
+    /// resetting an agent not in error changes nothing.
+    pub fn reset_error(&mut self, draft: &mut Draft) {
+        if self.agent.error.is_some() {
+            draft.emit(
+                self,
+                EventKind::AgentErrorReset {
+                    agent: self.agent.id,
+                },
+            );
+            self.start_next(draft);
+        }
     }
 
     /// An operator closes the breaker; closing a closed breaker changes nothing.
@@ -526,7 +568,9 @@ impl Coordinator {
                 RunEnd::new(RunStatus::Failed, CONTROL_PLANE_RESTART)
                     .stopped(StopReason::ControlPlaneRestart),
             );
-            if retry_of.is_none() {
+            // A restart loop puts the agent in error instead of running it again.
+            let errored = self.enter_error_if_due(draft);
+            if retry_of.is_none() && !errored {
                 let coalesce_onto = self.queued_by_key.get(&task_key).copied();
                 let (requeued, coalesced) = match coalesce_onto {
                     Some(existing) => (existing, true),
@@ -644,7 +688,10 @@ impl Coordinator {
     /// any run once the daily cap is used up, invariant 2) is cancelled instead, and the next
     /// one is tried.
     fn start_next(&mut self, draft: &mut Draft) {
-        if self.active.is_some() || self.agent.status != AgentStatus::Active {
+        if self.active.is_some()
+            || self.agent.status != AgentStatus::Active
+            || self.agent.error.is_some()
+        {
             return;
         }
         let now_ms = draft.now_ms();
@@ -710,7 +757,8 @@ impl Coordinator {
         // decides nothing when due, and the timer loop would spin on it.
         let waiting = self.active.is_none()
             && !self.queue.is_empty()
-            && self.agent.status == AgentStatus::Active;
+            && self.agent.status == AgentStatus::Active
+            && self.agent.error.is_none();
         self.agent
             .cooldown
             .filter(|_| waiting)
@@ -839,6 +887,9 @@ impl Coordinator {
                     until_ms: *until_ms,
                     cooldown_ms: *cooldown_ms,
                 };
+                if *cooldown_ms >= self.agent.spec.breaker.cooldown_ms_max {
+                    self.agent.error_counts.openings_at_cap += 1;
+                }
             }
             EventKind::BreakerHalfOpened { .. } => {
                 let BreakerState::Open { cooldown_ms, .. } = self.agent.breaker else {
@@ -854,6 +905,17 @@ impl Coordinator {
             }
             EventKind::BreakerClosed { .. } | EventKind::BreakerReset { .. } => {
                 self.agent.breaker = BreakerState::default();
+                self.agent.error_counts.openings_at_cap = 0;
+            }
+            EventKind::AgentErrored { reason, .. } => {
+                self.agent.error = Some(AgentError {
+                    reason: *reason,
+                    since_ms: at_ms,
+                });
+                self.agent.error_counts = Default::default();
+            }
+            EventKind::AgentErrorReset { .. } => {
+                self.agent.error = None;
             }
             EventKind::AgentOnline { .. } => {
                 self.agent.liveness = Liveness {
@@ -1013,6 +1075,11 @@ impl Coordinator {
                     RunStatus::Running => {
                         assert_eq!(self.active, Some(*run));
                         self.active = None;
+                        let counts = &mut self.agent.error_counts;
+                        counts.restart_ends = match stop_reason {
+                            Some(StopReason::ControlPlaneRestart) => counts.restart_ends + 1,
+                            _ => 0,
+                        };
                         // Only the end of a run that ran starts a cooldown.
                         let cooldown_ms = self.agent.spec.limits.cooldown_ms;
                         self.agent.cooldown = (cooldown_ms > 0).then(|| Cooldown {

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, AgentSpec};
+use super::agent_error::AgentErrorReason;
 use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
@@ -211,6 +212,18 @@ pub enum EventKind {
     BreakerReset {
         agent: AgentId,
     },
+    /// The agent entered the error state: `count` runs in a row ended by a control-plane
+    /// restart, or breaker openings in a row at its longest cooldown. Its queued runs are
+    /// cancelled by the events that follow; wakeups are refused `agent_error` until reset.
+    AgentErrored {
+        agent: AgentId,
+        reason: AgentErrorReason,
+        count: u32,
+    },
+    /// An operator took the agent out of the error state.
+    AgentErrorReset {
+        agent: AgentId,
+    },
     /// A pulse came from an agent that was not online (never pulsed, or offline).
     AgentOnline {
         agent: AgentId,
@@ -268,6 +281,8 @@ impl EventKind {
             EventKind::BreakerHalfOpened { .. } => "breaker_half_opened",
             EventKind::BreakerClosed { .. } => "breaker_closed",
             EventKind::BreakerReset { .. } => "breaker_reset",
+            EventKind::AgentErrored { .. } => "agent_errored",
+            EventKind::AgentErrorReset { .. } => "agent_error_reset",
             EventKind::AgentOnline { .. } => "agent_online",
             EventKind::AgentOffline { .. } => "agent_offline",
             EventKind::InputReceived { .. } => "input_received",
@@ -299,6 +314,8 @@ impl EventKind {
             | EventKind::BreakerHalfOpened { agent }
             | EventKind::BreakerClosed { agent }
             | EventKind::BreakerReset { agent }
+            | EventKind::AgentErrored { agent, .. }
+            | EventKind::AgentErrorReset { agent }
             | EventKind::AgentOnline { agent, .. }
             | EventKind::AgentOffline { agent, .. }
             | EventKind::InputReceived { agent, .. }

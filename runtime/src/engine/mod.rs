@@ -9,6 +9,7 @@
 //! that wrote the log.
 
 pub mod agent;
+pub mod agent_error;
 pub mod agent_state;
 pub mod breaker;
 pub mod cli_spec;
@@ -99,6 +100,10 @@ pub enum Command {
     },
     /// An operator closes the agent's breaker.
     ResetBreaker {
+        agent: AgentId,
+    },
+    /// An operator takes the agent out of the `error` state.
+    ResetAgentError {
         agent: AgentId,
     },
     /// Fire every timer whose slot has come.
@@ -388,6 +393,7 @@ impl Engine {
             Command::ResumeAgent { agent } => self.coordinator(*agent)?.resume(&mut draft)?,
             Command::TerminateAgent { agent } => self.coordinator(*agent)?.terminate(&mut draft),
             Command::ResetBreaker { agent } => self.coordinator(*agent)?.reset_breaker(&mut draft),
+            Command::ResetAgentError { agent } => self.coordinator(*agent)?.reset_error(&mut draft),
             Command::FireDueTimers => {
                 for state in self.agents.values() {
                     let agent = state.agent();
@@ -713,6 +719,8 @@ impl Engine {
                         .idle_after_ms
                         .map(|after| event.at_ms.saturating_add(after)),
                     cooldown: None,
+                    error: None,
+                    error_counts: Default::default(),
                 });
                 assert!(
                     self.agents.insert(*agent, state).is_none(),

@@ -1615,3 +1615,142 @@ fn a_clock_gone_back_past_the_run_s_end_ends_the_cooldown_instead_of_lengthening
     };
     assert!(held.holds(END_MS) && !held.holds(END_MS - 1) && !held.holds(END_MS + COOLDOWN_MS));
 }
+
+// ---- the agent error state ----
+
+fn error_reason(engine: &Engine, agent: AgentId) -> Option<super::agent_error::AgentErrorReason> {
+    engine.agent(agent).unwrap().error.map(|e| e.reason)
+}
+
+#[test]
+fn runs_ended_by_restarts_in_a_row_put_the_agent_in_error_until_reset() {
+    use super::agent_error::{AgentErrorReason, RESTART_ENDS_TO_ERROR};
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let mut t = 0;
+    // Restart ends below the limit, then a run that finishes: the count starts over.
+    for _ in 1..RESTART_ENDS_TO_ERROR {
+        t += 10;
+        wake(&mut engine, a, WakeupSource::OnDemand, None, t);
+        let d = run(&mut engine, Command::RecoverRuns, t + 1);
+        // The retry runs at once; it succeeds below or dies with the next restart.
+        let retry = engine.agent_state(a).unwrap().active_run().unwrap();
+        assert_eq!(types(&d.events), ["run_finished", "run_requeued", "run_started"]);
+        finish(&mut engine, retry, t + 2);
+    }
+    assert_eq!(engine.agent(a).unwrap().error_counts.restart_ends, 0);
+    // A loop: each run (and its one retry) dies with the control plane.
+    for n in 1..=RESTART_ENDS_TO_ERROR {
+        t += 10;
+        if engine.agent_state(a).unwrap().active_run().is_none() {
+            wake(&mut engine, a, WakeupSource::OnDemand, None, t);
+        }
+        wake(&mut engine, a, WakeupSource::Automation, Some("waiting"), t);
+        let d = run(&mut engine, Command::RecoverRuns, t + 1);
+        if n < RESTART_ENDS_TO_ERROR {
+            assert_eq!(error_reason(&engine, a), None);
+            continue;
+        }
+        // The third: error, the queued run cancelled, no retry.
+        assert_eq!(
+            types(&d.events),
+            ["run_finished", "agent_errored", "run_finished"],
+            "{:?}",
+            d.events
+        );
+        assert!(matches!(
+            d.events[1].kind,
+            EventKind::AgentErrored { reason: AgentErrorReason::RestartLoop, count, .. }
+                if count == RESTART_ENDS_TO_ERROR
+        ));
+    }
+    assert_eq!(error_reason(&engine, a), Some(AgentErrorReason::RestartLoop));
+    assert!(engine.agent_state(a).unwrap().queued_runs().next().is_none());
+    // Every wakeup is refused `agent_error`, on-demand and timer alike; a terminated agent
+    // still says `terminated` (below).
+    for source in [WakeupSource::OnDemand, WakeupSource::Timer] {
+        let d = wake(&mut engine, a, source, None, t + 5);
+        assert_eq!(
+            outcome(&d),
+            WakeupOutcome::Refused {
+                refusal: RefusalReason::AgentError
+            }
+        );
+    }
+    // Resetting an agent not in error records nothing; resetting this one takes wakeups again.
+    let b = create(&mut engine, "b", None, t);
+    assert!(engine
+        .decide(&Command::ResetAgentError { agent: b }, t)
+        .unwrap()
+        .events
+        .is_empty());
+    let d = run(&mut engine, Command::ResetAgentError { agent: a }, t + 6);
+    assert_eq!(types(&d.events), ["agent_error_reset"]);
+    assert_eq!(error_reason(&engine, a), None);
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, t + 7);
+    assert_eq!(types(&d.events), ["wakeup_queued", "run_started"]);
+    // Terminated wins over the error.
+    run(&mut engine, Command::TerminateAgent { agent: a }, t + 8);
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, t + 9);
+    assert_eq!(
+        outcome(&d),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Terminated
+        }
+    );
+}
+
+#[test]
+fn a_breaker_reopening_at_its_longest_cooldown_puts_the_agent_in_error() {
+    use super::agent_error::{AgentErrorReason, OPENINGS_AT_CAP_TO_ERROR};
+    use super::breaker::{BreakerState, FailureCause};
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("a", None);
+    spec.breaker.failures_to_open = 1;
+    spec.breaker.cooldown_ms = 1_000;
+    spec.breaker.cooldown_ms_max = 4_000;
+    let a = create_with(&mut engine, spec, 0);
+    let mut t = 0;
+    let mut openings = Vec::new();
+    while error_reason(&engine, a).is_none() {
+        let d = wake(&mut engine, a, WakeupSource::OnDemand, None, t);
+        assert_ne!(
+            outcome(&d),
+            WakeupOutcome::Refused {
+                refusal: RefusalReason::BreakerOpen
+            },
+            "the wake comes after the cooldown"
+        );
+        wake(&mut engine, a, WakeupSource::Automation, Some("waiting"), t);
+        t += 1;
+        fail_active(&mut engine, a, FailureCause::Llm, t);
+        let BreakerState::Open { cooldown_ms, until_ms } = breaker(&engine, a) else {
+            panic!("a failed probe opens the breaker")
+        };
+        openings.push(cooldown_ms);
+        t = until_ms;
+        assert!(openings.len() < 10, "{openings:?}");
+    }
+    // 1 s, 2 s, then the cap three times.
+    let mut expected = vec![1_000, 2_000];
+    expected.extend([4_000; OPENINGS_AT_CAP_TO_ERROR as usize]);
+    assert_eq!(openings, expected);
+    assert_eq!(error_reason(&engine, a), Some(AgentErrorReason::BreakerAtCap));
+    assert!(engine.agent_state(a).unwrap().queued_runs().next().is_none());
+    // The breaker's own cooldown is over, but the error holds.
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, t + 1);
+    assert_eq!(
+        outcome(&d),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::AgentError
+        }
+    );
+    // After the reset the breaker probes as before, and a success closes it and clears the count.
+    run(&mut engine, Command::ResetAgentError { agent: a }, t + 2);
+    let d = wake(&mut engine, a, WakeupSource::OnDemand, None, t + 3);
+    assert_eq!(types(&d.events), ["breaker_half_opened", "wakeup_queued", "run_started"]);
+    let probe = engine.agent_state(a).unwrap().active_run().unwrap();
+    finish(&mut engine, probe, t + 4);
+    assert_eq!(breaker(&engine, a), BreakerState::default());
+    assert_eq!(engine.agent(a).unwrap().error_counts.openings_at_cap, 0);
+}

@@ -260,6 +260,9 @@ pub enum RefusalReason {
     BreakerOpen,
     /// The agent's cost budget is spent.
     Budget,
+    /// The agent is in the error state (a restart loop, or its breaker stuck at its longest
+    /// cooldown) until an operator resets it.
+    AgentError,
 }
 
 /// What became of a wakeup.

@@ -346,6 +346,8 @@ mod tests {
         event(
             0,
             EventKind::WakeupQueued {
+                requested_by: None,
+                trigger_detail: None,
                 wakeup: WakeupId(run),
                 agent: AgentId(1),
                 source,

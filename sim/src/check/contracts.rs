@@ -491,6 +491,8 @@ mod tests {
         let (agent, wakeup) = (AgentId(1), WakeupId(wakeup));
         let kind = match kind {
             "refused" => EventKind::WakeupRefused {
+                requested_by: None,
+                trigger_detail: None,
                 wakeup,
                 agent,
                 source,
@@ -500,6 +502,8 @@ mod tests {
                 refusal,
             },
             _ => EventKind::WakeupQueued {
+                requested_by: None,
+                trigger_detail: None,
                 wakeup,
                 agent,
                 source,

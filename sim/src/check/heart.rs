@@ -278,6 +278,8 @@ mod tests_support {
         event(
             0,
             EventKind::WakeupQueued {
+                requested_by: None,
+                trigger_detail: None,
                 wakeup: WakeupId(run),
                 agent: AgentId(1),
                 source,

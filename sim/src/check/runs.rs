@@ -353,6 +353,8 @@ mod tests {
 
     fn queued(wakeup: u64, run: u64, task_key: Option<&str>, key: Option<&str>) -> Event {
         event(EventKind::WakeupQueued {
+            requested_by: None,
+            trigger_detail: None,
             wakeup: WakeupId(wakeup),
             agent: AgentId(1),
             source: WakeupSource::OnDemand,
@@ -417,6 +419,8 @@ mod tests {
         let mut oracle = RunsOracle::default();
         oracle.committed(0, &queued(1, 1, None, Some("k"))).unwrap();
         let refused = event(EventKind::WakeupRefused {
+            requested_by: None,
+            trigger_detail: None,
             wakeup: WakeupId(2),
             agent: AgentId(1),
             source: WakeupSource::OnDemand,

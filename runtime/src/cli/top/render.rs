@@ -27,7 +27,7 @@ pub fn render_fleet(snapshot: &FleetSnapshot, now_ms: u64) -> Vec<String> {
         table.row(vec![
             agent.id.to_string(),
             name_cell(&agent.name),
-            status_name(agent.status).to_string(),
+            status_cell(agent),
             liveness_cell(agent.liveness.as_ref(), now_ms),
             pulse_cell(agent.pulse.as_ref(), now_ms),
             due_cell(agent.next_fire_at_ms, now_ms),
@@ -78,6 +78,14 @@ fn name_cell(name: &str) -> String {
     }
     let kept: String = name.chars().take(NAME_CHARS_SHOWN_MAX - 1).collect();
     format!("{kept}…")
+}
+
+/// The agent's status; an agent in the error state shows `error (<reason>)` unless terminated.
+fn status_cell(agent: &AgentRow) -> String {
+    match (agent.status, agent.error) {
+        (AgentStatus::Terminated, _) | (_, None) => status_name(agent.status).to_string(),
+        (_, Some(error)) => format!("error ({})", error.reason.as_str()),
+    }
 }
 
 fn status_name(status: AgentStatus) -> &'static str {
@@ -262,6 +270,7 @@ mod tests {
             tenant: "default".into(),
             name: name.into(),
             status: AgentStatus::Active,
+            error: None,
             liveness: None,
             pulse: None,
             next_fire_at_ms: None,
