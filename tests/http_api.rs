@@ -1808,3 +1808,75 @@ async fn the_wakeup_history_shows_who_asked_and_what_became_of_each_wakeup() {
     assert_eq!(get(&f.acme, "/v1/events").await.1["head_seq"], head);
     f.node.stop();
 }
+
+/// A crash loop puts an agent in `error`: three runs in a row ended by a restart of the node
+/// (here a real restart on the same redb file), after which every wakeup is refused
+/// `agent_error` until the operator resets it; the state survives restarts.
+#[tokio::test]
+async fn a_crash_loop_puts_the_agent_in_error_until_an_operator_resets_it() {
+    let mut f = start("error-state").await;
+    let hang = script(json!([{ "duration_ms": 0, "outcome": "hang" }]));
+    let (id, token) = create(&f.acme, json!({"name": "a", "adapter": hang})).await;
+    let running = |agent: &Value| agent["runs_started"].as_u64();
+    // Restart 1 ends run 1 (its retry starts); restart 2 ends the retry (not retried again);
+    // then a fresh wakeup, and restart 3 ends its run: three in a row.
+    for restart in 1..=3 {
+        if restart != 2 {
+            let (status, answer) = wake(&f.acme, id, json!({"source": "on_demand"})).await;
+            assert_eq!(status, 200, "{answer}");
+            wait_run(&f.acme, answer["run"].as_u64().unwrap(), |r| r["status"] == "running").await;
+        }
+        let before = running(&get(&f.acme, &format!("/v1/agents/{id}")).await.1);
+        let Fixture { node, path, clock, .. } = f;
+        node.stop();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        f = start_on(path, clock).await;
+        let (_, agent) = get(&f.acme, &format!("/v1/agents/{id}")).await;
+        if restart < 3 {
+            assert!(agent.get("error").is_none(), "{agent}");
+        } else {
+            assert_eq!(agent["error"]["reason"], "restart_loop", "{agent}");
+            assert!(agent["error"]["since_ms"].is_u64(), "{agent}");
+            assert_eq!(running(&agent), before, "no run started after the third");
+        }
+    }
+    let (_, events) = get(&f.acme, "/v1/events").await;
+    let errored: Vec<&Value> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "agent_errored")
+        .collect();
+    assert_eq!(errored.len(), 1, "{events}");
+    assert_eq!(errored[0]["reason"], "restart_loop");
+    assert_eq!(errored[0]["count"], 3);
+    // Every wakeup is refused, the agent's own included; the history shows why.
+    for client in [&f.acme, &f.as_token(&token)] {
+        let (status, answer) = wake(client, id, json!({"source": "on_demand"})).await;
+        assert_eq!(status, 200);
+        assert_eq!(answer["refusal"], "agent_error", "{answer}");
+    }
+    let (_, page) = get(&f.acme, "/v1/wakeups?status=refused").await;
+    assert_eq!(page["wakeups"][0]["refusal"], "agent_error", "{page}");
+    // Only the operator resets it, and a bad id names its field.
+    let path = format!("/v1/agents/{id}/error/reset");
+    assert_error(&post_empty(&f.as_token(&token), &path).await, 403, "forbidden", None);
+    assert_error(&post_empty(&f.globex, &path).await, 404, "not_found", None);
+    assert_error(
+        &post_empty(&f.acme, "/v1/agents/x/error/reset").await,
+        400,
+        "invalid_field",
+        Some("id"),
+    );
+    let (status, agent) = post_empty(&f.acme, &path).await;
+    assert_eq!(status, 200, "{agent}");
+    assert!(agent.get("error").is_none(), "{agent}");
+    // Resetting again changes nothing; the agent takes wakeups and runs again.
+    let head = get(&f.acme, "/v1/events").await.1["head_seq"].clone();
+    assert_eq!(post_empty(&f.acme, &path).await.0, 200);
+    assert_eq!(get(&f.acme, "/v1/events").await.1["head_seq"], head);
+    let (_, answer) = wake(&f.acme, id, json!({"source": "on_demand"})).await;
+    assert_eq!(answer["outcome"], "queued", "{answer}");
+    wait_run(&f.acme, answer["run"].as_u64().unwrap(), |r| r["status"] == "running").await;
+    f.node.stop();
+}

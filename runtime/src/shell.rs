@@ -453,7 +453,8 @@ fn watched(
 }
 
 /// The log lines operators grep for (Kelpie ADR-010's): an agent resting itself, at info; every
-/// refused wakeup, at debug. Only ids and codes: a reason or payload came from a client and
+/// refused wakeup, at debug; an agent entering the error state, at warn (the alert until
+/// metrics and alerts exist), and its reset, at info. Only ids and codes: a reason or payload came from a client and
 /// stays in the event log (docs/api.md).
 fn log_notable(event: &Event) {
     match &event.kind {
@@ -473,6 +474,16 @@ fn log_notable(event: &Event) {
             ..
         } => {
             tracing::debug!(seq = event.seq, %agent, %wakeup, source = source.as_str(), refusal = ?refusal, "wakeup refused");
+        }
+        EventKind::AgentErrored {
+            agent,
+            reason,
+            count,
+        } => {
+            tracing::warn!(seq = event.seq, %agent, reason = reason.as_str(), count, "agent entered the error state; it takes no wakeups until an operator resets it (POST /v1/agents/{{id}}/error/reset)");
+        }
+        EventKind::AgentErrorReset { agent } => {
+            tracing::info!(seq = event.seq, %agent, "agent error state reset by an operator");
         }
         _ => {}
     }
@@ -549,6 +560,12 @@ mod tests {
         ]);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "an operator's pause is not the agent's: {text}");
+        let errored = logged(&[event(EventKind::AgentErrored {
+            agent: AgentId(3),
+            reason: crate::engine::agent_error::AgentErrorReason::RestartLoop,
+            count: 3,
+        })]);
+        assert!(errored.contains("WARN") && errored.contains("reason=\"restart_loop\""), "{errored}");
         assert!(lines[0].contains("INFO") && lines[0].contains("agent paused its own heartbeats"));
         assert!(lines[0].contains("minutes=Some(5)"), "{text}");
         assert!(lines[1].contains("DEBUG") && lines[1].contains("wakeup refused"));
