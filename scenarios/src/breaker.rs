@@ -8,6 +8,9 @@
 //! The breaker must open after `failures_to_open` failures, refuse wakeups while open, admit
 //! exactly one probe per cooldown (doubling up to the cap while the provider still
 //! rate-limits) and close once a probe succeeds after the provider recovers (invariant 8).
+//! A long spell holds a breaker at its 20-minute cap for three openings in a row in most
+//! seeds: the agent enters the error state (invariant 24), and the operator resets errored
+//! agents a few times at seeded moments.
 
 use rand::Rng;
 use vigil_faults::plan::{FaultKind, LlmFault};
@@ -25,6 +28,8 @@ const MINUTE_MS: u64 = 60_000;
 const HOUR_MS: u64 = 60 * MINUTE_MS;
 const LLM_AGENTS: usize = 2;
 const SCRIPT_STEPS: usize = 40;
+/// Most operator resets of one agent's error state in a run.
+const ERROR_RESETS_MAX: usize = 3;
 /// The pinned rate-limit window: when it starts and how long it lasts.
 pub const RATE_LIMIT_FROM_MS: u64 = 20 * MINUTE_MS;
 pub const RATE_LIMIT_UNTIL_MS: u64 = 60 * MINUTE_MS;
@@ -95,6 +100,16 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 action: Action::Wake {
                     agent: name.clone(),
                     request: serde_json::json!({ "source": "on_demand", "reason": format!("user {w}") }),
+                },
+            });
+        }
+    }
+    for name in &names {
+        for _ in 0..rng.gen_range(0..=ERROR_RESETS_MAX) {
+            steps.push(Step {
+                at_ms: rng.gen_range(HOUR_MS..SAFETY_MS),
+                action: Action::ResetError {
+                    agent: name.clone(),
                 },
             });
         }

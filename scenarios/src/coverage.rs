@@ -46,6 +46,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "execution_served", invariant: "executions (15-17)", counts: "model calls, tool calls and process groups served" },
     Precondition { key: "process_group_gone", invariant: "process_group_ends_with_run (14)", counts: "process groups ended" },
     Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
+    Precondition { key: "agent_errored", invariant: "error_state_as_documented (24)", counts: "agents that entered the error state" },
+    Precondition { key: "refused_in_error", invariant: "error_state_as_documented (24)", counts: "wakeups refused `agent_error`" },
     Precondition { key: "operator_answered", invariant: "operator_answered (19)", counts: "operator requests answered" },
 ];
 
@@ -121,9 +123,11 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
             RefusalReason::DisabledSource | RefusalReason::Terminated => {
                 coverage.count("source_or_terminated_refused")
             }
+            RefusalReason::AgentError => coverage.count("refused_in_error"),
             _ => {}
         },
         EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
+        EventKind::AgentErrored { .. } => coverage.count("agent_errored"),
         EventKind::AgentOffline { .. } => coverage.count("agent_offline"),
         EventKind::RunFinished {
             stop_reason,
@@ -199,7 +203,12 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "backward_jump",
             "sse_resumed",
         ],
-        "breaker" => &["breaker_probe", "breaker_reopened"],
+        "breaker" => &[
+            "breaker_probe",
+            "breaker_reopened",
+            "agent_errored",
+            "refused_in_error",
+        ],
         "liveness" => &["agent_offline", "pulse_answered"],
         "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],
         "heart_fleet" | "heart_fleet_2h" => &[

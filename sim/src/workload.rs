@@ -50,6 +50,10 @@ pub enum Action {
     /// The operator cancels the agent's running run, if it has one when asked (one attempt:
     /// a run that ended meanwhile answers 409, which is fine).
     CancelRunning { agent: String },
+    /// The operator takes the agent called `agent` out of the error state
+    /// (`POST /v1/agents/{id}/error/reset`; nothing changes if it is not in it), retried until
+    /// answered.
+    ResetError { agent: String },
 }
 
 /// An action and when it happens.
@@ -186,6 +190,18 @@ impl Workload {
                             serde_json::json!({ "minutes": minutes }),
                         );
                         madsim::task::spawn_local(pause);
+                    }
+                    Action::ResetError { agent } => {
+                        let reset = post_to_agent(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            "error/reset",
+                            serde_json::json!({}),
+                        );
+                        madsim::task::spawn_local(reset);
                     }
                     Action::CancelRunning { agent } => {
                         let id = directory.borrow().get(agent).copied();

@@ -3,6 +3,7 @@
 //! It sees only what a trace record says, never the runtime's memory, so what it checks is what
 //! an outside observer could have seen: durable commits, recoveries, API answers.
 
+mod agent_error;
 mod agents;
 mod commits;
 mod contracts;
@@ -86,6 +87,7 @@ pub struct Checker {
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
+    agent_error: agent_error::AgentErrorOracle,
     contracts: contracts::ContractOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
@@ -267,6 +269,12 @@ impl Checker {
         self.contracts.judged()
     }
 
+    /// Times an agent entered the error state, and wakeups refused while it was in it (each
+    /// judged by invariant 24).
+    pub fn agent_errors(&self) -> (u64, u64) {
+        (self.agent_error.entered(), self.agent_error.refused_in_error())
+    }
+
     /// Runs that started after a run of an agent with a cooldown (each checked against it).
     pub fn starts_after_a_cooldown(&self) -> u64 {
         self.cooldown.starts_after_a_cooldown()
@@ -395,6 +403,7 @@ impl Checker {
         self.processes.committed(t_ms, event)?;
         self.executions.committed(t_ms, event);
         self.cooldown.committed(event)?;
+        self.agent_error.committed(event)?;
         self.contracts.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
