@@ -4,7 +4,11 @@
 //! restarted), and the network is cut, slowed or lossy. Duplicates must coalesce onto the queued
 //! run of their task key (invariant 6), each agent runs one run at a time (1), every accepted
 //! wakeup ends once (5), and nothing acknowledged is lost (4). Two of the agents have a cooldown
-//! between runs: no run of theirs starts within it (`no_run_within_cooldown`).
+//! between runs: no run of theirs starts within it (`no_run_within_cooldown`). The first agent
+//! takes `on_demand` and `assignment` only, is sent a few `automation` wakeups and queues at most
+//! two runs (its bursts over four task keys fill the queue), and the second is terminated
+//! part-way through: their refusals must name the documented reason, first in the documented
+//! order (`refusal_reason_holds`).
 
 use rand::Rng;
 use vigil_faults::plan::FaultKind;
@@ -29,6 +33,14 @@ const BURST_WAKEUPS_MAX: usize = 200;
 /// out each cooldown while their queued runs coalesce.
 const COOLDOWN_AGENTS: usize = 2;
 const COOLDOWN_MS_RANGE: std::ops::Range<u64> = 5_000..60_000;
+/// The sources the first agent takes; the `automation` wakeups it is sent are refused.
+const GATED_SOURCES: [&str; 2] = ["on_demand", "assignment"];
+const UNLISTED_WAKEUPS: std::ops::Range<usize> = 3..10;
+/// The first agent queues at most this many runs: a burst over more task keys than this fills
+/// its queue, and the wakeups that would start a new queued run are refused `queue_full`.
+const GATED_QUEUED_RUNS_MAX: usize = 2;
+/// The agent terminated part-way through the safety phase.
+const TERMINATED_AGENT: usize = 1;
 /// Every wakeup of a burst arrives within this window.
 const BURST_WINDOW_MS: u64 = 1_000;
 
@@ -37,6 +49,8 @@ pub async fn run(seed: u64, recorder: Recorder) {
     let mut rng = stream(seed, "coalesce_burst");
     // Its own stream, so that the rest of the scenario draws what it drew before cooldowns.
     let mut cooldowns = stream(seed, "coalesce_burst/cooldown");
+    // And the refusals' draws (sources, termination) theirs.
+    let mut gates = stream(seed, "coalesce_burst/gates");
     let mut steps = Vec::new();
     for i in 0..AGENTS {
         let at_ms = rng.gen_range(0..MINUTE_MS);
@@ -47,6 +61,10 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 { "duration_ms": rng.gen_range(2_000..30_000), "outcome": "failed" },
             ]},
         });
+        if i == 0 {
+            spec["heartbeat"] = serde_json::json!({ "sources": GATED_SOURCES });
+            spec["limits"] = serde_json::json!({ "queued_runs_max": GATED_QUEUED_RUNS_MAX });
+        }
         if i >= AGENTS - COOLDOWN_AGENTS {
             spec["limits"] = serde_json::json!({
                 "cooldown_ms": cooldowns.gen_range(COOLDOWN_MS_RANGE),
@@ -78,6 +96,21 @@ pub async fn run(seed: u64, recorder: Recorder) {
             });
         }
     }
+    for i in 0..gates.gen_range(UNLISTED_WAKEUPS) {
+        steps.push(Step {
+            at_ms: gates.gen_range(2 * MINUTE_MS..SAFETY_MS),
+            action: Action::Wake {
+                agent: "agent-0".into(),
+                request: serde_json::json!({ "source": "automation", "reason": format!("unlisted {i}") }),
+            },
+        });
+    }
+    steps.push(Step {
+        at_ms: gates.gen_range(SAFETY_MS / 2..SAFETY_MS),
+        action: Action::Terminate {
+            agent: format!("agent-{TERMINATED_AGENT}"),
+        },
+    });
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
         agents: Default::default(),

@@ -30,15 +30,16 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
     Precondition { key: "sse_resumed", invariant: "stream_resume_exact (11)", counts: "batches read from the live stream (Server-Sent Events) after an event id; the first of each connection is a Last-Event-ID resume" },
     Precondition { key: "timer_fired", invariant: "timer_not_duplicated, timer_not_lost", counts: "timer fires" },
-    Precondition { key: "idle_fired", invariant: "idle_fires_once_per_silence", counts: "idle-chamber fires" },
+    Precondition { key: "idle_fired", invariant: "idle_fires_once_per_silence, idle_spacing_as_documented (25)", counts: "idle-chamber fires" },
     Precondition { key: "wakeup_coalesced", invariant: "duplicates_coalesce (6)", counts: "wakeups coalesced onto a queued run" },
     Precondition { key: "key_replayed", invariant: "idempotency_honoured (6)", counts: "acknowledged wakeups that replayed a key" },
     Precondition { key: "daily_cap_reached", invariant: "daily_cap_respected (2)", counts: "wakeups refused `daily_cap`" },
     Precondition { key: "source_or_terminated_refused", invariant: "refusal_reason_holds (23)", counts: "wakeups refused `disabled_source` or `terminated`" },
+    Precondition { key: "queue_full_refused", invariant: "refusal_reason_holds (23)", counts: "wakeups refused `queue_full`" },
     Precondition { key: "routine_refused_while_paused", invariant: "no_routine_wakeup_while_paused (3)", counts: "wakeups refused `paused`" },
     Precondition { key: "breaker_probe", invariant: "breaker_single_probe (8), breaker_cooldown_as_documented (20)", counts: "breakers half-opened for a probe" },
     Precondition { key: "breaker_reopened", invariant: "breaker_cooldown_as_documented (20)", counts: "breakers opened again after a failed probe" },
-    Precondition { key: "agent_offline", invariant: "silent_agent_goes_offline (10)", counts: "agents marked offline" },
+    Precondition { key: "agent_offline", invariant: "silent_agent_goes_offline (10), offline_threshold_as_documented (26)", counts: "agents marked offline" },
     Precondition { key: "pulse_answered", invariant: "pulsing_agent_not_offline (10)", counts: "pulses acknowledged" },
     Precondition { key: "ghost_run", invariant: "ghost_leaves_history_untouched (7)", counts: "runs ended `ghost`" },
     Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
@@ -124,6 +125,7 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
                 coverage.count("source_or_terminated_refused")
             }
             RefusalReason::AgentError => coverage.count("refused_in_error"),
+            RefusalReason::QueueFull => coverage.count("queue_full_refused"),
             _ => {}
         },
         EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
@@ -195,7 +197,12 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "timer_fired",
             "backward_jump",
         ],
-        "coalesce_burst" => &["wakeup_coalesced", "recovered_after_crash"],
+        "coalesce_burst" => &[
+            "wakeup_coalesced",
+            "recovered_after_crash",
+            "source_or_terminated_refused",
+            "queue_full_refused",
+        ],
         "idempotency" => &["key_replayed", "recovered_after_crash"],
         "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
         "pause" => &[
@@ -344,13 +351,16 @@ mod tests {
     fn a_sweep_that_never_met_a_required_precondition_has_a_gap() {
         let mut sweep = SweepCoverage::default();
         sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half")]));
-        assert_eq!(sweep.gaps("breaker"), vec!["breaker_reopened"]);
+        let error_keys = ["agent_errored", "refused_in_error"];
+        let mut expected = vec!["breaker_reopened"];
+        expected.extend(error_keys);
+        assert_eq!(sweep.gaps("breaker"), expected);
         sweep.add(&of_seed(&[
             breaker(1, "open"),
             breaker(2, "half"),
             breaker(3, "open"),
         ]));
-        assert!(sweep.gaps("breaker").is_empty());
+        assert_eq!(sweep.gaps("breaker"), error_keys);
         assert_eq!(sweep.preconditions["breaker_probe"], (2, 2));
         let table = sweep.table("breaker", 2);
         assert!(table.contains("* breaker_reopened"), "{table}");

@@ -54,6 +54,8 @@ pub enum Action {
     /// (`POST /v1/agents/{id}/error/reset`; nothing changes if it is not in it), retried until
     /// answered.
     ResetError { agent: String },
+    /// The operator terminates the agent called `agent` for good, retried until answered.
+    Terminate { agent: String },
 }
 
 /// An action and when it happens.
@@ -191,17 +193,21 @@ impl Workload {
                         );
                         madsim::task::spawn_local(pause);
                     }
-                    Action::ResetError { agent } => {
-                        let reset = post_to_agent(
+                    Action::ResetError { agent } | Action::Terminate { agent } => {
+                        let path = match &step.action {
+                            Action::ResetError { .. } => "error/reset",
+                            _ => "terminate",
+                        };
+                        let post = post_to_agent(
                             self.until_ms,
                             client.clone(),
                             recorder.clone(),
                             directory.clone(),
                             agent.clone(),
-                            "error/reset",
+                            path,
                             serde_json::json!({}),
                         );
-                        madsim::task::spawn_local(reset);
+                        madsim::task::spawn_local(post);
                     }
                     Action::CancelRunning { agent } => {
                         let id = directory.borrow().get(agent).copied();

@@ -1,6 +1,6 @@
 //! Contract checks: the numbers docs/api.md promises, restated here from the documents rather
 //! than taken from the runtime's constants or helpers, so that a wrong constant or a slip in a
-//! helper cannot loosen the runtime and its check at once (docs/invariants.md, 20–23).
+//! helper cannot loosen the runtime and its check at once (docs/invariants.md, 20–22).
 //!
 //! - `breaker_cooldown_as_documented` (20): a breaker that opens from closed waits its
 //!   `breaker.cooldown_ms`; one that opens again after a failed probe waits twice its previous
@@ -12,15 +12,12 @@
 //! - `start_counts_on_its_local_day` (22): a run start counts on the calendar date of its
 //!   instant in the agent's time zone, or on the latest day already counted when the clock went
 //!   back (a day once left is never counted again).
-//! - `refusal_reason_holds` (23): the first refusal reasons of docs/api.md's order hold when
-//!   given and win when they hold: a terminated agent refuses every wakeup `terminated`;
-//!   `disabled_source` is given only for a source `heartbeat.sources` does not list; a wakeup
-//!   is never queued or coalesced for a terminated agent or an unlisted source.
+//!
+//! Invariant 23, the refusal reasons and their order, is `refusals.rs`.
 
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 
 use super::{violation, Violation};
 
@@ -55,9 +52,6 @@ struct AgentContract {
     breaker: Breaker,
     /// The latest local day (days since 1970-01-01) a start counted on.
     counted_day: Option<i64>,
-    /// The sources `heartbeat.sources` lists.
-    sources: Vec<WakeupSource>,
-    terminated: bool,
 }
 
 #[derive(Debug, Default)]
@@ -89,7 +83,6 @@ impl ContractOracle {
                         time_zone: spec.time_zone.clone(),
                         cooldown_ms: spec.breaker.cooldown_ms,
                         cooldown_ms_max: spec.breaker.cooldown_ms_max,
-                        sources: spec.heartbeat.sources.clone(),
                         ..AgentContract::default()
                     },
                 );
@@ -108,30 +101,6 @@ impl ContractOracle {
                     a.breaker = Breaker::Closed;
                 }
             }
-            EventKind::AgentTerminated { agent } => {
-                if let Some(a) = self.agents.get_mut(&agent.0) {
-                    a.terminated = true;
-                }
-            }
-            EventKind::WakeupRefused {
-                agent,
-                source,
-                refusal,
-                wakeup,
-                ..
-            } => return self.refused(agent.0, wakeup.0, *source, *refusal),
-            EventKind::WakeupQueued {
-                agent,
-                source,
-                wakeup,
-                ..
-            }
-            | EventKind::WakeupCoalesced {
-                agent,
-                source,
-                wakeup,
-                ..
-            } => return self.accepted(agent.0, wakeup.0, *source),
             EventKind::RunStarted {
                 agent, run, day, ..
             } => {
@@ -231,54 +200,6 @@ impl ContractOracle {
             return violation(
                 "rest_as_asked",
                 format!("run {run} rests {minutes} minutes; the model asked for {asked:?}, which the contract makes {expected}"),
-            );
-        }
-        Ok(())
-    }
-
-    fn refused(
-        &mut self,
-        agent: u64,
-        wakeup: u64,
-        source: WakeupSource,
-        refusal: RefusalReason,
-    ) -> Result<(), Violation> {
-        let Some(a) = self.agents.get(&agent) else {
-            return Ok(());
-        };
-        let listed = a.sources.contains(&source);
-        let broken = match refusal {
-            RefusalReason::Terminated => !a.terminated,
-            _ if a.terminated => true,
-            RefusalReason::DisabledSource => listed,
-            _ => false,
-        };
-        let terminated = a.terminated;
-        self.count("refusal_reason_holds");
-        if broken {
-            return violation(
-                "refusal_reason_holds",
-                format!(
-                    "wakeup {wakeup} ({source:?}) of agent {agent} was refused {refusal:?}, though the agent is {}terminated and the source is {}listed",
-                    if terminated { "" } else { "not " },
-                    if listed { "" } else { "not " }
-                ),
-            );
-        }
-        Ok(())
-    }
-
-    fn accepted(&mut self, agent: u64, wakeup: u64, source: WakeupSource) -> Result<(), Violation> {
-        let Some(a) = self.agents.get(&agent) else {
-            return Ok(());
-        };
-        if a.terminated || !a.sources.contains(&source) {
-            return violation(
-                "refusal_reason_holds",
-                format!(
-                    "wakeup {wakeup} ({source:?}) of agent {agent} was accepted, though the agent is {}",
-                    if a.terminated { "terminated" } else { "not listening to that source" }
-                ),
             );
         }
         Ok(())
@@ -483,87 +404,5 @@ mod tests {
             "start_counts_on_its_local_day"
         );
         assert_eq!(o.judged()["start_counts_on_its_local_day"], 2);
-    }
-
-    fn wakeup(kind: &str, wakeup: u64, source: WakeupSource, refusal: RefusalReason) -> Event {
-        use vigil::engine::run::RunId;
-        use vigil::engine::wakeup::WakeupId;
-        let (agent, wakeup) = (AgentId(1), WakeupId(wakeup));
-        let kind = match kind {
-            "refused" => EventKind::WakeupRefused {
-                requested_by: None,
-                trigger_detail: None,
-                wakeup,
-                agent,
-                source,
-                reason: String::new(),
-                task_key: None,
-                idempotency_key: None,
-                refusal,
-            },
-            _ => EventKind::WakeupQueued {
-                requested_by: None,
-                trigger_detail: None,
-                wakeup,
-                agent,
-                source,
-                reason: String::new(),
-                payload: serde_json::Value::Null,
-                task_key: None,
-                idempotency_key: None,
-                run: RunId(wakeup.0),
-            },
-        };
-        event(0, kind)
-    }
-
-    fn on_demand_only() -> ContractOracle {
-        let mut created = created("UTC");
-        if let EventKind::AgentCreated { spec, .. } = &mut created.kind {
-            spec.heartbeat.sources = vec![WakeupSource::OnDemand];
-        }
-        let mut oracle = ContractOracle::default();
-        oracle.committed(&created).unwrap();
-        oracle
-    }
-
-    #[test]
-    fn refusals_name_a_reason_that_holds_and_the_first_that_holds() {
-        use RefusalReason::*;
-        use WakeupSource::{OnDemand, Timer};
-        let mut o = on_demand_only();
-        o.committed(&wakeup("queued", 1, OnDemand, QueueFull))
-            .unwrap();
-        o.committed(&wakeup("refused", 2, Timer, DisabledSource))
-            .unwrap();
-        o.committed(&wakeup("refused", 3, OnDemand, QueueFull))
-            .unwrap();
-        // A listed source refused `disabled_source`, or an unlisted one accepted.
-        assert_eq!(
-            broken(o.committed(&wakeup("refused", 4, OnDemand, DisabledSource))),
-            "refusal_reason_holds"
-        );
-        assert_eq!(
-            broken(o.committed(&wakeup("queued", 5, Timer, QueueFull))),
-            "refusal_reason_holds"
-        );
-        // `terminated` only for a terminated agent, and then always.
-        assert_eq!(
-            broken(o.committed(&wakeup("refused", 6, OnDemand, Terminated))),
-            "refusal_reason_holds"
-        );
-        o.committed(&event(1, EventKind::AgentTerminated { agent: AgentId(1) }))
-            .unwrap();
-        o.committed(&wakeup("refused", 7, Timer, Terminated))
-            .unwrap();
-        assert_eq!(
-            broken(o.committed(&wakeup("refused", 8, Timer, DisabledSource))),
-            "refusal_reason_holds"
-        );
-        assert_eq!(
-            broken(o.committed(&wakeup("queued", 9, OnDemand, QueueFull))),
-            "refusal_reason_holds"
-        );
-        assert_eq!(o.judged()["refusal_reason_holds"], 6);
     }
 }

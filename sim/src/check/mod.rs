@@ -17,7 +17,9 @@ mod processes;
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
+mod refusals;
 mod runs;
+mod spacing;
 #[cfg(test)]
 mod test_events;
 
@@ -88,6 +90,8 @@ pub struct Checker {
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
     agent_error: agent_error::AgentErrorOracle,
+    spacing: spacing::SpacingOracle,
+    refusals: refusals::RefusalOracle,
     contracts: contracts::ContractOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
@@ -269,6 +273,16 @@ impl Checker {
         self.contracts.judged()
     }
 
+    /// Wakeups judged by invariant 23, by what became of them.
+    pub fn refusals_judged(&self) -> &BTreeMap<&'static str, u64> {
+        self.refusals.judged()
+    }
+
+    /// How often the idle-spacing and offline-threshold checks (invariants 25, 26) judged.
+    pub fn spacing_judged(&self) -> &BTreeMap<&'static str, u64> {
+        self.spacing.judged()
+    }
+
     /// Times an agent entered the error state, and wakeups refused while it was in it (each
     /// judged by invariant 24).
     pub fn agent_errors(&self) -> (u64, u64) {
@@ -404,6 +418,8 @@ impl Checker {
         self.executions.committed(t_ms, event);
         self.cooldown.committed(event)?;
         self.agent_error.committed(event)?;
+        self.spacing.committed(event)?;
+        self.refusals.committed(event)?;
         self.contracts.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
