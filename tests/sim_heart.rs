@@ -92,6 +92,14 @@ fn wakeup_storm_passes_500_seeds() {
     sweep_passes("wakeup_storm");
 }
 
+/// The rare combinations around a local midnight (a cap reached while wakeups join queued runs,
+/// a rest across midnight, starts on a kept day after a backward jump) are required coverage of
+/// `midnight`: the sweep fails if any of them is met in no seed.
+#[test]
+fn midnight_passes_500_seeds() {
+    sweep_passes("midnight");
+}
+
 #[test]
 fn pause_really_refuses_timer_wakeups_and_they_resume() {
     let kinds = committed("pause");

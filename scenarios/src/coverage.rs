@@ -15,6 +15,8 @@ use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::RefusalReason;
 use vigil_world::trace::{FaultRecord, TraceEvent, TraceRecord};
 
+mod combinations;
+
 /// One precondition: its key, the invariant it lets judge, and what it counts.
 #[derive(Debug, Clone, Copy)]
 pub struct Precondition {
@@ -49,6 +51,11 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
     Precondition { key: "agent_errored", invariant: "error_state_as_documented (24)", counts: "agents that entered the error state" },
     Precondition { key: "refused_in_error", invariant: "error_state_as_documented (24)", counts: "wakeups refused `agent_error`" },
+    Precondition { key: "cap_hit_while_coalescing", invariant: "daily_cap_respected (2), refusal_reason_holds (23)", counts: "wakeups joining a queued run after a `daily_cap` refusal since it was queued" },
+    Precondition { key: "pause_across_midnight", invariant: "no_routine_wakeup_while_paused (3), start_counts_on_its_local_day (22)", counts: "timed pauses ending on a later local day than they began" },
+    Precondition { key: "rest_across_crash", invariant: "no_routine_wakeup_while_paused (3), pause_ends", counts: "recoveries while a timed pause was in force" },
+    Precondition { key: "probe_during_catch_up", invariant: "breaker_single_probe (8), timer_not_duplicated", counts: "breaker probes admitted by a timer fire standing for missed slots" },
+    Precondition { key: "start_on_a_kept_day", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "run starts counted on a later local day than their clock's (the clock went back across midnight)" },
     Precondition { key: "operator_answered", invariant: "operator_answered (19)", counts: "operator requests answered" },
 ];
 
@@ -183,6 +190,7 @@ pub fn of_seed(records: &[TraceRecord]) -> Coverage {
     if reopened > 0 {
         coverage.preconditions.insert("breaker_reopened", reopened);
     }
+    coverage.preconditions.extend(combinations::count(records));
     coverage
 }
 
@@ -204,17 +212,28 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "queue_full_refused",
         ],
         "idempotency" => &["key_replayed", "recovered_after_crash"],
+        "midnight" => &[
+            "daily_cap_reached",
+            "wakeup_coalesced",
+            "cap_hit_while_coalescing",
+            "pause_across_midnight",
+            "start_on_a_kept_day",
+            "backward_jump",
+            "recovered_after_crash",
+        ],
         "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
         "pause" => &[
             "routine_refused_while_paused",
             "backward_jump",
             "sse_resumed",
+            "rest_across_crash",
         ],
         "breaker" => &[
             "breaker_probe",
             "breaker_reopened",
             "agent_errored",
             "refused_in_error",
+            "probe_during_catch_up",
         ],
         "liveness" => &["agent_offline", "pulse_answered"],
         "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],
@@ -229,6 +248,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "rest_from_run",
             "execution_served",
             "breaker_probe",
+            "rest_across_crash",
+            "probe_during_catch_up",
         ],
         "cli_agents" => &["execution_served", "process_group_gone"],
         "hostile" => &["operator_answered"],
@@ -351,16 +372,16 @@ mod tests {
     fn a_sweep_that_never_met_a_required_precondition_has_a_gap() {
         let mut sweep = SweepCoverage::default();
         sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half")]));
-        let error_keys = ["agent_errored", "refused_in_error"];
+        let unmet = ["agent_errored", "refused_in_error", "probe_during_catch_up"];
         let mut expected = vec!["breaker_reopened"];
-        expected.extend(error_keys);
+        expected.extend(unmet);
         assert_eq!(sweep.gaps("breaker"), expected);
         sweep.add(&of_seed(&[
             breaker(1, "open"),
             breaker(2, "half"),
             breaker(3, "open"),
         ]));
-        assert_eq!(sweep.gaps("breaker"), error_keys);
+        assert_eq!(sweep.gaps("breaker"), unmet);
         assert_eq!(sweep.preconditions["breaker_probe"], (2, 2));
         let table = sweep.table("breaker", 2);
         assert!(table.contains("* breaker_reopened"), "{table}");

@@ -22,6 +22,8 @@ pub mod idempotency;
 #[cfg(madsim)]
 pub mod liveness;
 #[cfg(madsim)]
+pub mod midnight;
+#[cfg(madsim)]
 pub mod pause;
 #[cfg(madsim)]
 pub mod pause_table;

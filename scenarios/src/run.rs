@@ -145,6 +145,12 @@ pub static SCENARIOS: &[Scenario] = &[
         body: |seed, recorder| Box::pin(crate::wakeup_storm::run(seed, recorder)),
     },
     Scenario {
+        name: "midnight",
+        summary: "3 agents in a zone whose local midnight falls 20-80 min in: a cap of 5 reached while bursts coalesce, a rest across midnight, a backward jump back over it, crashes and power cuts; 3 h 30 min",
+        virtual_ms: crate::midnight::SAFETY_MS + crate::midnight::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::midnight::run(seed, recorder)),
+    },
+    Scenario {
         name: "liveness",
         summary: "8 agents pulse (fixed and phi-accrual) over a lossy, slow network with dropped pulses and silences, crashes, power cuts, clock jumps; 1 h",
         virtual_ms: crate::liveness::SAFETY_MS + crate::liveness::QUIET_MS,

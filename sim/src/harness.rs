@@ -98,8 +98,9 @@ pub fn elapsed_ms() -> u64 {
     elapsed().as_millis() as u64
 }
 
-/// Virtual wall time at the start of the run (madsim picks it from the seed), Unix ms.
-fn epoch_wall_ms() -> u64 {
+/// Virtual wall time at the start of the run (madsim picks it from the seed), Unix ms: a
+/// scenario may place its workload around a wall-clock moment (a local midnight) with it.
+pub fn epoch_wall_ms() -> u64 {
     let now = madsim::time::TimeHandle::current().now_time();
     let since_epoch = now
         .duration_since(UNIX_EPOCH)
