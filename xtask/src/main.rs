@@ -6,6 +6,7 @@ use std::env;
 use std::path::PathBuf;
 use std::process::{exit, Command};
 
+mod mutants;
 mod readme_check;
 
 /// The simulator's own target directory: the `--cfg madsim` build never invalidates the normal
@@ -48,6 +49,10 @@ const COMMANDS: &[(&str, &str)] = &[
     (
         "bench-smoke [runs] [seed]",
         "median wall time of one smoke seed run `runs` times",
+    ),
+    (
+        "mutants [--sample N] [--seed S] [--shard K/N] [--budget-min M] [--report]",
+        "mutation score of engine, shell, store, executor (needs cargo-mutants)",
     ),
     ("help", "this list"),
 ];
@@ -123,6 +128,7 @@ fn main() {
                 .map_or(1, |n| n.parse().expect("seed must be a number"));
             bench_smoke(runs, seed)
         }
+        "mutants" => mutants::run(rest, &workspace_root()),
         "help" | "--help" | "-h" => help(),
         unknown => usage(unknown),
     }
