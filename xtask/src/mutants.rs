@@ -6,7 +6,8 @@
 //! 1. the bounded simulation sweep ([`SIM_JUDGE`], built with `--cfg madsim`): a seed that fails
 //!    any invariant, or a sweep past its time limit, catches the mutant;
 //! 2. if the simulation missed it, the runtime's unit tests and the engine's model test
-//!    (`cargo test -p vigil --lib --test engine_model`).
+//!    (`cargo test -p vigil --lib --test engine_model`);
+//! 3. if those missed it too, the integration tests of the real parts ([`REAL_PARTS`]).
 //!
 //! A mutant that does not build is unviable. Results are appended to a JSON-lines file, one
 //! mutant a line, so a run can stop at its time budget and the next one resumes where it
@@ -51,6 +52,21 @@ const SIM_JUDGE: &[(&str, u32)] = &[
     ("heart_fleet_2h", 3),
     ("tool_loop", 3),
     ("smoke", 3),
+];
+
+/// The integration tests that judge a mutant the simulation and the unit tests missed: the
+/// shell, store and executor against real HTTP(S), real processes and redb on disk. Not the
+/// tests that drive the built binary (`cli`, `kill_restart`, `hostile`): slow, and the code they
+/// reach is the same.
+const REAL_PARTS: &[&str] = &[
+    "http_api",
+    "webhook_agents",
+    "http_tools",
+    "https_transport",
+    "transcripts",
+    "llm_agents",
+    "coding_cli_agents",
+    "process_agents",
 ];
 
 /// A judge's time limit: this many times the unmutated tree's time, plus [`SLACK`]. A mutant
@@ -144,11 +160,13 @@ pub fn run(args: &[String], root: &Path) -> ! {
         }
         let verdict = tree.judge(mutant, &limits);
         eprintln!(
-            "mutants: [{}/{}] {} -> {}",
+            "mutants: [{}/{}] {} -> {} {} ({} s)",
             i + 1,
             pending.len(),
             name(mutant),
-            verdict["verdict"]
+            verdict["verdict"],
+            verdict["caught_by"].as_str().unwrap_or_default(),
+            verdict["seconds"]
         );
         let mut file = OpenOptions::new()
             .create(true)
@@ -245,8 +263,28 @@ struct Tree {
 
 /// The unmutated tree's judge times, times [`TIMEOUT_FACTOR`] plus [`SLACK`].
 struct Limits {
-    unit: Duration,
+    /// [`Stage::Unit`], then [`Stage::RealParts`].
+    tests: Vec<Duration>,
     sim: Vec<Duration>,
+}
+
+/// The judges after the simulation, in order.
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    /// The runtime's unit tests and the engine's model test.
+    Unit,
+    /// [`REAL_PARTS`]: the shell, store and executor against real sockets, processes and disks.
+    RealParts,
+}
+
+impl Stage {
+    /// The name a catch records (`caught_by`).
+    fn name(self) -> &'static str {
+        match self {
+            Stage::Unit => "unit",
+            Stage::RealParts => "real_parts",
+        }
+    }
 }
 
 enum Outcome {
@@ -311,18 +349,28 @@ impl Tree {
         self.cargo(&args, true).status().is_ok_and(|s| s.success())
     }
 
-    fn unit_args() -> [&'static str; 6] {
-        ["test", "-p", "vigil", "--lib", "--test", "engine_model"]
+    /// `cargo test` of the runtime's unit tests and the model test, or of [`REAL_PARTS`].
+    fn test_args(stage: Stage) -> Vec<&'static str> {
+        let mut args = vec!["test", "-p", "vigil"];
+        match stage {
+            Stage::Unit => args.extend(["--lib", "--test", "engine_model"]),
+            Stage::RealParts => {
+                for test in REAL_PARTS {
+                    args.extend(["--test", test]);
+                }
+            }
+        }
+        args
     }
 
-    fn build_unit(&self) -> bool {
-        let mut command = self.cargo(&Self::unit_args(), false);
+    fn build_tests(&self, stage: Stage) -> bool {
+        let mut command = self.cargo(&Self::test_args(stage), false);
         command.arg("--no-run");
         command.status().is_ok_and(|s| s.success())
     }
 
-    fn run_unit(&self, limit: Option<Duration>) -> (Outcome, Duration) {
-        timed(self.cargo(&Self::unit_args(), false), limit)
+    fn run_tests(&self, stage: Stage, limit: Option<Duration>) -> (Outcome, Duration) {
+        timed(self.cargo(&Self::test_args(stage), false), limit)
     }
 
     fn run_sweep(
@@ -353,7 +401,9 @@ impl Tree {
             "mutants: building and judging the unmutated tree (the first build takes minutes)"
         );
         assert!(self.build_sim(), "the unmutated simulator does not build");
-        assert!(self.build_unit(), "the unmutated unit tests do not build");
+        for stage in [Stage::Unit, Stage::RealParts] {
+            assert!(self.build_tests(stage), "the unmutated {stage:?} tests do not build");
+        }
         let limit = |d: Duration| d * TIMEOUT_FACTOR + SLACK;
         let mut sim = Vec::new();
         for (scenario, seeds) in SIM_JUDGE {
@@ -362,17 +412,20 @@ impl Tree {
                 matches!(outcome, Outcome::Passed),
                 "the unmutated tree fails {scenario}"
             );
+            eprintln!("mutants: baseline sim:{scenario} ({seeds} seeds) {took:.1?}");
             sim.push(limit(took));
         }
-        let (outcome, took) = self.run_unit(None);
-        assert!(
-            matches!(outcome, Outcome::Passed),
-            "the unmutated tree fails its unit tests"
-        );
-        Limits {
-            unit: limit(took),
-            sim,
+        let mut tests = Vec::new();
+        for stage in [Stage::Unit, Stage::RealParts] {
+            let (outcome, took) = self.run_tests(stage, None);
+            assert!(
+                matches!(outcome, Outcome::Passed),
+                "the unmutated tree fails its {stage:?} tests"
+            );
+            eprintln!("mutants: baseline {} {took:.1?}", stage.name());
+            tests.push(limit(took));
         }
+        Limits { tests, sim }
     }
 
     /// Applies `mutant`, judges it, and restores the file.
@@ -426,14 +479,17 @@ impl Tree {
                 Outcome::TimedOut => return ("caught", Some(format!("sim:{scenario}:timeout"))),
             }
         }
-        if !self.build_unit() {
-            return ("unviable", None);
+        for (stage, limit) in [Stage::Unit, Stage::RealParts].into_iter().zip(&limits.tests) {
+            if !self.build_tests(stage) {
+                return ("unviable", None);
+            }
+            match self.run_tests(stage, Some(*limit)).0 {
+                Outcome::Passed => {}
+                Outcome::Failed => return ("caught", Some(stage.name().into())),
+                Outcome::TimedOut => return ("caught", Some(format!("{}:timeout", stage.name()))),
+            }
         }
-        match self.run_unit(Some(limits.unit)).0 {
-            Outcome::Passed => ("survived", None),
-            Outcome::Failed => ("caught", Some("unit".into())),
-            Outcome::TimedOut => ("caught", Some("unit:timeout".into())),
-        }
+        ("survived", None)
     }
 }
 
@@ -509,10 +565,14 @@ fn report(out: &Path) -> i32 {
         "caught by the simulation: {by_sim} of {viable} viable ({:.1} %)",
         percent(by_sim)
     );
+    let by = |stage: &str| count(&|r| r["caught_by"].as_str().is_some_and(|b| b.starts_with(stage)));
     println!(
-        "caught only by the unit and model tests: {}",
-        caught - by_sim
+        "caught after the simulation: {} by the unit and model tests, {} by the real-parts tests",
+        by("unit"),
+        by("real_parts")
     );
+    let timeouts = count(&|r| r["caught_by"].as_str().is_some_and(|b| b.ends_with("timeout")));
+    println!("of the catches, by a time limit: {timeouts}");
     for r in results.iter().filter(|r| r["verdict"] == "survived") {
         println!("survived: {}", r["name"].as_str().unwrap_or_default());
     }
