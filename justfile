@@ -24,3 +24,8 @@ replay seed scenario="smoke":
 # Median wall time of one smoke seed (release), run RUNS times.
 bench runs="7" seed="1":
     cargo xtask bench-smoke {{runs}} {{seed}}
+
+# Mutation score of the engine, shell, store and executor (needs cargo-mutants), e.g.
+# `just mutants --sample 40 --budget-min 60`; `just mutants --report` prints the score so far.
+mutants *args:
+    cargo xtask mutants {{args}}

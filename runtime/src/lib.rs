@@ -12,6 +12,8 @@ pub mod engine;
 pub mod exec;
 pub mod fleet;
 pub mod io;
+#[cfg(test)]
+mod limits_doc;
 pub mod net;
 pub mod node;
 pub mod node_file;

@@ -5,22 +5,22 @@
 
 mod agents;
 mod auth;
-mod body;
-mod body_deadline;
+pub(crate) mod body;
+pub(crate) mod body_deadline;
 pub mod client;
-mod error;
-mod events;
-mod in_flight;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod in_flight;
 mod pulses;
 mod query;
-mod rate_limit;
+pub(crate) mod rate_limit;
 mod run_result;
-mod runs;
+pub(crate) mod runs;
 mod sessions;
 mod slots;
-mod streams;
+pub(crate) mod streams;
 mod usage;
-mod wakeups;
+pub(crate) mod wakeups;
 mod timer;
 
 use std::sync::Arc;

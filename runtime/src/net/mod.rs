@@ -8,7 +8,7 @@
 
 mod client;
 mod endpoint;
-mod policy;
+pub(crate) mod policy;
 mod request;
 mod tls;
 

@@ -13,7 +13,7 @@
 
 mod budget;
 mod entry;
-mod excerpt;
+pub(crate) mod excerpt;
 mod file;
 pub mod memory;
 
