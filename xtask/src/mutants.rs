@@ -4,7 +4,8 @@
 //! judges each one in a scratch worktree of the committed HEAD (`target/mutants/tree`):
 //!
 //! 1. the bounded simulation sweep ([`SIM_JUDGE`], built with `--cfg madsim`): a seed that fails
-//!    any invariant, or a sweep past its time limit, catches the mutant;
+//!    any invariant, a sweep that misses its scenario's required coverage, or a sweep past its
+//!    time limit catches the mutant;
 //! 2. if the simulation missed it, the runtime's unit tests and the engine's model test
 //!    (`cargo test -p vigil --lib --test engine_model`);
 //! 3. if those missed it too, the integration tests of the real parts ([`REAL_PARTS`]).
@@ -389,6 +390,9 @@ impl Tree {
             &seeds.to_string(),
             "--jobs",
             "2",
+            // A mechanism a mutant silently switched off fails its scenario's required coverage
+            // (the breaker that never opens never meets `breaker_probe`).
+            "--require-coverage",
         ]);
         command.stdout(Stdio::null()).stderr(Stdio::null());
         timed(command, limit)

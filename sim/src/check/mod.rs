@@ -5,6 +5,7 @@
 
 mod agent_error;
 mod agents;
+mod breaker_opening;
 mod commits;
 mod contracts;
 mod cooldown;
@@ -89,6 +90,7 @@ pub struct Checker {
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
+    opening: breaker_opening::OpeningOracle,
     agent_error: agent_error::AgentErrorOracle,
     spacing: spacing::SpacingOracle,
     refusals: refusals::RefusalOracle,
@@ -294,6 +296,11 @@ impl Checker {
         self.cooldown.starts_after_a_cooldown()
     }
 
+    /// Breaker openings judged against the counting contract (27).
+    pub fn breaker_openings_judged(&self) -> u64 {
+        self.opening.openings()
+    }
+
     /// How many agents were marked offline.
     pub fn offline_marks(&self) -> u64 {
         self.liveness.offline_marks()
@@ -417,6 +424,7 @@ impl Checker {
         self.processes.committed(t_ms, event)?;
         self.executions.committed(t_ms, event);
         self.cooldown.committed(event)?;
+        self.opening.committed(event)?;
         self.agent_error.committed(event)?;
         self.spacing.committed(event)?;
         self.refusals.committed(event)?;
