@@ -77,6 +77,7 @@ const SLACK: Duration = Duration::from_secs(30);
 /// Without `--budget-min`, a run stops starting mutants after this long.
 const BUDGET_DEFAULT: Duration = Duration::from_secs(60 * 60);
 
+#[derive(Debug)]
 struct Options {
     sample: usize,
     seed: u64,
@@ -406,7 +407,10 @@ impl Tree {
         );
         assert!(self.build_sim(), "the unmutated simulator does not build");
         for stage in [Stage::Unit, Stage::RealParts] {
-            assert!(self.build_tests(stage), "the unmutated {stage:?} tests do not build");
+            assert!(
+                self.build_tests(stage),
+                "the unmutated {stage:?} tests do not build"
+            );
         }
         let limit = |d: Duration| d * TIMEOUT_FACTOR + SLACK;
         let mut sim = Vec::new();
@@ -483,7 +487,10 @@ impl Tree {
                 Outcome::TimedOut => return ("caught", Some(format!("sim:{scenario}:timeout"))),
             }
         }
-        for (stage, limit) in [Stage::Unit, Stage::RealParts].into_iter().zip(&limits.tests) {
+        for (stage, limit) in [Stage::Unit, Stage::RealParts]
+            .into_iter()
+            .zip(&limits.tests)
+        {
             if !self.build_tests(stage) {
                 return ("unviable", None);
             }
@@ -569,16 +576,100 @@ fn report(out: &Path) -> i32 {
         "caught by the simulation: {by_sim} of {viable} viable ({:.1} %)",
         percent(by_sim)
     );
-    let by = |stage: &str| count(&|r| r["caught_by"].as_str().is_some_and(|b| b.starts_with(stage)));
+    let by = |stage: &str| {
+        count(&|r| {
+            r["caught_by"]
+                .as_str()
+                .is_some_and(|b| b.starts_with(stage))
+        })
+    };
     println!(
         "caught after the simulation: {} by the unit and model tests, {} by the real-parts tests",
         by("unit"),
         by("real_parts")
     );
-    let timeouts = count(&|r| r["caught_by"].as_str().is_some_and(|b| b.ends_with("timeout")));
+    let timeouts = count(&|r| {
+        r["caught_by"]
+            .as_str()
+            .is_some_and(|b| b.ends_with("timeout"))
+    });
     println!("of the catches, by a time limit: {timeouts}");
     for r in results.iter().filter(|r| r["verdict"] == "survived") {
         println!("survived: {}", r["name"].as_str().unwrap_or_default());
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn mutants(n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| json!({"name": format!("runtime/src/engine/x.rs:{i}:1: replace + with -")}))
+            .collect()
+    }
+
+    fn names(list: &[Value]) -> Vec<String> {
+        list.iter().map(|m| name(m).to_string()).collect()
+    }
+
+    #[test]
+    fn options_parse_and_bad_ones_name_the_flag() {
+        let o = parse(&args(&[
+            "--sample",
+            "7",
+            "--shard",
+            "1/3",
+            "--budget-min",
+            "2",
+        ]))
+        .unwrap();
+        assert_eq!(
+            (o.sample, o.shard, o.budget),
+            (7, (1, 3), Duration::from_secs(120))
+        );
+        assert!(parse(&args(&["--shard", "3/3"]))
+            .unwrap_err()
+            .contains("K < N"));
+        assert!(parse(&args(&["--sample", "x"]))
+            .unwrap_err()
+            .contains("--sample"));
+        assert!(parse(&args(&["--seed"]))
+            .unwrap_err()
+            .contains("needs a value"));
+        assert!(parse(&args(&["--nope", "1"]))
+            .unwrap_err()
+            .contains("--nope"));
+    }
+
+    #[test]
+    fn shards_split_the_mutants_exactly_and_a_sample_is_a_stable_prefix() {
+        let all = mutants(50);
+        let mut options = parse(&[]).unwrap();
+        let mut seen: Vec<String> = Vec::new();
+        for k in 0..4 {
+            options.shard = (k, 4);
+            seen.extend(names(&chosen(&all, &options)));
+        }
+        seen.sort();
+        let mut expected = names(&all);
+        expected.sort();
+        assert_eq!(seen, expected, "every mutant in exactly one shard");
+
+        options.shard = (0, 1);
+        let order = names(&chosen(&all, &options));
+        options.sample = 5;
+        assert_eq!(names(&chosen(&all, &options)), order[..5].to_vec());
+        options.seed = 2;
+        assert_ne!(
+            names(&chosen(&all, &options)),
+            order[..5].to_vec(),
+            "the seed picks another sample"
+        );
+    }
 }
