@@ -144,6 +144,13 @@ async fn garbage_output_is_a_parse_error(cli: Cli) {
     assert!(sessions(&api, agent).await.is_empty());
     let log = log_text(&api, &run).await;
     assert!(log.contains("not { json") || log.contains("is { not json"), "the output is in the transcript: {log}");
+
+    // A run that reports no session keeps the task's stored one: only a refusal drops it (a
+    // mutant that cleared it here survived every other judge).
+    assert_succeeded(&run_once(&api, agent, "kept", "new-session=sess-k").await);
+    let garbled = run_once(&api, agent, "kept", "mode=garbage").await;
+    assert_failed(&garbled, "parse_error");
+    assert_eq!(sessions(&api, agent).await["kept"].0, "sess-k", "{garbled}");
     node.stop();
 }
 
