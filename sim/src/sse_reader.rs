@@ -106,9 +106,10 @@ type Stream = (hyper::body::Incoming, madsim::task::JoinHandle<()>);
 /// Connects and asks for the stream; `None` unless the node answers 200.
 async fn open(addr: std::net::SocketAddr, last_id: u64) -> Option<Stream> {
     let tcp = TcpStream::connect(addr).await.ok()?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
-        .await
-        .ok()?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(TokioIo::new(vigil::net::WrittenFlush::new(tcp)))
+            .await
+            .ok()?;
     let connection = madsim::task::spawn_local(async move {
         let _ = connection.await;
     });

@@ -10,6 +10,8 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
+use crate::net::WrittenFlush;
+
 /// A request that takes longer than this (connect, send, full answer) fails with `Timeout`.
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
 
@@ -126,9 +128,10 @@ impl ApiClient {
         let stream = TcpStream::connect(addr)
             .await
             .map_err(|source| ClientError::Connect { addr, source })?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(http)?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(WrittenFlush::new(stream)))
+                .await
+                .map_err(http)?;
         let driver = tokio::spawn(async move {
             // Errors surface through `send_request`; the driver only has to run.
             let _ = connection.await;

@@ -36,6 +36,8 @@ use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
+use crate::net::WrittenFlush;
+
 pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
 pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
@@ -162,7 +164,7 @@ pub async fn serve(listener: TcpListener, router: Router) {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(timer::TokioTimer)
                 .header_read_timeout(Duration::from_millis(HEADER_READ_TIMEOUT_MS))
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(WrittenFlush::new(stream)), service);
             if let Err(error) = connection.await {
                 tracing::debug!(%error, "connection ended with an error");
             }

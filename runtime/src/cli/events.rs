@@ -13,6 +13,8 @@ use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
+use crate::net::WrittenFlush;
+
 use super::format::{escape_controls, event_line, safe_json_line};
 use super::{answer_json, CliError, Printed, Session};
 use crate::api::client::REQUEST_TIMEOUT_MS;
@@ -162,9 +164,10 @@ impl Session {
                 url: url.clone(),
                 reason: source.to_string(),
             })?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(http)?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(WrittenFlush::new(stream)))
+                .await
+                .map_err(http)?;
         let driver = tokio::spawn(async move {
             // Errors surface through the response body; the driver only has to run.
             let _ = connection.await;

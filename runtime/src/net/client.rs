@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use super::endpoint::{check_path, Endpoint, Host, Scheme};
 use super::request::{OutboundAnswer, OutboundError, OutboundHeader, OutboundRequest};
 use super::tls::{client_config, TlsOptions, TlsSetupError};
+use super::written_flush::WrittenFlush;
 
 /// At most this many resolved (and allowed) addresses are tried, in the resolver's order, before
 /// the last connect error is returned: `localhost` often resolves to `::1` before `127.0.0.1`.
@@ -132,14 +133,14 @@ impl OutboundClient {
 
     /// Resolves once, asks the policy about each address, connects to the first allowed one
     /// that answers.
-    async fn connect(&self, endpoint: &Endpoint) -> Result<TcpStream, OutboundError> {
+    async fn connect(&self, endpoint: &Endpoint) -> Result<WrittenFlush<TcpStream>, OutboundError> {
         let host = endpoint.host().bare();
         let resolved = resolve(endpoint.host(), endpoint.port()).await?;
         let allowed = self.allowed(&host, &resolved)?;
         let mut last_error = None;
         for addr in allowed.into_iter().take(CONNECT_ADDRESSES_MAX) {
             match TcpStream::connect(addr).await {
-                Ok(stream) => return Ok(stream),
+                Ok(stream) => return Ok(WrittenFlush::new(stream)),
                 Err(source) => last_error = Some(OutboundError::Connect { addr, source }),
             }
         }
@@ -176,8 +177,8 @@ impl OutboundClient {
     async fn tls_handshake(
         &self,
         endpoint: &Endpoint,
-        tcp: TcpStream,
-    ) -> Result<tokio_rustls::client::TlsStream<TcpStream>, OutboundError> {
+        tcp: WrittenFlush<TcpStream>,
+    ) -> Result<tokio_rustls::client::TlsStream<WrittenFlush<TcpStream>>, OutboundError> {
         let host = endpoint.host().bare();
         let tls_error = |detail: String| OutboundError::Tls {
             host: host.clone(),

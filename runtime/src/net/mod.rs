@@ -11,6 +11,7 @@ mod endpoint;
 pub(crate) mod policy;
 mod request;
 mod tls;
+mod written_flush;
 
 pub use client::{
     allow_every_address, retry_after_ms, AddressPolicy, OutboundClient, CONNECT_ADDRESSES_MAX,
@@ -24,4 +25,5 @@ pub use request::{
     OutboundAnswer, OutboundError, OutboundHeader, OutboundRequest, RESPONSE_BYTES_MAX_DEFAULT,
     TIMEOUT_MS_DEFAULT,
 };
+pub use written_flush::WrittenFlush;
 pub use tls::{TlsOptions, TlsSetupError, CA_FILE_BYTES_MAX};
