@@ -1,5 +1,5 @@
 //! The Heart's scenarios under the simulator (docs/invariants.md, invariants 2 and 3): 500 seeds of each
-//! pass (200 of each of the six Kelpie pause rows), and each really exercises what it is named for.
+//! pass (100 of each of the six Kelpie pause rows, 200 of the two-day `wakeup_storm`), and each really exercises what it is named for.
 #![cfg(madsim)]
 
 mod sim_support;
@@ -13,7 +13,10 @@ const SEEDS: u64 = 500;
 /// Seeds of each of the six Kelpie pause rows. Each row is one narrow situation (`pause` itself
 /// sweeps 500 with every pause fault mixed); 6 × 500 took a fifth of the suite's time on CI's 2
 /// cores (docs/simulation.md, "How long it takes").
-const PAUSE_ROW_SEEDS: u64 = 200;
+const PAUSE_ROW_SEEDS: u64 = 100;
+/// Seeds of `wakeup_storm`: each is two simulated days of storms, about 0.6 CPU-s, the costliest
+/// designed sweep after `heart_fleet_2h`; the swarm sweep runs it too.
+const WAKEUP_STORM_SEEDS: u64 = 200;
 const COVERAGE_SEEDS: u64 = 5;
 
 fn sweep_passes(name: &str) {
@@ -92,8 +95,8 @@ fn breaker_really_opens_probes_and_closes() {
 }
 
 #[test]
-fn wakeup_storm_passes_500_seeds() {
-    sweep_passes("wakeup_storm");
+fn wakeup_storm_passes_200_seeds() {
+    sim_support::sweep_passes("wakeup_storm", WAKEUP_STORM_SEEDS);
 }
 
 /// The rare combinations around a local midnight (a cap reached while wakeups join queued runs,
@@ -157,14 +160,14 @@ fn wakeup_storm_really_reaches_the_daily_cap() {
     assert!(capped > 100, "wakeups refused by the daily cap: {capped}");
 }
 
-// ---- The six Kelpie ADR-010 pause scenarios: 200 seeds each, and each does what it says ----
+// ---- The six Kelpie ADR-010 pause scenarios: 100 seeds each, and each does what it says ----
 
 use std::collections::BTreeMap;
 use vigil_scenarios::pause_table::{JUMP_BACKWARD_MS, JUMP_FORWARD_MS, JUMP_INTO_REST_MS, SKEW_MS};
 use vigil_world::trace::TraceRecord;
 
 #[test]
-fn the_six_pause_scenarios_pass_200_seeds_each() {
+fn the_six_pause_scenarios_pass_100_seeds_each() {
     for name in [
         "pause_basic",
         "pause_skew",
