@@ -11,8 +11,8 @@ use vigil_world::trace::{FaultRecord, TraceEvent};
 
 const SEEDS: u64 = 500;
 /// Seeds of each of the six Kelpie pause rows. Each row is one narrow situation (`pause` itself
-/// sweeps 500 with every pause fault mixed); 6 × 500 took a fifth of the suite's time on CI's 2
-/// cores (docs/simulation.md, "How long it takes").
+/// sweeps 500 with every pause fault mixed); 6 × 500 seeds cost about 290 CPU-s (100 seeds of
+/// each: 3.4 to 10.7 s wall on 2 cores), a tenth of the suite's (docs/simulation.md).
 const PAUSE_ROW_SEEDS: u64 = 100;
 /// Seeds of `wakeup_storm`: each is two simulated days of storms, about 0.6 CPU-s, the costliest
 /// designed sweep after `heart_fleet_2h`; the swarm sweep runs it too.
