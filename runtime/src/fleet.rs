@@ -349,13 +349,13 @@ pub struct Applied {
 
 impl Fleet {
     /// Creates the declared agents that do not exist yet; warns about those that differ.
-    pub fn apply(&self, shell: &Arc<Shell>) -> Result<Applied, ExecuteError> {
+    pub async fn apply(&self, shell: &Arc<Shell>) -> Result<Applied, ExecuteError> {
         let mut applied = Applied::default();
         for tenant in &self.tenants {
             let exists = shell.engine().tenants().any(|t| t.name == tenant.name);
             if !exists && !tenant.agents.is_empty() {
                 let token = shell.new_operator_token();
-                shell.ensure_tenant(&tenant.name, &token)?;
+                shell.ensure_tenant(&tenant.name, &token).await?;
                 applied.generated_tokens.push((tenant.name.clone(), token));
             }
             let known = shell.engine().tenants().any(|t| t.name == tenant.name);
@@ -363,7 +363,7 @@ impl Fleet {
                 shell.execute(crate::engine::Command::SetTenantBudget {
                     tenant: tenant.name.clone(),
                     daily_budget_usd: tenant.daily_budget_usd,
-                })?;
+                }, crate::writer::WhenFull::Wait).await?;
             }
             for spec in &tenant.agents {
                 let node_path = std::env::var("PATH").ok();
@@ -377,7 +377,7 @@ impl Fleet {
                     .map(|a| (a.id, a.spec.clone(), a.status));
                 match existing {
                     None => {
-                        let created = shell.create_agent(&tenant.name, spec.clone())?;
+                        let created = shell.create_agent(&tenant.name, spec.clone(), crate::writer::WhenFull::Wait).await?;
                         applied.created.push((
                             tenant.name.clone(),
                             spec.name.clone(),
@@ -616,7 +616,7 @@ time_zone = "Europe/Paris"
         let shell = node.shell().clone();
 
         // Tenant default did not exist (only acme was configured): it is made, with a token.
-        let first = parse(GOOD).unwrap().apply(&shell).unwrap();
+        let first = parse(GOOD).unwrap().apply(&shell).await.unwrap();
         assert_eq!(first.created.len(), 3);
         assert_eq!(first.generated_tokens.len(), 1);
         assert_eq!(first.generated_tokens[0].0, "default");
@@ -624,7 +624,7 @@ time_zone = "Europe/Paris"
 
         // Applying again changes nothing; a changed spec is reported, not applied.
         let changed = GOOD.replace("interval_ms = 30000", "interval_ms = 60000");
-        let second = parse(&changed).unwrap().apply(&shell).unwrap();
+        let second = parse(&changed).unwrap().apply(&shell).await.unwrap();
         assert!(second.created.is_empty() && second.generated_tokens.is_empty());
         assert_eq!(second.unchanged, 2);
         assert_eq!(second.warnings.len(), 1);

@@ -21,3 +21,4 @@ pub mod redact;
 pub mod shell;
 pub mod store;
 pub mod transcript;
+pub mod writer;

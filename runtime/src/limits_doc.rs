@@ -29,6 +29,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(api::rate_limit::REQUEST_BURST_PER_TOKEN),
         limit!(api::rate_limit::REQUESTS_PER_SECOND_PER_TOKEN),
         limit!(api::rate_limit::RATE_LIMITED_TOKENS_MAX),
+        limit!(writer::WRITER_QUEUE_CAPACITY),
+        limit!(writer::GROUP_COMMIT_COMMANDS_MAX),
         limit!(api::in_flight::REQUESTS_IN_FLIGHT_MAX),
         limit!(api::in_flight::REQUESTS_IN_FLIGHT_NODE_OPERATOR_RESERVE),
         limit!(api::in_flight::REQUESTS_IN_FLIGHT_PER_TENANT_MAX),

@@ -587,6 +587,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(fleet) = &fleet {
         let applied = fleet
             .apply(node.shell())
+            .await
             .context("could not apply the fleet file")?;
         for (tenant, token) in &applied.generated_tokens {
             if tenant == DEFAULT_TENANT {

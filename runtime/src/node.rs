@@ -27,6 +27,7 @@ use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
 use crate::shell::{CommitObserver, ExecuteError, Shell};
+use crate::writer::WhenFull;
 use crate::store::{Store, StoreError};
 use crate::transcript::SharedTranscriptStore;
 
@@ -279,6 +280,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     for TenantToken { tenant, token } in &config.tenants {
         shell
             .ensure_tenant(tenant, token)
+            .await
             .map_err(tenant_error(tenant))?;
     }
     let mut generated_token = None;
@@ -286,12 +288,14 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         let token = shell.new_operator_token();
         shell
             .ensure_tenant(DEFAULT_TENANT, &token)
+            .await
             .map_err(tenant_error(DEFAULT_TENANT))?;
         generated_token = Some(token);
     }
     kill_orphaned_groups(&shell);
     let decision = shell
-        .execute(Command::RecoverRuns)
+        .execute(Command::RecoverRuns, WhenFull::Wait)
+        .await
         .map_err(StartError::Recovery)?;
     let interrupted_runs = decision
         .events
@@ -351,16 +355,16 @@ fn is_restart_failure(kind: &EventKind) -> bool {
 /// monotonic time, so a wall-clock jump changes nothing; idle when no agent pulses.
 async fn sweep_liveness(shell: Arc<Shell>) {
     loop {
-        match shell.sweep_liveness() {
+        match shell.sweep_liveness().await {
             Ok(0) => {}
             Ok(marked) => tracing::info!(marked, "stale sweep marked agents offline"),
-            // The failed write stopped the node (ADR 0008); this task is ending with it.
-            Err(ExecuteError::Store(error)) => {
-                tracing::warn!(%error, "could not record the stale sweep; the node stops");
-                return;
-            }
             Err(error @ ExecuteError::Refused(_)) => {
                 tracing::warn!(%error, "the engine refused the stale sweep; retrying");
+            }
+            // The failed write stopped the node (ADR 0008), or it is stopping; this task ends.
+            Err(error) => {
+                tracing::warn!(%error, "could not record the stale sweep; the node stops");
+                return;
             }
         }
         let wait_ms = shell.next_liveness_check_in_ms().unwrap_or(u64::MAX).max(1);
@@ -401,7 +405,7 @@ async fn run_timers(shell: Arc<Shell>) {
         let now_ms = shell.clock().wall_now_ms();
         let deadline_ms = shell.next_deadline_ms(now_ms);
         if deadline_ms.is_some_and(|d| d <= now_ms) {
-            match shell.execute(Command::FireDueTimers) {
+            match shell.execute(Command::FireDueTimers, WhenFull::Wait).await {
                 Ok(decision) => {
                     for event in &decision.events {
                         if let EventKind::TimerFired {
@@ -416,15 +420,16 @@ async fn run_timers(shell: Arc<Shell>) {
                     }
                     continue;
                 }
-                // The failed write stopped the node (ADR 0008); this task is ending with it.
-                Err(ExecuteError::Store(error)) => {
-                    tracing::warn!(%error, "could not record due timers; the node stops");
-                    return;
-                }
                 Err(error @ ExecuteError::Refused(_)) => {
                     tracing::warn!(%error, "the engine refused to fire due timers; retrying");
                     tokio::time::sleep(Duration::from_millis(WALL_RECHECK_MS)).await;
                     continue;
+                }
+                // The failed write stopped the node (ADR 0008), or it is stopping; this task
+                // ends with it.
+                Err(error) => {
+                    tracing::warn!(%error, "could not record due timers; the node stops");
+                    return;
                 }
             }
         }

@@ -1,16 +1,19 @@
 //! The shell: the one place where engine decisions meet the disk.
 //!
-//! Every command goes decide → persist → apply → observe, under one lock, so the in-memory
-//! engine is never ahead of the durable log and observers see events in log order. The executor
-//! is told about committed run events under the same lock, so it starts and stops runs in log
-//! order too.
+//! Every command that may write goes through the single writer (`crate::writer`, ADR 0012):
+//! one task decides a batch of commands and applies their events under the engine's lock, writes
+//! the batch in one durable transaction with no lock held, then tells the executor and the
+//! observers and answers each command. An answer therefore always means durable; the in-memory
+//! engine may run ahead of the disk by the one batch being written, which readers may see
+//! (ADR 0012 says why that is safe). The executor is told about committed run events in log order,
+//! after they are durable, so it starts and stops runs in log order too.
 //!
 //! A write that fails stops the node (ADR 0008): the shell latches the failure, writes nothing
 //! more, and ends the node's tasks at once; the host learns it from `Node::failed` and exits, so
 //! a supervisor restarts the process and recovery reads what really reached the disk.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::event::{Event, EventKind};
@@ -26,6 +29,7 @@ use crate::exec::Executor;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
 use crate::store::{Store, StoreError};
+use crate::writer::{Committed, Decide, Job, WhenFull, WriterQueue, GROUP_COMMIT_COMMANDS_MAX};
 
 /// Prefix of the tokens issued to agents.
 pub const AGENT_TOKEN_PREFIX: &str = "vgl_agent_";
@@ -55,6 +59,13 @@ pub enum ExecuteError {
     Refused(#[from] Refusal),
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// The writer's queue is full ([`crate::writer::WRITER_QUEUE_CAPACITY`]); nothing was
+    /// queued.
+    #[error("the node is busy: {} commands are waiting to be written; retry shortly", crate::writer::WRITER_QUEUE_CAPACITY)]
+    Busy,
+    /// The node is stopping; the command may or may not have been written.
+    #[error("the node is stopping")]
+    Stopped,
 }
 
 /// An agent just created, with the token issued to it (shown this once).
@@ -77,15 +88,19 @@ pub struct WakeAnswer {
 
 /// Shared by the API handlers, the timer loop and the executor of one node.
 pub struct Shell {
+    /// Written only by the writer task, while it decides a batch; read by everyone, briefly.
     engine: Mutex<Engine>,
-    store: Store,
+    /// Shared with the blocking thread a batch is written on.
+    store: Arc<Store>,
+    /// Where every command that may write is queued for the writer (ADR 0012).
+    queue: WriterQueue,
     clock: SharedClock,
     entropy: SharedEntropy,
     on_commit: Option<CommitObserver>,
     pub(crate) executor: Executor,
     /// Wakes the timer loop when the schedule may have changed.
     pub(crate) schedule_changed: tokio::sync::Notify,
-    /// The log head.
+    /// The durable log head (the engine may be one batch ahead while it is written).
     head: tokio::sync::watch::Sender<u64>,
     /// Wakes every live reader of the event stream when the head moves. A `Notify`, not
     /// receivers of `head`: a watch channel with several waiters wakes them in an order drawn
@@ -103,7 +118,8 @@ pub struct Shell {
 }
 
 impl Shell {
-    /// Wraps a store and the engine recovered from it.
+    /// Wraps a store and the engine recovered from it, and starts the writer.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         engine: Engine,
         store: Store,
@@ -124,9 +140,11 @@ impl Shell {
                 pulses.grant(agent.id, mono_ms);
             }
         }
-        Arc::new(Shell {
+        let (queue, jobs) = WriterQueue::new();
+        let shell = Arc::new(Shell {
             engine: Mutex::new(engine),
-            store,
+            store: Arc::new(store),
+            queue,
             clock,
             entropy,
             on_commit,
@@ -138,7 +156,11 @@ impl Shell {
             node_tasks: Mutex::default(),
             pulses: Mutex::new(pulses),
             liveness_changed: tokio::sync::Notify::new(),
-        })
+        });
+        // Why weak: the writer must not keep a stopped node's shell (and its database) alive;
+        // it ends when the shell is dropped and its queue closes.
+        tokio::spawn(write_loop(Arc::downgrade(&shell), jobs));
+        shell
     }
 
     /// Where the node's tokens come from (run tokens are minted from it too).
@@ -146,7 +168,8 @@ impl Shell {
         &self.entropy
     }
 
-    /// The engine, read-only, under the shell's lock. Keep the guard short.
+    /// The engine, read-only, under the shell's lock. Keep the guard short. It may hold the
+    /// decisions of the batch being written (ADR 0012).
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
         // A panic while holding the lock means an engine invariant broke; nothing after it can
         // be trusted, so every later caller fails loudly too.
@@ -160,57 +183,39 @@ impl Shell {
         &self.clock
     }
 
-    /// Runs `command` at the current wall time: decide, persist durably, apply, observe.
-    pub fn execute(self: &Arc<Self>, command: Command) -> Result<Decision, ExecuteError> {
-        let mut engine = self.engine();
-        let now_ms = self.clock.wall_now_ms();
-        let decision = engine.decide(&command, now_ms)?;
-        self.commit(&mut engine, &decision.events)?;
-        Ok(decision)
+    /// Runs `command` through the writer at the current wall time: decided, persisted durably,
+    /// applied, observed; answered once durable.
+    pub async fn execute(
+        self: &Arc<Self>,
+        command: Command,
+        when_full: WhenFull,
+    ) -> Result<Decision, ExecuteError> {
+        Ok(self.submit_command(command, when_full).await?.decision)
     }
 
-    fn commit(self: &Arc<Self>, engine: &mut Engine, events: &[Event]) -> Result<(), StoreError> {
-        if events.is_empty() {
-            return Ok(());
-        }
-        if self.failure.borrow().is_some() {
-            // Crash-only: after a failed write the database must be reopened before it is
-            // trusted again, and only a restart does that.
-            return Err(StoreError::Storage(redb::Error::PreviousIo));
-        }
-        if let Some(observe) = &self.on_commit {
-            observe(CommitStage::Attempted, events);
-        }
-        if let Err(error) = self.store.append(events) {
-            self.fail(&error);
-            return Err(error);
-        }
-        for event in events {
-            engine.apply(event);
-            log_notable(event);
-        }
-        if let Some(observe) = &self.on_commit {
-            observe(CommitStage::Durable, events);
-        }
-        self.executor.on_commit(self, engine, events);
-        self.head.send_replace(engine.last_seq());
-        self.head_moved.notify_waiters();
-        self.schedule_changed.notify_one();
-        Ok(())
+    async fn submit_command(
+        &self,
+        command: Command,
+        when_full: WhenFull,
+    ) -> Result<Committed, ExecuteError> {
+        let decide: Decide = Box::new(move |_, engine, now_ms| engine.decide(&command, now_ms));
+        self.queue.submit(decide, when_full).await
     }
 
     /// Registers an agent in `tenant`, issuing its token.
-    pub fn create_agent(
+    pub async fn create_agent(
         self: &Arc<Self>,
         tenant: &str,
         spec: AgentSpec,
+        when_full: WhenFull,
     ) -> Result<CreatedAgent, ExecuteError> {
         let token = new_token(&*self.entropy, AGENT_TOKEN_PREFIX);
-        let decision = self.execute(Command::CreateAgent {
+        let command = Command::CreateAgent {
             tenant: tenant.to_string(),
             spec,
             token_hash: TokenHash::of(&token),
-        })?;
+        };
+        let decision = self.execute(command, when_full).await?;
         let event = decision.events.first().expect("a create records one event");
         let agent = event.kind.agent().expect("agent_created names its agent");
         Ok(CreatedAgent {
@@ -221,33 +226,41 @@ impl Shell {
     }
 
     /// The one entry point for wakeups from outside the engine.
-    pub fn wake(
+    pub async fn wake(
         self: &Arc<Self>,
         agent: AgentId,
         request: WakeupRequest,
+        when_full: WhenFull,
     ) -> Result<WakeAnswer, ExecuteError> {
-        self.answer_wake(Command::Wake { agent, request })
+        self.answer_wake(Command::Wake { agent, request }, when_full)
+            .await
     }
 
     /// User input for `agent`: restarts its idle chamber and wakes it on demand (`request`).
-    pub fn input(
+    pub async fn input(
         self: &Arc<Self>,
         agent: AgentId,
         request: WakeupRequest,
+        when_full: WhenFull,
     ) -> Result<WakeAnswer, ExecuteError> {
-        self.answer_wake(Command::Input { agent, request })
+        self.answer_wake(Command::Input { agent, request }, when_full)
+            .await
     }
 
     /// Runs a command that answers with a wakeup (`Wake`, `Input`).
-    fn answer_wake(self: &Arc<Self>, command: Command) -> Result<WakeAnswer, ExecuteError> {
-        let mut engine = self.engine();
-        let now_ms = self.clock.wall_now_ms();
-        let decision = engine.decide(&command, now_ms)?;
-        self.commit(&mut engine, &decision.events)?;
+    async fn answer_wake(
+        &self,
+        command: Command,
+        when_full: WhenFull,
+    ) -> Result<WakeAnswer, ExecuteError> {
+        let committed = self.submit_command(command, when_full).await?;
         Ok(WakeAnswer {
-            wakeup: decision.wakeup.expect("wake and input always answer"),
-            replayed: decision.replayed,
-            seq: engine.last_seq(),
+            wakeup: committed
+                .decision
+                .wakeup
+                .expect("wake and input always answer"),
+            replayed: committed.decision.replayed,
+            seq: committed.seq,
         })
     }
 
@@ -255,10 +268,54 @@ impl Shell {
     /// in memory only; the agents that were not online become online, durably, with what their
     /// pulses say. All or nothing: an unknown or terminated agent refuses the whole batch.
     /// Returns the pulse's instant on the node's wall clock.
-    pub fn pulse(self: &Arc<Self>, agents: &[(AgentId, PulseReport)]) -> Result<u64, ExecuteError> {
-        let mut engine = self.engine();
+    ///
+    /// Why a path around the writer: a pulse of agents already online writes nothing, and pulses
+    /// are the node's most frequent request. It is taken only when no batch is being written
+    /// (the engine is not ahead of the disk), so it never answers on a state that could be lost.
+    pub async fn pulse(
+        self: &Arc<Self>,
+        agents: &[(AgentId, PulseReport)],
+        when_full: WhenFull,
+    ) -> Result<u64, ExecuteError> {
+        if let Some(now_ms) = self.pulse_in_memory(agents)? {
+            return Ok(now_ms);
+        }
+        let taken = agents.to_vec();
+        let decide: Decide = Box::new(move |shell, engine, now_ms| {
+            let decision = shell.decide_pulse(engine, now_ms, &taken)?;
+            shell.take_pulses(now_ms, &taken);
+            Ok(decision)
+        });
+        let committed = self.queue.submit(decide, when_full).await?;
+        if !committed.decision.events.is_empty() {
+            self.liveness_changed.notify_one();
+        }
+        Ok(committed.now_ms)
+    }
+
+    /// A pulse that writes nothing, taken at once: `Some(instant)`; `None` when it must go
+    /// through the writer (an agent comes online, or a batch is being written).
+    fn pulse_in_memory(&self, agents: &[(AgentId, PulseReport)]) -> Result<Option<u64>, Refusal> {
+        let engine = self.engine();
+        if engine.last_seq() != self.head_seq() {
+            return Ok(None);
+        }
         let now_ms = self.clock.wall_now_ms();
-        let mut pulses = self.pulses();
+        if !self.decide_pulse(&engine, now_ms, agents)?.events.is_empty() {
+            return Ok(None);
+        }
+        self.take_pulses(now_ms, agents);
+        Ok(Some(now_ms))
+    }
+
+    /// What `agents`' pulses decide (`agent_online` for those not online), the book unchanged.
+    fn decide_pulse(
+        &self,
+        engine: &Engine,
+        now_ms: u64,
+        agents: &[(AgentId, PulseReport)],
+    ) -> Result<Decision, Refusal> {
+        let pulses = self.pulses();
         // What each agent's pulses will say once these are taken (a later entry of the same
         // agent over an earlier one), for the events; the book changes only if the batch is.
         let mut merged: BTreeMap<AgentId, PulseReport> = BTreeMap::new();
@@ -268,23 +325,23 @@ impl Shell {
                 .or_insert_with(|| pulses.last(*agent).map(|l| l.report.clone()).unwrap_or_default())
                 .update(report);
         }
-        let decision = engine.decide(
+        drop(pulses);
+        engine.decide(
             &Command::MarkOnline {
                 agents: merged.into_iter().collect(),
             },
             now_ms,
-        )?;
+        )
+    }
+
+    /// Remembers `agents`' pulses (memory only), once the engine took them.
+    fn take_pulses(&self, now_ms: u64, agents: &[(AgentId, PulseReport)]) {
         let mono_ms = mono_ms(&self.clock);
+        let mut pulses = self.pulses();
         for (agent, report) in agents {
             pulses.pulse(*agent, mono_ms);
             pulses.report(*agent, now_ms, report);
         }
-        drop(pulses);
-        self.commit(&mut engine, &decision.events)?;
-        if !decision.events.is_empty() {
-            self.liveness_changed.notify_one();
-        }
-        Ok(now_ms)
     }
 
     /// A run of `agent` showed activity: a passive pulse (`liveness.passive_pulses`) if the
@@ -301,15 +358,27 @@ impl Shell {
 
     /// The stale sweep: marks offline every online agent silent past its detector's judgement.
     /// Returns how many it marked.
-    pub fn sweep_liveness(self: &Arc<Self>) -> Result<usize, ExecuteError> {
-        let mut engine = self.engine();
-        let mono_ms = mono_ms(&self.clock);
-        let mut pulses = self.pulses();
-        let stale = pulses.stale(watched(&engine), mono_ms);
-        if stale.is_empty() {
+    pub async fn sweep_liveness(self: &Arc<Self>) -> Result<usize, ExecuteError> {
+        if self.stale_agents(&self.engine()) == 0 {
             return Ok(0);
         }
-        let stale: Vec<(AgentId, u64, PulseReport)> = stale
+        let decide: Decide = Box::new(|shell, engine, now_ms| shell.decide_offline(engine, now_ms));
+        let committed = self.queue.submit(decide, WhenFull::Wait).await?;
+        Ok(committed.decision.events.len())
+    }
+
+    /// How many watched agents the stale sweep would mark now (the pulse book unchanged).
+    fn stale_agents(&self, engine: &Engine) -> usize {
+        let mono_ms = mono_ms(&self.clock);
+        self.pulses().stale(watched(engine), mono_ms).len()
+    }
+
+    /// `agent_offline` for every watched agent found silent now; they leave the pulse book.
+    fn decide_offline(&self, engine: &Engine, now_ms: u64) -> Result<Decision, Refusal> {
+        let mono_ms = mono_ms(&self.clock);
+        let mut pulses = self.pulses();
+        let stale: Vec<(AgentId, u64, PulseReport)> = pulses
+            .stale(watched(engine), mono_ms)
             .into_iter()
             .map(|(agent, silent_ms)| {
                 pulses.forget(agent);
@@ -318,10 +387,10 @@ impl Shell {
             })
             .collect();
         drop(pulses);
-        let now_ms = self.clock.wall_now_ms();
-        let decision = engine.decide(&Command::MarkOffline { agents: stale }, now_ms)?;
-        self.commit(&mut engine, &decision.events)?;
-        Ok(decision.events.len())
+        if stale.is_empty() {
+            return Ok(Decision::default());
+        }
+        engine.decide(&Command::MarkOffline { agents: stale }, now_ms)
     }
 
     /// How long from now (monotonic) the stale sweep next needs to look, if anything is watched.
@@ -342,15 +411,16 @@ impl Shell {
     }
 
     /// Makes sure `tenant` exists with `operator_token`. Returns whether anything changed.
-    pub fn ensure_tenant(
+    pub async fn ensure_tenant(
         self: &Arc<Self>,
         tenant: &str,
         operator_token: &str,
     ) -> Result<bool, ExecuteError> {
-        let decision = self.execute(Command::EnsureTenant {
+        let command = Command::EnsureTenant {
             tenant: tenant.to_string(),
             operator_token_hash: TokenHash::of(operator_token),
-        })?;
+        };
+        let decision = self.execute(command, WhenFull::Wait).await?;
         Ok(!decision.events.is_empty())
     }
 
@@ -382,10 +452,16 @@ impl Shell {
 
     /// A page of the durable log after `after`, and the log's head at the time of reading.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<(Vec<Event>, u64), StoreError> {
-        // Head first: a page may then contain events newer than `head`, never the reverse.
-        let head = self.engine().last_seq();
+        // Head first: a page may then contain events newer than `head`, never the reverse. The
+        // durable head, not the engine's: the engine may hold a batch still being written.
+        let head = self.head_seq();
         let events = self.store.events_after(after, limit)?;
         Ok((events, head))
+    }
+
+    /// Commands queued for the writer and not yet taken (ADR 0012).
+    pub fn commands_waiting(&self) -> usize {
+        self.queue.waiting()
     }
 
     /// Runs the executor holds right now (for tests and the status endpoint).
@@ -431,6 +507,120 @@ impl Shell {
     /// Why the node stopped itself, once a write has failed (`None` while it runs).
     pub fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.failure.subscribe()
+    }
+}
+
+/// The writer (ADR 0012): takes every command waiting, up to [`GROUP_COMMIT_COMMANDS_MAX`], and
+/// commits them as one batch; ends when the shell is gone.
+async fn write_loop(shell: Weak<Shell>, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
+    let mut batch = Vec::with_capacity(GROUP_COMMIT_COMMANDS_MAX);
+    while jobs.recv_many(&mut batch, GROUP_COMMIT_COMMANDS_MAX).await > 0 {
+        let Some(shell) = shell.upgrade() else {
+            return;
+        };
+        shell.commit_batch(std::mem::take(&mut batch)).await;
+    }
+}
+
+/// A command of the batch being written and its answer, sent once the batch is durable.
+type Answer = (
+    tokio::sync::oneshot::Sender<Result<Committed, ExecuteError>>,
+    Result<Committed, Refusal>,
+);
+
+impl Shell {
+    /// One group commit: decide and apply every job under the engine's lock, write all their
+    /// events in one durable transaction with no lock held, tell the executor and the observers,
+    /// then answer each job. A failed write answers every job with the error and stops the node.
+    async fn commit_batch(self: &Arc<Self>, jobs: Vec<Job>) {
+        if self.failure.borrow().is_some() {
+            // Crash-only: after a failed write the database must be reopened before it is
+            // trusted again, and only a restart does that.
+            return answer_failed(jobs.into_iter().map(|job| job.reply));
+        }
+        let (events, answers) = self.decide_batch(jobs);
+        if !events.is_empty() {
+            if let Err(error) = self.write(events).await {
+                self.fail(&error);
+                return answer_failed(answers.into_iter().map(|(reply, _)| reply));
+            }
+        }
+        for (reply, answer) in answers {
+            // A caller that gave up waiting (its request dropped) no longer listens: fine.
+            let _ = reply.send(answer.map_err(ExecuteError::Refused));
+        }
+    }
+
+    /// Decides each job on the engine as the jobs before it left it, applying its events at once.
+    fn decide_batch(&self, jobs: Vec<Job>) -> (Vec<Event>, Vec<Answer>) {
+        let mut engine = self.engine();
+        let mut events = Vec::new();
+        let mut answers = Vec::with_capacity(jobs.len());
+        for Job { decide, reply } in jobs {
+            let now_ms = self.clock.wall_now_ms();
+            let answer = decide(self, &engine, now_ms).map(|decision| {
+                for event in &decision.events {
+                    engine.apply(event);
+                }
+                events.extend_from_slice(&decision.events);
+                Committed {
+                    decision,
+                    seq: engine.last_seq(),
+                    now_ms,
+                }
+            });
+            answers.push((reply, answer));
+        }
+        (events, answers)
+    }
+
+    /// Writes a decided batch durably, off the async workers, then makes it visible: observers,
+    /// the executor, the head, the timer loop.
+    async fn write(self: &Arc<Self>, events: Vec<Event>) -> Result<(), StoreError> {
+        if let Some(observe) = &self.on_commit {
+            observe(CommitStage::Attempted, &events);
+        }
+        let store = self.store.clone();
+        // Why a blocking thread: the fsync takes milliseconds, and an async worker parked on it
+        // would stall accepts, streams and timers (under the simulator it is one more task).
+        #[allow(deprecated)]
+        let written = tokio::task::spawn_blocking(move || {
+            let result = store.append(&events);
+            (events, result)
+        })
+        .await;
+        let events = match written {
+            Ok((events, Ok(()))) => events,
+            Ok((_, Err(error))) => return Err(error),
+            Err(join) => {
+                return Err(StoreError::Storage(redb::Error::Io(std::io::Error::other(format!(
+                    "the write was lost with its thread: {join}"
+                )))))
+            }
+        };
+        events.iter().for_each(log_notable);
+        if let Some(observe) = &self.on_commit {
+            observe(CommitStage::Durable, &events);
+        }
+        let engine = self.engine();
+        self.executor.on_commit(self, &engine, &events);
+        let head = events.last().map_or(engine.last_seq(), |event| event.seq);
+        drop(engine);
+        self.head.send_replace(head);
+        self.head_moved.notify_waiters();
+        self.schedule_changed.notify_one();
+        Ok(())
+    }
+}
+
+/// Answers jobs whose batch could not be written: the node has stopped itself (ADR 0008).
+fn answer_failed(
+    replies: impl Iterator<Item = tokio::sync::oneshot::Sender<Result<Committed, ExecuteError>>>,
+) {
+    for reply in replies {
+        let _ = reply.send(Err(ExecuteError::Store(StoreError::Storage(
+            redb::Error::PreviousIo,
+        ))));
     }
 }
 

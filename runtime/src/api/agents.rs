@@ -70,7 +70,7 @@ pub async fn create(
     let tenant = caller.operator()?.to_string();
     let spec: AgentSpec = parse_json(body)?;
     let warnings = crate::exec::coding_cli::save_warnings(&spec.adapter).await;
-    let created = caller.shell.create_agent(&tenant, spec)?;
+    let created = caller.shell.create_agent(&tenant, spec, crate::writer::WhenFull::Refuse).await?;
     let agent = caller.agent(created.agent)?;
     Ok((
         StatusCode::CREATED,
@@ -128,7 +128,7 @@ pub async fn control(
         Control::ResetBreaker => Command::ResetBreaker { agent },
         Control::ResetError => Command::ResetAgentError { agent },
     };
-    caller.shell.execute(command)?;
+    caller.shell.execute(command, crate::writer::WhenFull::Refuse).await?;
     caller.agent(agent).map(Json)
 }
 
@@ -163,7 +163,7 @@ pub async fn pause(
     caller.shell.execute(Command::PauseAgent {
         agent,
         minutes: request.minutes,
-    })?;
+    }, crate::writer::WhenFull::Refuse).await?;
     caller.agent(agent).map(Json)
 }
 
@@ -180,7 +180,7 @@ pub async fn pause_heartbeats(
     caller.shell.execute(Command::PauseHeartbeats {
         agent,
         minutes: request.minutes,
-    })?;
+    }, crate::writer::WhenFull::Refuse).await?;
     caller.agent(agent).map(Json)
 }
 
@@ -193,7 +193,7 @@ pub async fn wakeup(
     caller.agent(agent)?;
     let request: WakeupRequest = parse_json(body)?;
     let request = request.requested_by(caller.requested_by());
-    let answer = caller.shell.wake(agent, request)?;
+    let answer = caller.shell.wake(agent, request, crate::writer::WhenFull::Refuse).await?;
     Ok(Json(WakeAnswer {
         wakeup: answer.wakeup,
         replayed: answer.replayed,

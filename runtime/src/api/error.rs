@@ -165,6 +165,23 @@ impl From<ExecuteError> for ApiError {
         match error {
             ExecuteError::Store(error) => error.into(),
             ExecuteError::Refused(refusal) => refusal.into(),
+            // The writer's queue is full (ADR 0012): nothing was queued, so a retry is safe.
+            ExecuteError::Busy => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "busy",
+                message: format!("{error}; nothing was changed"),
+                field: None,
+                retry_after_s: Some(RETRY_AFTER_DEFAULT_S),
+            },
+            ExecuteError::Stopped => ApiError {
+                status: StatusCode::SERVICE_UNAVAILABLE,
+                code: "stopping",
+                message: format!(
+                    "{error}; the request may or may not have taken effect: read before retrying, or retry with the same idempotency key"
+                ),
+                field: None,
+                retry_after_s: Some(RETRY_AFTER_DEFAULT_S),
+            },
         }
     }
 }

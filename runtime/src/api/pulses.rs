@@ -98,7 +98,7 @@ pub async fn pulse(
     caller.with_agent(agent, |_| ())?;
     let request: PulseRequest = optional_body(body)?;
     let report = request.into_report("")?;
-    caller.shell.pulse(&[(agent, report)])?;
+    caller.shell.pulse(&[(agent, report)], crate::writer::WhenFull::Refuse).await?;
     let (liveness, policy) =
         caller.with_agent(agent, |a| (a.liveness.status, a.spec.liveness.clone()))?;
     let last = caller
@@ -226,7 +226,7 @@ pub async fn batch(
         was_online.entry(agent).or_insert(online);
         pulses.push((agent, entry.request.into_report(&format!("agents[{i}]."))?));
     }
-    let heartbeat_at_ms = caller.shell.pulse(&pulses).map_err(|error| {
+    let heartbeat_at_ms = caller.shell.pulse(&pulses, crate::writer::WhenFull::Refuse).await.map_err(|error| {
         let mut e = ApiError::from(error);
         if e.field.is_none() {
             e.field = Some("agents".into());
@@ -288,7 +288,7 @@ pub async fn input(
     };
     // The text travels as the payload, so the payload's limit is the text's: name the field
     // the caller sent.
-    let answer = caller.shell.input(agent, wake).map_err(|error| {
+    let answer = caller.shell.input(agent, wake, crate::writer::WhenFull::Refuse).await.map_err(|error| {
         let mut e = ApiError::from(error);
         if e.field.as_deref() == Some("payload") {
             e.field = Some("text".into());

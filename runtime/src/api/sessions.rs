@@ -60,7 +60,7 @@ pub async fn reset(
     let decision = caller.shell.execute(Command::ResetSession {
         agent,
         task_key: task_key.clone(),
-    })?;
+    }, crate::writer::WhenFull::Refuse).await?;
     Ok(Json(SessionReset {
         agent,
         task_key,

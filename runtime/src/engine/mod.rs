@@ -175,7 +175,7 @@ pub enum Refusal {
 }
 
 /// What a command decided: the events to persist, and for a wakeup its answer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Decision {
     pub events: Vec<Event>,
     /// For `Wake`: the wakeup's record.

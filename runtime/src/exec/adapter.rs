@@ -71,13 +71,16 @@ impl std::fmt::Debug for RunContext {
     }
 }
 
+/// What a durable record by a run's host comes to: what it answers, or why it could not.
+pub type RecordFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
 /// What a node offers its runs: the network, prices, secrets, and a way to record spend as it
 /// happens. Production's is the node's; tests and the simulator give their own.
 pub trait RunHost: Send + Sync {
     /// Records one model call of running run `run`; answers the micro-dollars the agent may
     /// still spend today (`None`: no budget), or why it could not (the run was ended meanwhile,
     /// or the node stopped).
-    fn record_usage(&self, run: RunId, usage: Usage) -> Result<Option<u64>, String>;
+    fn record_usage(&self, run: RunId, usage: Usage) -> RecordFuture<'_, Option<u64>>;
     /// Carries the run's outbound HTTP.
     fn poster(&self) -> Arc<dyn Poster>;
 
@@ -93,7 +96,7 @@ pub trait RunHost: Send + Sync {
     /// Records, durably, that running run `run` spawned its child in process group `pgid`.
     /// Called before the child's output is read; an error means the run was ended meanwhile
     /// or the node stopped (the caller kills the group).
-    fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String>;
+    fn record_process_group(&self, run: RunId, pgid: u32) -> RecordFuture<'_, ()>;
     /// Where the node keeps its runs' live process groups, so that stopping waits for them
     /// (none: nothing waits).
     fn live_groups(&self) -> Option<Arc<crate::exec::live_groups::LiveGroups>> {

@@ -104,7 +104,7 @@ pub async fn run_loop(
             }
         };
         state.log_response(&turn, sent_at.elapsed()).await;
-        if let Err(outcome) = state.record(&turn) {
+        if let Err(outcome) = state.record(&turn).await {
             return outcome;
         }
         if let Some(outcome) = state.step(turn).await {
@@ -222,13 +222,13 @@ impl Loop<'_> {
 
     /// Records the call's spend; `Err` ends the run (it was ended meanwhile, or the node
     /// stopped: the report is refused either way).
-    fn record(&mut self, turn: &ModelTurn) -> Result<(), AdapterOutcome> {
+    async fn record(&mut self, turn: &ModelTurn) -> Result<(), AdapterOutcome> {
         let usage = self
             .context
             .host
             .prices()
             .usage_of(&self.spec.model, &turn.usage);
-        match self.context.host.record_usage(self.context.run, usage) {
+        match self.context.host.record_usage(self.context.run, usage).await {
             Ok(left) => {
                 self.budget_left_micro_usd = left;
                 Ok(())

@@ -97,7 +97,7 @@ pub async fn run_child(
         .live_groups()
         .map(|g| g.enter(context.agent, pgid, limits.grace_ms));
     let mut guard = GroupGuard::new(child, grace, registration);
-    if let Err(error) = context.host.record_process_group(context.run, pgid) {
+    if let Err(error) = context.host.record_process_group(context.run, pgid).await {
         terminate(guard.child(), grace).await;
         guard.disarm();
         return ChildRun::NotRecorded(error);

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use super::adapter::RunHost;
+use super::adapter::{RecordFuture, RunHost};
 use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
 #[cfg(madsim)]
@@ -20,6 +20,7 @@ use crate::engine::usage::Usage;
 use crate::engine::Command;
 use crate::redact::Redactor;
 use crate::shell::Shell;
+use crate::writer::WhenFull;
 
 /// Reads a secret by environment variable name.
 pub type SecretSource = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
@@ -146,12 +147,15 @@ impl ShellHost {
 }
 
 impl RunHost for ShellHost {
-    fn record_usage(&self, run: RunId, usage: Usage) -> Result<Option<u64>, String> {
-        self.shell
-            .execute(Command::RecordUsage { run, usage })
-            .map_err(|error| error.to_string())?;
-        let now_ms = self.shell.clock().wall_now_ms();
-        Ok(self.shell.engine().budget_left(run, now_ms))
+    fn record_usage(&self, run: RunId, usage: Usage) -> RecordFuture<'_, Option<u64>> {
+        Box::pin(async move {
+            self.shell
+                .execute(Command::RecordUsage { run, usage }, WhenFull::Wait)
+                .await
+                .map_err(|error| error.to_string())?;
+            let now_ms = self.shell.clock().wall_now_ms();
+            Ok(self.shell.engine().budget_left(run, now_ms))
+        })
     }
 
     fn poster(&self) -> Arc<dyn Poster> {
@@ -174,11 +178,14 @@ impl RunHost for ShellHost {
         self.services.work_dir.clone()
     }
 
-    fn record_process_group(&self, run: RunId, pgid: u32) -> Result<(), String> {
-        self.shell
-            .execute(Command::RecordProcessGroup { run, pgid })
-            .map(|_| ())
-            .map_err(|error| error.to_string())
+    fn record_process_group(&self, run: RunId, pgid: u32) -> RecordFuture<'_, ()> {
+        Box::pin(async move {
+            self.shell
+                .execute(Command::RecordProcessGroup { run, pgid }, WhenFull::Wait)
+                .await
+                .map(|_| ())
+                .map_err(|error| error.to_string())
+        })
     }
 
     fn live_groups(&self) -> Option<Arc<super::live_groups::LiveGroups>> {

@@ -257,9 +257,12 @@ async fn execute(
     // From here the run reports itself; a cancel that lands first wins and this report is
     // refused, which is fine.
     shell.executor.forget(run);
-    if let Err(ExecuteError::Store(error)) = shell.execute(Command::FinishRun { run, end }) {
-        // The failed write stopped the node (ADR 0008); the next start fails this run with
-        // `control_plane_restart` and re-queues its wakeup once.
+    let finished = shell
+        .execute(Command::FinishRun { run, end }, crate::writer::WhenFull::Wait)
+        .await;
+    if let Err(error @ (ExecuteError::Store(_) | ExecuteError::Stopped)) = finished {
+        // The failed write stopped the node (ADR 0008), or it is stopping; the next start fails
+        // this run with `control_plane_restart` and re-queues its wakeup once.
         tracing::warn!(%run, %error, "could not record the end of a run; the node stops");
     }
 }

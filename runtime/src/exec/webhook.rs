@@ -317,7 +317,7 @@ async fn finish(run: &RunContext, result: WebhookResult) -> AdapterOutcome {
             output_tokens: usage.output_tokens,
             cost_micro_usd: usage.cost_usd.map_or(0, |cost| cost.0),
         };
-        if let Err(error) = run.host.record_usage(run.run, usage) {
+        if let Err(error) = run.host.record_usage(run.run, usage).await {
             tracing::warn!(run = %run.run, %error, "could not record a webhook's usage");
         }
     }

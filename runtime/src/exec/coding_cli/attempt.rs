@@ -28,7 +28,7 @@ pub async fn run_with_one_retry(
 ) -> AdapterOutcome {
     let stored = run.session_id.clone();
     let first = invoke(kind, spec, run, &prompt, stored.as_deref()).await;
-    if let Err(error) = record_usage(spec, run, &first) {
+    if let Err(error) = record_usage(spec, run, &first).await {
         return unrecorded(kind, error);
     }
     let Some(stored) = stored.filter(|_| first.session_refused()) else {
@@ -40,7 +40,7 @@ pub async fn run_with_one_retry(
     ))
     .await;
     let fresh = invoke(kind, spec, run, &prompt, None).await;
-    if let Err(error) = record_usage(spec, run, &fresh) {
+    if let Err(error) = record_usage(spec, run, &fresh).await {
         return unrecorded(kind, error);
     }
     conclude(kind, spec, &fresh, Retry::AfterRefusal)
@@ -103,12 +103,12 @@ async fn invoke(
 
 /// Records what the invocation spent, when it reported anything. `Err`: the run was ended
 /// meanwhile (or the node stopped).
-fn record_usage(spec: &CodingCliSpec, run: &RunContext, attempt: &Attempt) -> Result<(), String> {
+async fn record_usage(spec: &CodingCliSpec, run: &RunContext, attempt: &Attempt) -> Result<(), String> {
     let Ok(report) = &attempt.parsed else {
         return Ok(());
     };
     match usage_of(report, spec.model.as_deref(), run.host.prices()) {
-        Some(usage) => run.host.record_usage(run.run, usage).map(|_| ()),
+        Some(usage) => run.host.record_usage(run.run, usage).await.map(|_| ()),
         None => Ok(()),
     }
 }

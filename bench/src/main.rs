@@ -1,0 +1,289 @@
+//! `vigil-bench`: benchmarks as code (issue "one node, a million agents"; docs/benchmarks.md).
+//!
+//! Each benchmark starts the real `vigil serve` on a real data directory and drives it over
+//! loopback with keep-alive HTTP/1.1 connections, one per client, then prints a Markdown section
+//! (machine, date, command, figures) that `cargo xtask bench` writes into docs/benchmarks.md.
+//! Timing lives here, never in the test suite.
+
+mod http;
+mod node;
+mod stats;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use hyper::{Method, StatusCode};
+use serde_json::json;
+
+use http::Connection;
+use node::Node;
+use stats::Latencies;
+
+#[derive(Parser)]
+#[command(about = "Vigil's benchmarks: a load generator against a real `vigil serve`")]
+struct Cli {
+    #[command(subcommand)]
+    bench: Bench,
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Durable wakeups per second and their latency, at each client count; a read's latency
+    /// idle and under that load.
+    Wakeups {
+        /// The `vigil` binary to start (build it with `cargo build --release -p vigil`).
+        #[arg(long, default_value = "target/release/vigil")]
+        vigil: PathBuf,
+        /// Data directory of the node under test (emptied first). On the disk being measured:
+        /// not a tmpfs.
+        #[arg(long, default_value = "target/bench-data")]
+        data_dir: PathBuf,
+        /// Client counts to measure, one after another, each a keep-alive connection.
+        #[arg(long, value_delimiter = ',', default_value = "1,32,128")]
+        clients: Vec<usize>,
+        /// Seconds of load per client count.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Agents woken, round robin; each wakes itself with its own token (a token's request
+        /// rate is capped, so the load is spread over many).
+        #[arg(long, default_value_t = 512)]
+        agents: usize,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async {
+        match cli.bench {
+            Bench::Wakeups {
+                vigil,
+                data_dir,
+                clients,
+                seconds,
+                agents,
+            } => wakeups(&vigil, &data_dir, &clients, seconds, agents).await,
+        }
+    })
+}
+
+/// An agent of the node under test and its own token.
+#[derive(Clone)]
+struct BenchAgent {
+    id: u64,
+    token: String,
+}
+
+async fn wakeups(
+    vigil: &std::path::Path,
+    data_dir: &std::path::Path,
+    clients: &[usize],
+    seconds: u64,
+    agents: usize,
+) -> anyhow::Result<()> {
+    let node = Node::start(vigil, data_dir).await?;
+    let fleet = create_agents(&node, agents).await?;
+    println!("## Durable wakeups\n");
+    println!("{}\n", machine_line());
+    println!(
+        "Command: `cargo xtask bench wakeups` (`vigil-bench wakeups --clients {} --seconds {seconds} --agents {agents}`). \
+         Each client is one keep-alive HTTP/1.1 connection sending `POST /v1/agents/{{id}}/wakeup` \
+         (source `on_demand`) back to back, round robin over the agents, each with the agent's own token; \
+         an answer is acknowledged = fsynced. A reader meanwhile sends `GET /v1/agents/{{id}}` every 20 ms \
+         on its own connection. Latencies p50 / p99 / max in ms.\n",
+        clients.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+    );
+    let idle = read_latency(&node, &fleet[0], Duration::from_secs(2)).await?;
+    println!("A read with the node idle: {} ms ({} reads).\n", idle.summary(), idle.count());
+    println!("| clients | wakeups/s | wakeup latency | read latency under load | other answers |");
+    println!("|---:|---:|---|---|---|");
+    for &count in clients {
+        let row = load(&node, &fleet, count, Duration::from_secs(seconds)).await?;
+        println!(
+            "| {count} | {:.0} | {} | {} | {} |",
+            row.per_second,
+            row.latency.summary(),
+            row.reads.summary(),
+            row.others_text()
+        );
+    }
+    if let Some(rss) = node.resident_bytes() {
+        println!(
+            "\nThe node's resident memory at the end: {:.1} MiB ({agents} agents).",
+            rss as f64 / (1024.0 * 1024.0)
+        );
+    }
+    Ok(())
+}
+
+/// Registers `count` agents (no timer: only the wakeups sent wake them).
+async fn create_agents(node: &Node, count: usize) -> anyhow::Result<Vec<BenchAgent>> {
+    let mut connection = Connection::open(node.addr).await?;
+    let mut fleet = Vec::with_capacity(count);
+    for i in 0..count {
+        let answer = connection
+            .send(
+                Method::POST,
+                "/v1/agents",
+                &node.operator_token,
+                Some(&json!({ "name": format!("bench-{i}") })),
+            )
+            .await?;
+        if answer.status != StatusCode::CREATED {
+            bail!(
+                "creating agent {i}: {} {}",
+                answer.status,
+                String::from_utf8_lossy(&answer.body)
+            );
+        }
+        let created: serde_json::Value = serde_json::from_slice(&answer.body)?;
+        fleet.push(BenchAgent {
+            id: created["agent"]["id"].as_u64().context("agent id in the answer")?,
+            token: created["token"].as_str().context("token in the answer")?.to_string(),
+        });
+    }
+    Ok(fleet)
+}
+
+/// One client count's figures.
+struct Row {
+    per_second: f64,
+    latency: Latencies,
+    reads: Latencies,
+    /// Answers other than 200, by status.
+    others: BTreeMap<u16, usize>,
+}
+
+impl Row {
+    fn others_text(&self) -> String {
+        if self.others.is_empty() {
+            return "none".into();
+        }
+        self.others
+            .iter()
+            .map(|(status, n)| format!("{n} × {status}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// `clients` connections waking agents back to back for `length`, and a reader beside them.
+async fn load(
+    node: &Node,
+    fleet: &[BenchAgent],
+    clients: usize,
+    length: Duration,
+) -> anyhow::Result<Row> {
+    let mut connections = Vec::with_capacity(clients);
+    for _ in 0..clients {
+        connections.push(Connection::open(node.addr).await?);
+    }
+    let started = Instant::now();
+    let until = started + length;
+    let mut tasks = Vec::with_capacity(clients);
+    for (client, mut connection) in connections.into_iter().enumerate() {
+        let mine: Vec<BenchAgent> = fleet.iter().skip(client).step_by(clients).cloned().collect();
+        let mine = if mine.is_empty() {
+            vec![fleet[client % fleet.len()].clone()]
+        } else {
+            mine
+        };
+        tasks.push(tokio::spawn(async move {
+            let mut latency = Latencies::default();
+            let mut others: BTreeMap<u16, usize> = BTreeMap::new();
+            let body = json!({ "source": "on_demand", "reason": "bench" });
+            let mut next = 0;
+            while Instant::now() < until {
+                let agent = &mine[next % mine.len()];
+                next += 1;
+                let path = format!("/v1/agents/{}/wakeup", agent.id);
+                let answer = connection
+                    .send(Method::POST, &path, &agent.token, Some(&body))
+                    .await?;
+                if answer.status == StatusCode::OK {
+                    latency.record(answer.took);
+                } else {
+                    *others.entry(answer.status.as_u16()).or_default() += 1;
+                    if let Some(wait) = answer.retry_after_s {
+                        tokio::time::sleep(Duration::from_secs(wait)).await;
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>((latency, others))
+        }));
+    }
+    let reads = read_latency(node, &fleet[0], length).await?;
+    let mut row = Row {
+        per_second: 0.0,
+        latency: Latencies::default(),
+        reads,
+        others: BTreeMap::new(),
+    };
+    for task in tasks {
+        let (latency, others) = task.await??;
+        row.latency.merge(latency);
+        for (status, n) in others {
+            *row.others.entry(status).or_default() += n;
+        }
+    }
+    row.per_second = row.latency.count() as f64 / started.elapsed().as_secs_f64();
+    Ok(row)
+}
+
+/// `GET /v1/agents/{id}` every 20 ms for `length`, on its own connection.
+async fn read_latency(
+    node: &Node,
+    agent: &BenchAgent,
+    length: Duration,
+) -> anyhow::Result<Latencies> {
+    const EVERY: Duration = Duration::from_millis(20);
+    let mut connection = Connection::open(node.addr).await?;
+    let mut reads = Latencies::default();
+    let path = format!("/v1/agents/{}", agent.id);
+    let until = Instant::now() + length;
+    while Instant::now() < until {
+        let answer = connection
+            .send(Method::GET, &path, &node.operator_token, None)
+            .await?;
+        if answer.status != StatusCode::OK {
+            bail!("read answered {}", answer.status);
+        }
+        reads.record(answer.took);
+        tokio::time::sleep(EVERY).await;
+    }
+    Ok(reads)
+}
+
+/// The machine and the date, for the report: CPU model and count, memory, kernel.
+fn machine_line() -> String {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("model name"))
+        .map(|l| l.trim_start_matches([' ', '\t', ':']).to_string())
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
+            line.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .map_or("?".into(), |kib| format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0));
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    let date = std::process::Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d %H:%M UTC")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    format!("Machine: {cores} cores ({model}), {memory} memory, Linux {kernel}; measured {date}.")
+}

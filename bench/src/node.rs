@@ -1,0 +1,88 @@
+//! The node under test: the real `vigil serve` binary on a real data directory, over loopback.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use hyper::Method;
+
+use crate::http::Connection;
+
+/// Longest a node may take to answer `/v1/health` after its start.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `vigil serve`, killed when dropped.
+pub struct Node {
+    child: Child,
+    pub addr: SocketAddr,
+    pub operator_token: String,
+}
+
+impl Node {
+    /// Starts `vigil` on a fresh `data_dir` (emptied first) and waits until it is ready.
+    pub async fn start(vigil: &Path, data_dir: &Path) -> anyhow::Result<Node> {
+        if data_dir.exists() {
+            std::fs::remove_dir_all(data_dir)
+                .with_context(|| format!("emptying {}", data_dir.display()))?;
+        }
+        std::fs::create_dir_all(data_dir)?;
+        let addr = free_port()?;
+        let operator_token = "vgl_op_bench_0123456789abcdef".to_string();
+        let child = Command::new(vigil)
+            .arg("serve")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--data-dir")
+            .arg(data_dir)
+            .env("VIGIL_OPERATOR_TOKEN", &operator_token)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .with_context(|| format!("starting {}", vigil.display()))?;
+        let node = Node {
+            child,
+            addr,
+            operator_token,
+        };
+        node.wait_ready().await?;
+        Ok(node)
+    }
+
+    async fn wait_ready(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while started.elapsed() < START_TIMEOUT {
+            if let Ok(mut connection) = Connection::open(self.addr).await {
+                let health = connection.send(Method::GET, "/v1/health", "", None).await;
+                if health.is_ok_and(|answer| answer.status.is_success()) {
+                    return Ok(());
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        bail!("vigil serve did not become ready within {START_TIMEOUT:?}")
+    }
+
+    /// The node process's resident memory, in bytes (Linux `/proc`).
+    pub fn resident_bytes(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kib * 1024)
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback port nothing listens on right now.
+fn free_port() -> anyhow::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?)
+}
