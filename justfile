@@ -21,8 +21,13 @@ sweep scenario="smoke" seeds="100":
 replay seed scenario="smoke":
     cargo xtask replay {{seed}} {{scenario}}
 
+# A benchmark against the real `vigil serve` (e.g. `just bench wakeups --clients 1,32`); writes
+# its section of docs/benchmarks.md.
+bench name="wakeups" *args:
+    cargo xtask bench {{name}} {{args}}
+
 # Median wall time of one smoke seed (release), run RUNS times.
-bench runs="7" seed="1":
+bench-smoke runs="7" seed="1":
     cargo xtask bench-smoke {{runs}} {{seed}}
 
 # Mutation score of the engine, shell, store and executor (needs cargo-mutants), e.g.

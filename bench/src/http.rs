@@ -44,7 +44,8 @@ impl Connection {
         Ok(Connection { sender })
     }
 
-    /// Sends one request on this connection and reads the whole answer.
+    /// Sends one request on this connection and reads the whole answer; `token` as a bearer
+    /// token unless empty.
     pub async fn send(
         &mut self,
         method: Method,
@@ -53,13 +54,15 @@ impl Connection {
         body: Option<&serde_json::Value>,
     ) -> anyhow::Result<Timed> {
         let bytes = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
-        let request = Request::builder()
+        let mut request = Request::builder()
             .method(method)
             .uri(path)
-            .header("host", "vigil")
-            .header("authorization", format!("Bearer {token}"))
-            .header("content-type", "application/json")
-            .body(Full::new(bytes))?;
+            .header("host", "localhost")
+            .header("content-type", "application/json");
+        if !token.is_empty() {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request.body(Full::new(bytes))?;
         let started = Instant::now();
         let exchange = async {
             self.sender.ready().await?;
@@ -76,7 +79,8 @@ impl Connection {
         let Ok(answered) = tokio::time::timeout(REQUEST_TIMEOUT, exchange).await else {
             bail!("no answer to {path} within {REQUEST_TIMEOUT:?}");
         };
-        let (status, retry_after_s, body) = answered.with_context(|| format!("requesting {path}"))?;
+        let (status, retry_after_s, body) =
+            answered.with_context(|| format!("requesting {path}"))?;
         Ok(Timed {
             status,
             body,

@@ -7,6 +7,7 @@
 
 mod http;
 mod node;
+mod peers;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -86,39 +87,129 @@ async fn wakeups(
     seconds: u64,
     agents: usize,
 ) -> anyhow::Result<()> {
-    let node = Node::start(vigil, data_dir).await?;
+    let length = Duration::from_secs(seconds);
+    let node = Node::start(vigil, &data_dir.join("vigil")).await?;
     let fleet = create_agents(&node, agents).await?;
+    let redis = start_peer("redis-server", "redis-server", |binary| {
+        peers::start_redis(binary, data_dir.join("redis"))
+    })
+    .await;
+    let etcd = start_peer("etcd", "etcd-server", |binary| {
+        peers::start_etcd(binary, data_dir.join("etcd"))
+    })
+    .await;
     println!("## Durable wakeups\n");
     println!("{}\n", machine_line());
     println!(
         "Command: `cargo xtask bench wakeups` (`vigil-bench wakeups --clients {} --seconds {seconds} --agents {agents}`). \
-         Each client is one keep-alive HTTP/1.1 connection sending `POST /v1/agents/{{id}}/wakeup` \
-         (source `on_demand`) back to back, round robin over the agents, each with the agent's own token; \
-         an answer is acknowledged = fsynced. A reader meanwhile sends `GET /v1/agents/{{id}}` every 20 ms \
-         on its own connection. Latencies p50 / p99 / max in ms.\n",
-        clients.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+         Each client is one keep-alive connection sending one request at a time, back to back, for {seconds} s. \
+         Vigil: `POST /v1/agents/{{id}}/wakeup` (source `on_demand`), round robin over {agents} agents, each with the agent's own token; \
+         answered = fsynced. Redis {}: `SET` with `appendonly yes`, `appendfsync always`. etcd {}: `put` through its HTTP/JSON gateway \
+         (one member; its log is fsynced before the answer). All three on the same disk ({}), in this one run. \
+         Latencies p50 / p99 / max in ms.\n",
+        clients.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
+        version_of(redis.as_ref().ok(), &["redis-server", "--version"]),
+        version_of(etcd.as_ref().ok(), &["etcd", "--version"]),
+        data_dir.display()
     );
+    for (name, peer) in [("Redis", &redis), ("etcd", &etcd)] {
+        if let Err(why) = peer {
+            println!("{name} column skipped: {why}\n");
+        }
+    }
     let idle = read_latency(&node, &fleet[0], Duration::from_secs(2)).await?;
-    println!("A read with the node idle: {} ms ({} reads).\n", idle.summary(), idle.count());
-    println!("| clients | wakeups/s | wakeup latency | read latency under load | other answers |");
-    println!("|---:|---:|---|---|---|");
+    println!("| clients | Vigil wakeups/s | Vigil latency | Redis SET/s | Redis latency | etcd put/s | etcd latency | Vigil / Redis | Vigil / etcd |");
+    println!("|---:|---:|---|---:|---|---:|---|---:|---:|");
+    let mut reads = Vec::new();
     for &count in clients {
-        let row = load(&node, &fleet, count, Duration::from_secs(seconds)).await?;
+        let row = load(&node, &fleet, count, length).await?;
+        let redis_row = match &redis {
+            Ok(peer) => Some(peers::redis_sets(peer.addr, count, length).await?),
+            Err(_) => None,
+        };
+        let etcd_row = match &etcd {
+            Ok(peer) => Some(peers::etcd_puts(peer.addr, count, length).await?),
+            Err(_) => None,
+        };
+        let rate = |l: &Latencies| l.count() as f64 / length.as_secs_f64();
+        let cell = |l: &Option<Latencies>| {
+            l.as_ref()
+                .map_or(("skipped".to_string(), "".to_string()), |l| {
+                    (format!("{:.0}", rate(l)), l.summary())
+                })
+        };
+        let ratio = |l: &Option<Latencies>| {
+            l.as_ref().map_or("".to_string(), |l| {
+                format!("{:.2}", row.per_second / rate(l))
+            })
+        };
+        let (redis_rate, redis_latency) = cell(&redis_row);
+        let (etcd_rate, etcd_latency) = cell(&etcd_row);
         println!(
-            "| {count} | {:.0} | {} | {} | {} |",
+            "| {count} | {:.0} | {} | {redis_rate} | {redis_latency} | {etcd_rate} | {etcd_latency} | {} | {} |",
             row.per_second,
             row.latency.summary(),
+            ratio(&redis_row),
+            ratio(&etcd_row),
+        );
+        reads.push((count, row));
+    }
+    println!(
+        "\nA read (`GET /v1/agents/{{id}}`, every 20 ms on its own connection) with Vigil idle: {} ms ({} reads). Under each load:\n",
+        idle.summary(),
+        idle.count()
+    );
+    println!(
+        "| clients | read latency under load | p99 / idle p99 | other answers to the wakeups |"
+    );
+    println!("|---:|---|---:|---|");
+    for (count, row) in reads {
+        println!(
+            "| {count} | {} | {:.1} | {} |",
             row.reads.summary(),
+            row.reads.quantile_ms(0.99) / idle.quantile_ms(0.99),
             row.others_text()
         );
     }
     if let Some(rss) = node.resident_bytes() {
         println!(
-            "\nThe node's resident memory at the end: {:.1} MiB ({agents} agents).",
+            "\nVigil's resident memory at the end: {:.1} MiB ({agents} agents).",
             rss as f64 / (1024.0 * 1024.0)
         );
     }
     Ok(())
+}
+
+/// A peer started from its binary (installed when missing), or why its column is skipped.
+async fn start_peer<F, Fut>(binary: &str, package: &str, start: F) -> Result<peers::Peer, String>
+where
+    F: FnOnce(PathBuf) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<peers::Peer>>,
+{
+    let path = peers::find_or_install(binary, package)?;
+    start(path)
+        .await
+        .map_err(|error| format!("{binary} did not start: {error:#}"))
+}
+
+/// The first line `command --version` prints, for the report.
+fn version_of(peer: Option<&peers::Peer>, command: &[&str]) -> String {
+    if peer.is_none() {
+        return String::new();
+    }
+    std::process::Command::new(command[0])
+        .args(&command[1..])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_string()
+        })
+        .map(|line| format!("({line})"))
+        .unwrap_or_default()
 }
 
 /// Registers `count` agents (no timer: only the wakeups sent wake them).
@@ -143,8 +234,13 @@ async fn create_agents(node: &Node, count: usize) -> anyhow::Result<Vec<BenchAge
         }
         let created: serde_json::Value = serde_json::from_slice(&answer.body)?;
         fleet.push(BenchAgent {
-            id: created["agent"]["id"].as_u64().context("agent id in the answer")?,
-            token: created["token"].as_str().context("token in the answer")?.to_string(),
+            id: created["agent"]["id"]
+                .as_u64()
+                .context("agent id in the answer")?,
+            token: created["token"]
+                .as_str()
+                .context("token in the answer")?
+                .to_string(),
         });
     }
     Ok(fleet)
@@ -187,7 +283,12 @@ async fn load(
     let until = started + length;
     let mut tasks = Vec::with_capacity(clients);
     for (client, mut connection) in connections.into_iter().enumerate() {
-        let mine: Vec<BenchAgent> = fleet.iter().skip(client).step_by(clients).cloned().collect();
+        let mine: Vec<BenchAgent> = fleet
+            .iter()
+            .skip(client)
+            .step_by(clients)
+            .cloned()
+            .collect();
         let mine = if mine.is_empty() {
             vec![fleet[client % fleet.len()].clone()]
         } else {
@@ -274,7 +375,9 @@ fn machine_line() -> String {
             let line = m.lines().find(|l| l.starts_with("MemTotal:"))?.to_string();
             line.split_whitespace().nth(1)?.parse::<u64>().ok()
         })
-        .map_or("?".into(), |kib| format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0));
+        .map_or("?".into(), |kib| {
+            format!("{:.0} GiB", kib as f64 / 1024.0 / 1024.0)
+        });
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .unwrap_or_default()
         .trim()

@@ -11,7 +11,8 @@ pub struct Latencies {
 
 impl Latencies {
     pub fn record(&mut self, took: Duration) {
-        self.micros.push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
+        self.micros
+            .push(u64::try_from(took.as_micros()).unwrap_or(u64::MAX));
     }
 
     pub fn merge(&mut self, other: Latencies) {

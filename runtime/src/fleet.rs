@@ -360,16 +360,27 @@ impl Fleet {
             }
             let known = shell.engine().tenants().any(|t| t.name == tenant.name);
             if known {
-                shell.execute(crate::engine::Command::SetTenantBudget {
-                    tenant: tenant.name.clone(),
-                    daily_budget_usd: tenant.daily_budget_usd,
-                }, crate::writer::WhenFull::Wait).await?;
+                shell
+                    .execute(
+                        crate::engine::Command::SetTenantBudget {
+                            tenant: tenant.name.clone(),
+                            daily_budget_usd: tenant.daily_budget_usd,
+                        },
+                        crate::writer::WhenFull::Wait,
+                    )
+                    .await?;
             }
             for spec in &tenant.agents {
                 let node_path = std::env::var("PATH").ok();
-                let missing = crate::exec::coding_cli::missing_binary_warning(&spec.adapter, node_path.as_deref());
+                let missing = crate::exec::coding_cli::missing_binary_warning(
+                    &spec.adapter,
+                    node_path.as_deref(),
+                );
                 if let Some(warning) = missing {
-                    applied.warnings.push(format!("agent {:?} (tenant {:?}): {warning}", spec.name, tenant.name));
+                    applied.warnings.push(format!(
+                        "agent {:?} (tenant {:?}): {warning}",
+                        spec.name, tenant.name
+                    ));
                 }
                 let existing = shell
                     .engine()
@@ -377,7 +388,9 @@ impl Fleet {
                     .map(|a| (a.id, a.spec.clone(), a.status));
                 match existing {
                     None => {
-                        let created = shell.create_agent(&tenant.name, spec.clone(), crate::writer::WhenFull::Wait).await?;
+                        let created = shell
+                            .create_agent(&tenant.name, spec.clone(), crate::writer::WhenFull::Wait)
+                            .await?;
                         applied.created.push((
                             tenant.name.clone(),
                             spec.name.clone(),

@@ -27,9 +27,9 @@ use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
 use crate::shell::{CommitObserver, ExecuteError, Shell};
-use crate::writer::WhenFull;
 use crate::store::{Store, StoreError};
 use crate::transcript::SharedTranscriptStore;
+use crate::writer::WhenFull;
 
 /// Longest the timer loop sleeps without looking at the wall clock again: a jump of the wall
 /// clock is noticed within this, so a due timer fires at most this late (docs/invariants.md).
@@ -337,7 +337,10 @@ fn kill_orphaned_groups(shell: &Shell) {
     }
     let killed = shell.executor.spawner().kill_orphan_groups(&groups);
     for pgid in &killed {
-        tracing::warn!(pgid, "killed a process group a run of the previous start left");
+        tracing::warn!(
+            pgid,
+            "killed a process group a run of the previous start left"
+        );
     }
     tracing::info!(
         recorded = groups.len(),

@@ -24,11 +24,11 @@ use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::{Command, Decision, Engine, Refusal};
 use crate::exec::adapter::SharedAdapterSource;
 use crate::exec::host::RunServices;
-use crate::transcript::SharedTranscriptStore;
 use crate::exec::Executor;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
 use crate::store::{Store, StoreError};
+use crate::transcript::SharedTranscriptStore;
 use crate::writer::{Committed, Decide, Job, WhenFull, WriterQueue, GROUP_COMMIT_COMMANDS_MAX};
 
 /// Prefix of the tokens issued to agents.
@@ -61,7 +61,10 @@ pub enum ExecuteError {
     Store(#[from] StoreError),
     /// The writer's queue is full ([`crate::writer::WRITER_QUEUE_CAPACITY`]); nothing was
     /// queued.
-    #[error("the node is busy: {} commands are waiting to be written; retry shortly", crate::writer::WRITER_QUEUE_CAPACITY)]
+    #[error(
+        "the node is busy: {} commands are waiting to be written; retry shortly",
+        crate::writer::WRITER_QUEUE_CAPACITY
+    )]
     Busy,
     /// The node is stopping; the command may or may not have been written.
     #[error("the node is stopping")]
@@ -301,7 +304,11 @@ impl Shell {
             return Ok(None);
         }
         let now_ms = self.clock.wall_now_ms();
-        if !self.decide_pulse(&engine, now_ms, agents)?.events.is_empty() {
+        if !self
+            .decide_pulse(&engine, now_ms, agents)?
+            .events
+            .is_empty()
+        {
             return Ok(None);
         }
         self.take_pulses(now_ms, agents);
@@ -322,7 +329,12 @@ impl Shell {
         for (agent, report) in agents {
             merged
                 .entry(*agent)
-                .or_insert_with(|| pulses.last(*agent).map(|l| l.report.clone()).unwrap_or_default())
+                .or_insert_with(|| {
+                    pulses
+                        .last(*agent)
+                        .map(|l| l.report.clone())
+                        .unwrap_or_default()
+                })
                 .update(report);
         }
         drop(pulses);
@@ -382,7 +394,10 @@ impl Shell {
             .into_iter()
             .map(|(agent, silent_ms)| {
                 pulses.forget(agent);
-                let said = pulses.last(agent).map(|l| l.report.clone()).unwrap_or_default();
+                let said = pulses
+                    .last(agent)
+                    .map(|l| l.report.clone())
+                    .unwrap_or_default();
                 (agent, silent_ms, said)
             })
             .collect();
@@ -593,9 +608,9 @@ impl Shell {
             Ok((events, Ok(()))) => events,
             Ok((_, Err(error))) => return Err(error),
             Err(join) => {
-                return Err(StoreError::Storage(redb::Error::Io(std::io::Error::other(format!(
-                    "the write was lost with its thread: {join}"
-                )))))
+                return Err(StoreError::Storage(redb::Error::Io(std::io::Error::other(
+                    format!("the write was lost with its thread: {join}"),
+                ))))
             }
         };
         events.iter().for_each(log_notable);
@@ -749,17 +764,30 @@ mod tests {
             }),
         ]);
         let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 2, "an operator's pause is not the agent's: {text}");
+        assert_eq!(
+            lines.len(),
+            2,
+            "an operator's pause is not the agent's: {text}"
+        );
         let errored = logged(&[event(EventKind::AgentErrored {
             agent: AgentId(3),
             reason: crate::engine::agent_error::AgentErrorReason::RestartLoop,
             count: 3,
         })]);
-        assert!(errored.contains("WARN") && errored.contains("reason=\"restart_loop\""), "{errored}");
+        assert!(
+            errored.contains("WARN") && errored.contains("reason=\"restart_loop\""),
+            "{errored}"
+        );
         assert!(lines[0].contains("INFO") && lines[0].contains("agent paused its own heartbeats"));
         assert!(lines[0].contains("minutes=Some(5)"), "{text}");
         assert!(lines[1].contains("DEBUG") && lines[1].contains("wakeup refused"));
-        assert!(lines[1].contains("refusal=Paused") && lines[1].contains("source=\"timer\""), "{text}");
-        assert!(!text.contains("pwned"), "a client's reason never reaches the log: {text}");
+        assert!(
+            lines[1].contains("refusal=Paused") && lines[1].contains("source=\"timer\""),
+            "{text}"
+        );
+        assert!(
+            !text.contains("pwned"),
+            "a client's reason never reaches the log: {text}"
+        );
     }
 }

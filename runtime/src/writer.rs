@@ -89,7 +89,11 @@ impl WriterQueue {
                 mpsc::error::TrySendError::Full(_) => ExecuteError::Busy,
                 mpsc::error::TrySendError::Closed(_) => ExecuteError::Stopped,
             })?,
-            WhenFull::Wait => self.jobs.send(job).await.map_err(|_| ExecuteError::Stopped)?,
+            WhenFull::Wait => self
+                .jobs
+                .send(job)
+                .await
+                .map_err(|_| ExecuteError::Stopped)?,
         }
         // The writer dropped the job unanswered: the node is stopping.
         answer.await.map_err(|_| ExecuteError::Stopped)?
@@ -210,7 +214,10 @@ mod tests {
     async fn a_read_never_waits_for_the_fsync_and_an_answer_always_does() {
         let gate = Arc::new(Gate::default());
         let (shell, _) = shell(gate.clone());
-        shell.ensure_tenant("t", "t-token-0123456789").await.unwrap();
+        shell
+            .ensure_tenant("t", "t-token-0123456789")
+            .await
+            .unwrap();
         let head = shell.head_seq();
 
         gate.hold();
@@ -224,12 +231,23 @@ mod tests {
         until_syncing(&gate).await;
         // The writer is inside the fsync: a reader gets the engine at once, the batch being
         // written included (ADR 0012), while the durable head and the answer wait.
-        assert_eq!(read_agents_elsewhere(&shell), Some(1), "a read waited for the fsync");
+        assert_eq!(
+            read_agents_elsewhere(&shell),
+            Some(1),
+            "a read waited for the fsync"
+        );
         assert_eq!(shell.engine().last_seq(), head + 1);
-        assert_eq!(shell.head_seq(), head, "the head moved before the write was durable");
+        assert_eq!(
+            shell.head_seq(),
+            head,
+            "the head moved before the write was durable"
+        );
         assert_eq!(shell.events_after(head, 10).unwrap().1, head);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        assert!(!creating.is_finished(), "answered before its write was durable");
+        assert!(
+            !creating.is_finished(),
+            "answered before its write was durable"
+        );
 
         gate.release();
         let created = creating.await.unwrap().unwrap();
@@ -242,7 +260,10 @@ mod tests {
         const WAITING: usize = 10;
         let gate = Arc::new(Gate::default());
         let (shell, batches) = shell(gate.clone());
-        shell.ensure_tenant("t", "t-token-0123456789").await.unwrap();
+        shell
+            .ensure_tenant("t", "t-token-0123456789")
+            .await
+            .unwrap();
         let create = |name: String| {
             let shell = shell.clone();
             tokio::spawn(async move {
@@ -278,7 +299,11 @@ mod tests {
             })
             .filter(|&n| n > 0)
             .collect();
-        assert_eq!(created_per_batch, vec![1, WAITING], "one fsync for the ten that waited");
+        assert_eq!(
+            created_per_batch,
+            vec![1, WAITING],
+            "one fsync for the ten that waited"
+        );
         seqs.sort_unstable();
         seqs.dedup();
         assert_eq!(seqs.len(), WAITING, "each answer names its own event");
@@ -293,7 +318,9 @@ mod tests {
         for _ in 0..WRITER_QUEUE_CAPACITY {
             let queue = queue.clone();
             let decide = noop();
-            queued.push(tokio::spawn(async move { queue.submit(decide, WhenFull::Refuse).await }));
+            queued.push(tokio::spawn(async move {
+                queue.submit(decide, WhenFull::Refuse).await
+            }));
         }
         while jobs.len() < WRITER_QUEUE_CAPACITY {
             tokio::task::yield_now().await;

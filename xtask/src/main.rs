@@ -47,6 +47,10 @@ const COMMANDS: &[(&str, &str)] = &[
         "re-run one seed: a summary, and its whole trace in a file",
     ),
     (
+        "bench <name> [vigil-bench args]",
+        "a benchmark against the real vigil serve (wakeups); writes its section of docs/benchmarks.md",
+    ),
+    (
         "bench-smoke [runs] [seed]",
         "median wall time of one smoke seed run `runs` times",
     ),
@@ -119,6 +123,7 @@ fn main() {
             args.extend(rest.iter().skip(2).cloned());
             sim(&args);
         }
+        "bench" => bench(rest),
         "bench-smoke" => {
             let runs = rest
                 .first()
@@ -321,6 +326,54 @@ fn count_before(counts: &str, label: &str) -> u64 {
     counts[start..end].parse().unwrap_or(0)
 }
 
+/// Builds `vigil` and `vigil-bench` (release), runs benchmark `name` against the real binary and
+/// writes what it prints into its section of docs/benchmarks.md (between
+/// `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, added at the end the first time).
+fn bench(args: &[String]) {
+    let Some(name) = args.first() else {
+        eprintln!("usage: cargo xtask bench <name> [vigil-bench args]   (names: wakeups)");
+        exit(EXIT_USAGE);
+    };
+    cargo(
+        &["build", "--release", "-p", "vigil", "-p", "vigil-bench"],
+        false,
+    );
+    let bench_binary = vigil_binary("release").with_file_name("vigil-bench");
+    let output = Command::new(&bench_binary)
+        .args(args)
+        .arg("--vigil")
+        .arg(vigil_binary("release"))
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("could not run vigil-bench");
+    let report = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{report}");
+    if !output.status.success() {
+        eprintln!("vigil-bench {name} failed; docs/benchmarks.md is unchanged");
+        exit(output.status.code().unwrap_or(1));
+    }
+    let path = PathBuf::from("docs/benchmarks.md");
+    let doc = std::fs::read_to_string(&path).unwrap_or_default();
+    std::fs::write(&path, with_section(&doc, name, &report))
+        .expect("could not write docs/benchmarks.md");
+    eprintln!("wrote the {name} section of {}", path.display());
+}
+
+/// `doc` with the section of benchmark `name` replaced by `report` (appended if absent).
+fn with_section(doc: &str, name: &str, report: &str) -> String {
+    let (begin, end) = (
+        format!("<!-- bench:{name} -->"),
+        format!("<!-- /bench:{name} -->"),
+    );
+    let section = format!("{begin}\n{}\n{end}", report.trim_end());
+    match (doc.find(&begin), doc.find(&end)) {
+        (Some(start), Some(stop)) if start < stop => {
+            format!("{}{section}{}", &doc[..start], &doc[stop + end.len()..])
+        }
+        _ => format!("{}\n\n{section}\n", doc.trim_end()),
+    }
+}
+
 /// Runs one seed of `smoke` `runs` times (each in a fresh process) and prints the median wall time.
 fn bench_smoke(runs: usize, seed: u64) {
     assert!(runs > 0, "runs must be at least 1");
@@ -354,6 +407,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_bench_section_is_replaced_in_place_or_appended() {
+        let doc = "# Benchmarks\n\n<!-- bench:wakeups -->\nold\n<!-- /bench:wakeups -->\n\ntail\n";
+        let replaced = with_section(doc, "wakeups", "new\n");
+        assert_eq!(
+            replaced,
+            "# Benchmarks\n\n<!-- bench:wakeups -->\nnew\n<!-- /bench:wakeups -->\n\ntail\n"
+        );
+        let appended = with_section(&replaced, "pulses", "p");
+        assert!(appended.ends_with("tail\n\n<!-- bench:pulses -->\np\n<!-- /bench:pulses -->\n"));
+        assert!(appended.contains("new"), "the other section is kept");
+    }
+
+    #[test]
     fn command_list_names_every_command_on_one_line() {
         let list = command_list();
         for name in [
@@ -365,6 +431,7 @@ mod tests {
             "sweep",
             "replay",
             "bench-smoke",
+            "bench",
             "help",
         ] {
             let lines = list

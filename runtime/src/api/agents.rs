@@ -70,7 +70,10 @@ pub async fn create(
     let tenant = caller.operator()?.to_string();
     let spec: AgentSpec = parse_json(body)?;
     let warnings = crate::exec::coding_cli::save_warnings(&spec.adapter).await;
-    let created = caller.shell.create_agent(&tenant, spec, crate::writer::WhenFull::Refuse).await?;
+    let created = caller
+        .shell
+        .create_agent(&tenant, spec, crate::writer::WhenFull::Refuse)
+        .await?;
     let agent = caller.agent(created.agent)?;
     Ok((
         StatusCode::CREATED,
@@ -87,7 +90,11 @@ pub async fn list(caller: Caller) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
     let agents: Vec<Agent> = {
         let engine = caller.shell.engine();
-        engine.agents().filter(|a| a.tenant == tenant).cloned().collect()
+        engine
+            .agents()
+            .filter(|a| a.tenant == tenant)
+            .cloned()
+            .collect()
     };
     let agents = agents
         .into_iter()
@@ -128,7 +135,10 @@ pub async fn control(
         Control::ResetBreaker => Command::ResetBreaker { agent },
         Control::ResetError => Command::ResetAgentError { agent },
     };
-    caller.shell.execute(command, crate::writer::WhenFull::Refuse).await?;
+    caller
+        .shell
+        .execute(command, crate::writer::WhenFull::Refuse)
+        .await?;
     caller.agent(agent).map(Json)
 }
 
@@ -160,10 +170,16 @@ pub async fn pause(
     let agent = AgentId(parse_id("id", &id)?);
     caller.operated_agent(agent)?;
     let request: PauseRequest = optional_body(body)?;
-    caller.shell.execute(Command::PauseAgent {
-        agent,
-        minutes: request.minutes,
-    }, crate::writer::WhenFull::Refuse).await?;
+    caller
+        .shell
+        .execute(
+            Command::PauseAgent {
+                agent,
+                minutes: request.minutes,
+            },
+            crate::writer::WhenFull::Refuse,
+        )
+        .await?;
     caller.agent(agent).map(Json)
 }
 
@@ -177,10 +193,16 @@ pub async fn pause_heartbeats(
     let agent = AgentId(parse_id("id", &id)?);
     caller.agent(agent)?;
     let request: PauseRequest = optional_body(body)?;
-    caller.shell.execute(Command::PauseHeartbeats {
-        agent,
-        minutes: request.minutes,
-    }, crate::writer::WhenFull::Refuse).await?;
+    caller
+        .shell
+        .execute(
+            Command::PauseHeartbeats {
+                agent,
+                minutes: request.minutes,
+            },
+            crate::writer::WhenFull::Refuse,
+        )
+        .await?;
     caller.agent(agent).map(Json)
 }
 
@@ -193,7 +215,10 @@ pub async fn wakeup(
     caller.agent(agent)?;
     let request: WakeupRequest = parse_json(body)?;
     let request = request.requested_by(caller.requested_by());
-    let answer = caller.shell.wake(agent, request, crate::writer::WhenFull::Refuse).await?;
+    let answer = caller
+        .shell
+        .wake(agent, request, crate::writer::WhenFull::Refuse)
+        .await?;
     Ok(Json(WakeAnswer {
         wakeup: answer.wakeup,
         replayed: answer.replayed,

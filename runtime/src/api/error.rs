@@ -196,7 +196,9 @@ impl From<Refusal> for ApiError {
             _ => None,
         };
         let (status, code, field) = match &refusal {
-            Refusal::InvalidField(e) => return ApiError::invalid_field(e.field.clone(), e.message.clone()),
+            Refusal::InvalidField(e) => {
+                return ApiError::invalid_field(e.field.clone(), e.message.clone())
+            }
             Refusal::NameTaken(_) => (StatusCode::CONFLICT, "name_taken", Some("name")),
             Refusal::TooManyAgents | Refusal::TooManyTenants => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "limit_reached", None)

@@ -98,7 +98,10 @@ pub async fn pulse(
     caller.with_agent(agent, |_| ())?;
     let request: PulseRequest = optional_body(body)?;
     let report = request.into_report("")?;
-    caller.shell.pulse(&[(agent, report)], crate::writer::WhenFull::Refuse).await?;
+    caller
+        .shell
+        .pulse(&[(agent, report)], crate::writer::WhenFull::Refuse)
+        .await?;
     let (liveness, policy) =
         caller.with_agent(agent, |a| (a.liveness.status, a.spec.liveness.clone()))?;
     let last = caller
@@ -146,7 +149,9 @@ impl<'de> Deserialize<'de> for BatchEntry {
         impl<'de> serde::de::Visitor<'de> for EntryVisitor {
             type Value = BatchEntry;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an agent id, or an object with `id` and optionally `status` and `metadata`")
+                f.write_str(
+                    "an agent id, or an object with `id` and optionally `status` and `metadata`",
+                )
             }
             fn visit_u64<E: serde::de::Error>(self, id: u64) -> Result<BatchEntry, E> {
                 Ok(BatchEntry {
@@ -154,7 +159,10 @@ impl<'de> Deserialize<'de> for BatchEntry {
                     request: PulseRequest::default(),
                 })
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<BatchEntry, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<BatchEntry, A::Error> {
                 let object = BatchEntryObject::deserialize(
                     serde::de::value::MapAccessDeserializer::new(map),
                 )?;
@@ -226,20 +234,27 @@ pub async fn batch(
         was_online.entry(agent).or_insert(online);
         pulses.push((agent, entry.request.into_report(&format!("agents[{i}]."))?));
     }
-    let heartbeat_at_ms = caller.shell.pulse(&pulses, crate::writer::WhenFull::Refuse).await.map_err(|error| {
-        let mut e = ApiError::from(error);
-        if e.field.is_none() {
-            e.field = Some("agents".into());
-        }
-        e
-    })?;
+    let heartbeat_at_ms = caller
+        .shell
+        .pulse(&pulses, crate::writer::WhenFull::Refuse)
+        .await
+        .map_err(|error| {
+            let mut e = ApiError::from(error);
+            if e.field.is_none() {
+                e.field = Some("agents".into());
+            }
+            e
+        })?;
     let mut lines = Vec::with_capacity(was_online.len());
     for agent in was_online.keys() {
         let floor_ms = caller.with_agent(*agent, |a| a.spec.liveness.floor_ms())?;
         lines.push(BatchPulse {
             agent: *agent,
             next_deadline_ms: heartbeat_at_ms.saturating_add(floor_ms),
-            status: caller.shell.last_pulse(*agent).and_then(|l| l.report.status),
+            status: caller
+                .shell
+                .last_pulse(*agent)
+                .and_then(|l| l.report.status),
         });
     }
     Ok(Json(BatchAnswer {
@@ -288,14 +303,18 @@ pub async fn input(
     };
     // The text travels as the payload, so the payload's limit is the text's: name the field
     // the caller sent.
-    let answer = caller.shell.input(agent, wake, crate::writer::WhenFull::Refuse).await.map_err(|error| {
-        let mut e = ApiError::from(error);
-        if e.field.as_deref() == Some("payload") {
-            e.field = Some("text".into());
-            e.message = e.message.replace("payload", "text");
-        }
-        e
-    })?;
+    let answer = caller
+        .shell
+        .input(agent, wake, crate::writer::WhenFull::Refuse)
+        .await
+        .map_err(|error| {
+            let mut e = ApiError::from(error);
+            if e.field.as_deref() == Some("payload") {
+                e.field = Some("text".into());
+                e.message = e.message.replace("payload", "text");
+            }
+            e
+        })?;
     Ok(Json(WakeAnswer {
         wakeup: answer.wakeup,
         replayed: answer.replayed,

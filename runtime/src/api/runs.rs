@@ -135,7 +135,10 @@ pub async fn cancel(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>,
     let run = RunId(parse_id("id", &id)?);
     caller.operator()?;
     visible_run(&caller, run)?;
-    caller.shell.execute(Command::CancelRun { run }, crate::writer::WhenFull::Refuse).await?;
+    caller
+        .shell
+        .execute(Command::CancelRun { run }, crate::writer::WhenFull::Refuse)
+        .await?;
     visible_run(&caller, run).map(Json)
 }
 

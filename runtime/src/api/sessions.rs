@@ -53,14 +53,23 @@ pub async fn reset(
     if task_key.is_empty() || task_key.chars().count() > KEY_CHARS_MAX {
         return Err(ApiError::invalid_field(
             "task_key",
-            format!("task_key must be 1 to {KEY_CHARS_MAX} characters, got {}", echo(&task_key)),
+            format!(
+                "task_key must be 1 to {KEY_CHARS_MAX} characters, got {}",
+                echo(&task_key)
+            ),
         ));
     }
     caller.operated_agent(agent)?;
-    let decision = caller.shell.execute(Command::ResetSession {
-        agent,
-        task_key: task_key.clone(),
-    }, crate::writer::WhenFull::Refuse).await?;
+    let decision = caller
+        .shell
+        .execute(
+            Command::ResetSession {
+                agent,
+                task_key: task_key.clone(),
+            },
+            crate::writer::WhenFull::Refuse,
+        )
+        .await?;
     Ok(Json(SessionReset {
         agent,
         task_key,

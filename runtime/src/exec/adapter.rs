@@ -184,8 +184,14 @@ pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
         AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
         AdapterSpec::Process(process) => Box::new(super::process::Process::new(process.clone())),
-        AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Claude, cli.clone())),
-        AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(super::coding_cli::CliKind::Codex, cli.clone())),
+        AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(
+            super::coding_cli::CliKind::Claude,
+            cli.clone(),
+        )),
+        AdapterSpec::CodexLocal(cli) => Box::new(super::coding_cli::CodingCli::new(
+            super::coding_cli::CliKind::Codex,
+            cli.clone(),
+        )),
         AdapterSpec::Http(webhook) => Box::new(super::webhook::Webhook::new(webhook.clone())),
     }
 }

@@ -11,13 +11,13 @@ use super::pricing::PriceTable;
 use super::spawn::NoSpawner;
 use super::spawn::SharedSpawner;
 use super::tools::{ToolHttp, ToolHttpAnswer, ToolHttpError, ToolHttpFuture};
+use crate::engine::run::RunId;
+use crate::engine::usage::Usage;
+use crate::engine::Command;
 use crate::net::{
     Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
     TlsOptions, TlsSetupError,
 };
-use crate::engine::run::RunId;
-use crate::engine::usage::Usage;
-use crate::engine::Command;
 use crate::redact::Redactor;
 use crate::shell::Shell;
 use crate::writer::WhenFull;
@@ -192,7 +192,10 @@ impl RunHost for ShellHost {
         Some(self.shell.executor.live_groups())
     }
 
-    fn issue_run_token(&self, run: RunId) -> Result<super::run_tokens::RunTokenGrant, super::run_tokens::ReportRefusal> {
+    fn issue_run_token(
+        &self,
+        run: RunId,
+    ) -> Result<super::run_tokens::RunTokenGrant, super::run_tokens::ReportRefusal> {
         self.services.run_tokens.issue(run, &**self.shell.entropy())
     }
 }
@@ -222,7 +225,9 @@ impl Poster for OutboundClient {
                     retry_after_ms: answer.retry_after_ms,
                     body: answer.body,
                 }),
-                Err(OutboundError::Timeout { timeout_ms }) => Err(PostError::Timeout { timeout_ms }),
+                Err(OutboundError::Timeout { timeout_ms }) => {
+                    Err(PostError::Timeout { timeout_ms })
+                }
                 Err(OutboundError::TooLarge { limit_bytes }) => Err(PostError::TooLarge {
                     limit_bytes: limit_bytes as u64,
                 }),
@@ -237,7 +242,13 @@ impl Poster for OutboundClient {
 pub struct PosterToolHttp(pub Arc<dyn Poster>, pub Redactor);
 
 impl ToolHttp for PosterToolHttp {
-    fn post(&self, url: &str, body: serde_json::Value, timeout_ms: u64, response_bytes_max: u64) -> ToolHttpFuture {
+    fn post(
+        &self,
+        url: &str,
+        body: serde_json::Value,
+        timeout_ms: u64,
+        response_bytes_max: u64,
+    ) -> ToolHttpFuture {
         let (poster, redactor, url) = (self.0.clone(), self.1.clone(), url.to_string());
         Box::pin(async move {
             let request = PostRequest {
@@ -253,7 +264,9 @@ impl ToolHttp for PosterToolHttp {
                     status: answer.status,
                     body: without_secrets(&redactor, answer.body),
                 }),
-                Err(PostError::Timeout { timeout_ms }) => Err(ToolHttpError::Timeout { timeout_ms }),
+                Err(PostError::Timeout { timeout_ms }) => {
+                    Err(ToolHttpError::Timeout { timeout_ms })
+                }
                 Err(error) => Err(ToolHttpError::Transport(error.to_string())),
             }
         })

@@ -56,8 +56,18 @@ async fn invoke(
 ) -> Attempt {
     let binary = kind.binary(spec);
     let args = kind.args(spec, resume);
-    note(run, format!("{}: {binary} {}", kind.adapter_name(), args.join(" "))).await;
-    let request = match child_request(run, binary, args, Some(prompt.as_bytes().to_vec()), &spec.child) {
+    note(
+        run,
+        format!("{}: {binary} {}", kind.adapter_name(), args.join(" ")),
+    )
+    .await;
+    let request = match child_request(
+        run,
+        binary,
+        args,
+        Some(prompt.as_bytes().to_vec()),
+        &spec.child,
+    ) {
         Ok(request) => request,
         Err(error) => return Attempt::without_output(AttemptEnd::SpawnFailed(error)),
     };
@@ -91,7 +101,10 @@ async fn invoke(
     };
     let parsed = reader.finish();
     if let Ok(report) = &parsed {
-        session_unknown |= report.error.as_deref().is_some_and(|e| mentions([e], signals));
+        session_unknown |= report
+            .error
+            .as_deref()
+            .is_some_and(|e| mentions([e], signals));
     }
     Attempt {
         end,
@@ -103,7 +116,11 @@ async fn invoke(
 
 /// Records what the invocation spent, when it reported anything. `Err`: the run was ended
 /// meanwhile (or the node stopped).
-async fn record_usage(spec: &CodingCliSpec, run: &RunContext, attempt: &Attempt) -> Result<(), String> {
+async fn record_usage(
+    spec: &CodingCliSpec,
+    run: &RunContext,
+    attempt: &Attempt,
+) -> Result<(), String> {
     let Ok(report) = &attempt.parsed else {
         return Ok(());
     };
@@ -120,7 +137,10 @@ fn unrecorded(kind: CliKind, error: String) -> AdapterOutcome {
         error_class: Some(ErrorClass::AdapterError),
         ..AdapterOutcome::new(
             RunStatus::Failed,
-            format!("{}: could not record the run's usage: {error}", kind.adapter_name()),
+            format!(
+                "{}: could not record the run's usage: {error}",
+                kind.adapter_name()
+            ),
             None,
         )
     }
@@ -130,7 +150,8 @@ fn unrecorded(kind: CliKind, error: String) -> AdapterOutcome {
 /// else the node's price for the spec's `model` (nothing for a model the table does not list).
 pub fn usage_of(report: &CliReport, model: Option<&str>, prices: &PriceTable) -> Option<Usage> {
     let tokens = &report.tokens;
-    let spent = tokens.input_tokens > 0 || tokens.output_tokens > 0 || report.cost_micro_usd.is_some();
+    let spent =
+        tokens.input_tokens > 0 || tokens.output_tokens > 0 || report.cost_micro_usd.is_some();
     if !spent {
         return None;
     }
@@ -188,15 +209,32 @@ mod tests {
         let usage = usage_of(&report(Some(7)), Some("m"), &prices()).unwrap();
         assert_eq!(usage.cost_micro_usd, 7);
         assert_eq!(usage.llm_calls, 2);
-        assert_eq!(usage.cached_input_tokens, 1_000_000, "cached never exceeds input");
+        assert_eq!(
+            usage.cached_input_tokens, 1_000_000,
+            "cached never exceeds input"
+        );
     }
 
     #[test]
     fn without_a_reported_cost_a_known_model_is_priced_and_an_unknown_one_is_free() {
         let priced = usage_of(&report(None), Some("m"), &prices()).unwrap();
         assert_eq!(priced.cost_micro_usd, 3_000_000);
-        assert_eq!(usage_of(&report(None), Some("other"), &prices()).unwrap().cost_micro_usd, 0);
-        assert_eq!(usage_of(&report(None), None, &prices()).unwrap().cost_micro_usd, 0);
-        assert_eq!(usage_of(&CliReport::default(), Some("m"), &prices()), None, "nothing spent");
+        assert_eq!(
+            usage_of(&report(None), Some("other"), &prices())
+                .unwrap()
+                .cost_micro_usd,
+            0
+        );
+        assert_eq!(
+            usage_of(&report(None), None, &prices())
+                .unwrap()
+                .cost_micro_usd,
+            0
+        );
+        assert_eq!(
+            usage_of(&CliReport::default(), Some("m"), &prices()),
+            None,
+            "nothing spent"
+        );
     }
 }
