@@ -1456,8 +1456,29 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
             );
         }
         assert_same_state(&node.engine, &model);
+        assert_eq!(
+            node.engine.next_deadline_ms(model.now_ms),
+            deadline_by_scan(&node.engine, model.now_ms),
+            "step {step}: the due index's next deadline is every agent's earliest"
+        );
     }
     node.log
+}
+
+/// The earliest deadline of any agent, found by looking at every one (what the engine's due
+/// index answers without a scan).
+fn deadline_by_scan(engine: &Engine, now_ms: u64) -> Option<u64> {
+    engine
+        .agent_states()
+        .flat_map(|s| {
+            [
+                s.agent().next_fire_at_ms,
+                s.agent().next_idle_at_ms,
+                s.coordinator.cooldown_deadline_ms(now_ms),
+            ]
+        })
+        .flatten()
+        .min()
 }
 
 /// The engine's answer must be the model's; an accepted command yields its decision.

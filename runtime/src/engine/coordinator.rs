@@ -753,16 +753,18 @@ impl Coordinator {
 
     /// When a queued run waits only for the agent's cooldown: when to look again, if so.
     pub fn cooldown_deadline_ms(&self, now_ms: u64) -> Option<u64> {
+        self.waiting_cooldown().map(|c| c.due_at_ms(now_ms))
+    }
+
+    /// The cooldown a queued run waits out, if it waits only for that.
+    pub fn waiting_cooldown(&self) -> Option<&Cooldown> {
         // Only an active agent's queue can start: anything else would be a deadline that
         // decides nothing when due, and the timer loop would spin on it.
         let waiting = self.active.is_none()
             && !self.queue.is_empty()
             && self.agent.status == AgentStatus::Active
             && self.agent.error.is_none();
-        self.agent
-            .cooldown
-            .filter(|_| waiting)
-            .map(|c| c.due_at_ms(now_ms))
+        self.agent.cooldown.as_ref().filter(|_| waiting)
     }
 
     /// The cooldown is over: the next queued run may start (`FireDueTimers`).

@@ -16,6 +16,7 @@ pub mod cli_spec;
 pub mod coordinator;
 pub mod daily_cap;
 pub mod draft;
+pub mod due_index;
 pub mod event;
 pub mod history;
 pub mod liveness;
@@ -38,6 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
 use agent_state::AgentState;
 use draft::Draft;
+use due_index::Deadlines;
 use event::{Event, EventKind};
 use node_bounds::{NodeBounds, NodeLimits};
 use pulse_report::PulseReport;
@@ -209,6 +211,8 @@ pub struct Engine {
     next_run: u64,
     /// Node-wide counts of keys and finished runs, and their eviction orders.
     bounds: NodeBounds,
+    /// The agents' deadlines by instant (what `FireDueTimers` looks at, never every agent).
+    due: due_index::DueIndex,
 }
 
 impl Default for Engine {
@@ -223,6 +227,7 @@ impl Default for Engine {
             next_wakeup: 1,
             next_run: 1,
             bounds: NodeBounds::default(),
+            due: due_index::DueIndex::default(),
         }
     }
 }
@@ -395,7 +400,8 @@ impl Engine {
             Command::ResetBreaker { agent } => self.coordinator(*agent)?.reset_breaker(&mut draft),
             Command::ResetAgentError { agent } => self.coordinator(*agent)?.reset_error(&mut draft),
             Command::FireDueTimers => {
-                for state in self.agents.values() {
+                for agent in self.due.due(now_ms) {
+                    let state = &self.agents[&agent];
                     let agent = state.agent();
                     let due = |at: Option<u64>| at.is_some_and(|due| due <= now_ms);
                     if due(agent.next_fire_at_ms) || due(agent.next_idle_at_ms) {
@@ -722,6 +728,8 @@ impl Engine {
                     error: None,
                     error_counts: Default::default(),
                 });
+                self.due
+                    .refile(*agent, Deadlines::default(), Deadlines::of(&state));
                 assert!(
                     self.agents.insert(*agent, state).is_none(),
                     "agent {agent} created twice"
@@ -748,7 +756,9 @@ impl Engine {
                     "event filed under the wrong tenant"
                 );
                 let keys_before = state.key_summary();
+                let deadlines_before = Deadlines::of(state);
                 let evicted = state.apply(event);
+                self.due.refile(agent, deadlines_before, Deadlines::of(state));
                 self.bounds
                     .keys_changed(agent, keys_before, state.key_summary());
                 if let Some(evicted) = evicted {
@@ -825,17 +835,7 @@ impl Engine {
     /// The earliest wall time at which `FireDueTimers` would decide something (a timer slot,
     /// an idle fire, a queued run whose cooldown ends), if any, read at wall time `now_ms`.
     pub fn next_deadline_ms(&self, now_ms: u64) -> Option<u64> {
-        self.agents
-            .values()
-            .flat_map(|s| {
-                [
-                    s.agent().next_fire_at_ms,
-                    s.agent().next_idle_at_ms,
-                    s.coordinator.cooldown_deadline_ms(now_ms),
-                ]
-            })
-            .flatten()
-            .min()
+        self.due.next_ms(now_ms)
     }
 }
 
