@@ -5,6 +5,7 @@
 //! (machine, date, command, figures) that `cargo xtask bench` writes into docs/benchmarks.md.
 //! Timing lives here, never in the test suite.
 
+mod fleet;
 mod http;
 mod node;
 mod peers;
@@ -53,6 +54,18 @@ enum Bench {
         #[arg(long, default_value_t = 512)]
         agents: usize,
     },
+    /// Resident memory per idle agent and recovery time, at each fleet size: a fleet file of
+    /// idle agents (hourly timers) applied at start, then a SIGKILL and a restart that replays
+    /// the log.
+    Fleet {
+        #[arg(long, default_value = "target/release/vigil")]
+        vigil: PathBuf,
+        #[arg(long, default_value = "target/bench-data")]
+        data_dir: PathBuf,
+        /// Fleet sizes to measure (at most the node's agent limit).
+        #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+        sizes: Vec<usize>,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -69,6 +82,11 @@ fn main() -> anyhow::Result<()> {
                 seconds,
                 agents,
             } => wakeups(&vigil, &data_dir, &clients, seconds, agents).await,
+            Bench::Fleet {
+                vigil,
+                data_dir,
+                sizes,
+            } => fleet::run(&vigil, &data_dir, &sizes).await,
         }
     })
 }
@@ -361,7 +379,7 @@ async fn read_latency(
 }
 
 /// The machine and the date, for the report: CPU model and count, memory, kernel.
-fn machine_line() -> String {
+pub(crate) fn machine_line() -> String {
     let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
     let model = cpuinfo
         .lines()
@@ -388,5 +406,20 @@ fn machine_line() -> String {
         .output()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default();
-    format!("Machine: {cores} cores ({model}), {memory} memory, Linux {kernel}; measured {date}.")
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let commit = git(&["rev-parse", "--short", "HEAD"]);
+    let dirty = if git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+        ""
+    } else {
+        " with uncommitted changes"
+    };
+    format!(
+        "Machine: {cores} cores ({model}), {memory} memory, Linux {kernel}; measured {date} at commit {commit}{dirty}."
+    )
 }

@@ -28,10 +28,20 @@ impl Node {
                 .with_context(|| format!("emptying {}", data_dir.display()))?;
         }
         std::fs::create_dir_all(data_dir)?;
+        Node::restart(vigil, data_dir, None).await
+    }
+
+    /// Starts `vigil` on `data_dir` as it is (a restart recovers its log), with a fleet file if
+    /// given, and waits until it answers `/v1/health`.
+    pub async fn restart(vigil: &Path, data_dir: &Path, fleet: Option<&Path>) -> anyhow::Result<Node> {
         let addr = free_port()?;
         let operator_token = "vgl_op_bench_0123456789abcdef".to_string();
-        let child = Command::new(vigil)
-            .arg("serve")
+        let mut command = Command::new(vigil);
+        command.arg("serve");
+        if let Some(fleet) = fleet {
+            command.arg("--fleet").arg(fleet);
+        }
+        let child = command
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--data-dir")
@@ -63,6 +73,14 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         bail!("vigil serve did not become ready within {START_TIMEOUT:?}")
+    }
+
+    /// The log head the node reports (`/v1/health`).
+    pub async fn head_seq(&self) -> anyhow::Result<u64> {
+        let mut connection = Connection::open(self.addr).await?;
+        let health = connection.send(Method::GET, "/v1/health", "", None).await?;
+        let body: serde_json::Value = serde_json::from_slice(&health.body)?;
+        body["head_seq"].as_u64().context("head_seq in /v1/health")
     }
 
     /// The node process's resident memory, in bytes (Linux `/proc`).
