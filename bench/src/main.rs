@@ -414,7 +414,8 @@ pub(crate) fn machine_line() -> String {
             .unwrap_or_default()
     };
     let commit = git(&["rev-parse", "--short", "HEAD"]);
-    let dirty = if git(&["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+    // The report itself is written into docs/benchmarks.md: that change does not count.
+    let dirty = if git(&["status", "--porcelain", "--untracked-files=no", "--", ".", ":!docs/benchmarks.md"]).is_empty() {
         ""
     } else {
         " with uncommitted changes"
