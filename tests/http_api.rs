@@ -1116,6 +1116,28 @@ async fn wait_agent(client: &ApiClient, agent: u64, done: impl Fn(&Value) -> boo
     panic!("agent {agent} never reached the expected state: {last}");
 }
 
+/// Polls `path` until `done(page)` holds (bounded). For what the durable log shows: an agent's
+/// state (`GET /v1/agents/{id}`) may show a decision a moment before its events are durable and
+/// listed (ADR 0012), so a test that saw the state waits for the log too.
+async fn wait_page(client: &ApiClient, path: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let mut last = Value::Null;
+    for _ in 0..WAIT_MS_MAX / 20 {
+        let (status, body) = get(client, path).await;
+        assert_eq!(status, 200, "{body}");
+        if done(&body) {
+            return body;
+        }
+        last = body;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("{path} never showed the expected page: {last}");
+}
+
+/// Whether an events page holds an event of type `kind`.
+fn has_event(page: &Value, kind: &str) -> bool {
+    page["events"].as_array().unwrap().iter().any(|e| e["type"] == kind)
+}
+
 fn liveness(agent: &Value) -> &str {
     agent["liveness"]["status"].as_str().unwrap()
 }
@@ -1164,7 +1186,7 @@ async fn pulses_bring_agents_online_and_the_sweep_marks_silent_ones_offline() {
     assert_eq!(offline["liveness"]["since_ms"], START_MS + 3_600_000);
     let (_, shown_b) = get(&f.acme, &format!("/v1/agents/{b}")).await;
     assert_eq!(liveness(&shown_b), "online");
-    let (_, page) = get(&f.acme, "/v1/events?limit=1000").await;
+    let page = wait_page(&f.acme, "/v1/events?limit=1000", |p| has_event(p, "agent_offline")).await;
     let offline_event = page["events"]
         .as_array()
         .unwrap()
@@ -1318,7 +1340,7 @@ async fn pulses_carry_a_status_and_metadata_that_the_views_and_liveness_events_s
     // Silence: the offline event carries what the agent said last (it announced its leaving).
     f.clock.1.store(3_001, Ordering::SeqCst);
     wait_agent(&f.acme, a, |agent| liveness(agent) == "offline").await;
-    let (_, page) = get(&f.acme, "/v1/events?limit=1000").await;
+    let page = wait_page(&f.acme, "/v1/events?limit=1000", |p| has_event(p, "agent_offline")).await;
     let offline = page["events"].as_array().unwrap().iter().find(|e| e["type"] == "agent_offline").cloned().unwrap();
     assert_eq!(offline["report"]["status"], "shutting_down");
 
@@ -1749,7 +1771,7 @@ async fn the_wakeup_history_shows_who_asked_and_what_became_of_each_wakeup() {
     // The idle chamber asks as `idle`; its wakeup carries no detail.
     f.clock.0.store(START_MS + 60_000, Ordering::SeqCst);
     wait_agent(&f.acme, id, |agent| agent["next_idle_at_ms"] == START_MS + 120_000).await;
-    let (_, page) = get(&f.acme, "/v1/wakeups?requested_by=idle").await;
+    let page = wait_page(&f.acme, "/v1/wakeups?requested_by=idle", |p| p["wakeups"][0].is_object()).await;
     assert_eq!(page["wakeups"][0]["source"], "idle", "{page}");
 
     // Scoping: an agent token sees only its own; another tenant sees none.
