@@ -20,9 +20,9 @@ pub async fn run(vigil: &Path, data_dir: &Path, sizes: &[usize]) -> anyhow::Resu
     println!(
         "Command: `cargo xtask bench fleet` (`vigil-bench fleet --sizes {}`). For each size, a fresh \
          `vigil serve --fleet` applies a fleet file of that many agents (scripted adapter, a timer every hour, so idle \
-         while measured); resident memory is read from `/proc` once every agent exists, against the same node \
-         started with an empty fleet. Then the node is killed (SIGKILL) and restarted on its data directory: \
-         the time until `/v1/health` answers is the recovery (process start, log replay, tenants, run recovery).\n",
+         while measured). Once every agent exists the node is killed (SIGKILL) and restarted on its data \
+         directory: the time until `/v1/health` answers is the recovery (process start, log replay, tenants, run \
+         recovery). Resident memory is read from `/proc` after that restart, against an empty node.\n",
         sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
     );
     let empty = Node::start(vigil, &data_dir.join("empty")).await?;
@@ -54,13 +54,15 @@ pub async fn run(vigil: &Path, data_dir: &Path, sizes: &[usize]) -> anyhow::Resu
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let applied = started.elapsed();
-        tokio::time::sleep(SETTLE).await;
-        let resident = node.resident_bytes().unwrap_or(0);
         let events = node.head_seq().await?;
         drop(node);
         let restarted = Instant::now();
         let node = Node::restart(vigil, &dir, None).await?;
         let recovery = restarted.elapsed();
+        // Read after the restart: the fleet as recovery builds it, without what the allocator
+        // kept from applying the file (every create queued at once).
+        tokio::time::sleep(SETTLE).await;
+        let resident = node.resident_bytes().unwrap_or(0);
         drop(node);
         println!(
             "| {size} | {:.1} s | {:.1} MiB | {:.0} B | {events} | {:.0} ms |",

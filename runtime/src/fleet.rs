@@ -370,6 +370,7 @@ impl Fleet {
                     )
                     .await?;
             }
+            let mut to_create = Vec::new();
             for spec in &tenant.agents {
                 let node_path = std::env::var("PATH").ok();
                 let missing = crate::exec::coding_cli::missing_binary_warning(
@@ -387,16 +388,7 @@ impl Fleet {
                     .agent_named(&tenant.name, &spec.name)
                     .map(|a| (a.id, a.spec.clone(), a.status));
                 match existing {
-                    None => {
-                        let created = shell
-                            .create_agent(&tenant.name, spec.clone(), crate::writer::WhenFull::Wait)
-                            .await?;
-                        applied.created.push((
-                            tenant.name.clone(),
-                            spec.name.clone(),
-                            created.agent,
-                        ));
-                    }
+                    None => to_create.push(spec.clone()),
                     Some((id, stored, status)) => {
                         if stored != *spec {
                             applied.warnings.push(format!(
@@ -414,6 +406,14 @@ impl Fleet {
                         }
                     }
                 }
+            }
+            // Why together: queued at once they share fsyncs (ADR 0012).
+            let names: Vec<String> = to_create.iter().map(|spec| spec.name.clone()).collect();
+            let created = shell.create_agents(&tenant.name, to_create).await?;
+            for (name, agent) in names.into_iter().zip(created) {
+                applied
+                    .created
+                    .push((tenant.name.clone(), name, agent.agent));
             }
         }
         Ok(applied)

@@ -219,13 +219,33 @@ impl Shell {
             token_hash: TokenHash::of(&token),
         };
         let decision = self.execute(command, when_full).await?;
-        let event = decision.events.first().expect("a create records one event");
-        let agent = event.kind.agent().expect("agent_created names its agent");
-        Ok(CreatedAgent {
-            agent,
-            token,
-            seq: event.seq,
-        })
+        Ok(created_agent(token, decision))
+    }
+
+    /// Registers agents in `tenant`, all queued before any is awaited so that they share
+    /// fsyncs (a fleet file of 10,000 agents is about 20 commits, not 10,000). In `specs`'
+    /// order; the first refusal is the answer (the agents before it exist).
+    pub async fn create_agents(
+        self: &Arc<Self>,
+        tenant: &str,
+        specs: Vec<AgentSpec>,
+    ) -> Result<Vec<CreatedAgent>, ExecuteError> {
+        let mut pending = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let token = new_token(&*self.entropy, AGENT_TOKEN_PREFIX);
+            let command = Command::CreateAgent {
+                tenant: tenant.to_string(),
+                spec,
+                token_hash: TokenHash::of(&token),
+            };
+            let decide: Decide = Box::new(move |_, engine, now_ms| engine.decide(&command, now_ms));
+            pending.push((token, self.queue.enqueue(decide, WhenFull::Wait).await?));
+        }
+        let mut created = Vec::with_capacity(pending.len());
+        for (token, answer) in pending {
+            created.push(created_agent(token, answer.answer().await?.decision));
+        }
+        Ok(created)
     }
 
     /// The one entry point for wakeups from outside the engine.
@@ -636,6 +656,17 @@ fn answer_failed(
         let _ = reply.send(Err(ExecuteError::Store(StoreError::Storage(
             redb::Error::PreviousIo,
         ))));
+    }
+}
+
+/// The agent a create decided, with the token issued to it.
+fn created_agent(token: String, decision: Decision) -> CreatedAgent {
+    let event = decision.events.first().expect("a create records one event");
+    let agent = event.kind.agent().expect("agent_created names its agent");
+    CreatedAgent {
+        agent,
+        token,
+        seq: event.seq,
     }
 }
 

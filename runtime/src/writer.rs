@@ -82,6 +82,16 @@ impl WriterQueue {
         decide: Decide,
         when_full: WhenFull,
     ) -> Result<Committed, ExecuteError> {
+        self.enqueue(decide, when_full).await?.answer().await
+    }
+
+    /// Queues `decide` without waiting for its answer: commands queued one after another this
+    /// way are decided in that order and share fsyncs (a fleet file's agents).
+    pub(crate) async fn enqueue(
+        &self,
+        decide: Decide,
+        when_full: WhenFull,
+    ) -> Result<Pending, ExecuteError> {
         let (reply, answer) = oneshot::channel();
         let job = Job { decide, reply };
         match when_full {
@@ -95,8 +105,20 @@ impl WriterQueue {
                 .await
                 .map_err(|_| ExecuteError::Stopped)?,
         }
+        Ok(Pending { answer })
+    }
+}
+
+/// A queued command's answer to come.
+pub(crate) struct Pending {
+    answer: oneshot::Receiver<Result<Committed, ExecuteError>>,
+}
+
+impl Pending {
+    /// Waits for the command's batch to be durable (or to fail).
+    pub(crate) async fn answer(self) -> Result<Committed, ExecuteError> {
         // The writer dropped the job unanswered: the node is stopping.
-        answer.await.map_err(|_| ExecuteError::Stopped)?
+        self.answer.await.map_err(|_| ExecuteError::Stopped)?
     }
 }
 

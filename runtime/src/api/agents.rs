@@ -135,10 +135,7 @@ pub async fn control(
         Control::ResetBreaker => Command::ResetBreaker { agent },
         Control::ResetError => Command::ResetAgentError { agent },
     };
-    caller
-        .shell
-        .execute(command, crate::writer::WhenFull::Refuse)
-        .await?;
+    caller.execute(command).await?;
     caller.agent(agent).map(Json)
 }
 
@@ -171,14 +168,10 @@ pub async fn pause(
     caller.operated_agent(agent)?;
     let request: PauseRequest = optional_body(body)?;
     caller
-        .shell
-        .execute(
-            Command::PauseAgent {
-                agent,
-                minutes: request.minutes,
-            },
-            crate::writer::WhenFull::Refuse,
-        )
+        .execute(Command::PauseAgent {
+            agent,
+            minutes: request.minutes,
+        })
         .await?;
     caller.agent(agent).map(Json)
 }
@@ -194,14 +187,10 @@ pub async fn pause_heartbeats(
     caller.agent(agent)?;
     let request: PauseRequest = optional_body(body)?;
     caller
-        .shell
-        .execute(
-            Command::PauseHeartbeats {
-                agent,
-                minutes: request.minutes,
-            },
-            crate::writer::WhenFull::Refuse,
-        )
+        .execute(Command::PauseHeartbeats {
+            agent,
+            minutes: request.minutes,
+        })
         .await?;
     caller.agent(agent).map(Json)
 }

@@ -14,8 +14,8 @@ use super::error::ApiError;
 use super::rate_limit::{RateLimited, RateLimits};
 use super::slots::{SlotPermit, Slots};
 use super::streams::StreamSlots;
-use crate::engine::spec_error::echo;
 use crate::engine::agent::{Agent, AgentId};
+use crate::engine::spec_error::echo;
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::RequestedBy;
 use crate::shell::Shell;
@@ -148,6 +148,19 @@ fn is_token_shaped(token: &str) -> bool {
 }
 
 impl Caller {
+    /// Runs `command` through the node's writer for this request, answered once durable. A
+    /// request never waits for room in the writer's queue: a full queue is 503 `busy`
+    /// (ADR 0012).
+    pub async fn execute(
+        &self,
+        command: crate::engine::Command,
+    ) -> Result<crate::engine::Decision, ApiError> {
+        Ok(self
+            .shell
+            .execute(command, crate::writer::WhenFull::Refuse)
+            .await?)
+    }
+
     /// Gives the request's in-flight slot back: a live stream, which holds a stream slot for
     /// as long as it lasts, is not a request in flight.
     pub fn end_request(&mut self) {
@@ -180,7 +193,11 @@ impl Caller {
     /// `look` at the agent called `id`, if the caller may see it, without copying it. Why: a
     /// batch of pulses checks every agent it names, and an agent's spec (prompts, tool
     /// schemas) is large; copying it per pulse once cost a tenth of a simulated fleet's time.
-    pub fn with_agent<T>(&self, id: AgentId, look: impl FnOnce(&Agent) -> T) -> Result<T, ApiError> {
+    pub fn with_agent<T>(
+        &self,
+        id: AgentId,
+        look: impl FnOnce(&Agent) -> T,
+    ) -> Result<T, ApiError> {
         let engine = self.shell.engine();
         let agent = engine
             .agent(id)
@@ -204,6 +221,9 @@ impl Caller {
 /// Parses a numeric path id, naming `field` when it is not one.
 pub fn parse_id(field: &'static str, raw: &str) -> Result<u64, ApiError> {
     raw.parse().map_err(|_| {
-        ApiError::invalid_field(field, format!("{field} must be a number, got {}", echo(raw)))
+        ApiError::invalid_field(
+            field,
+            format!("{field} must be a number, got {}", echo(raw)),
+        )
     })
 }

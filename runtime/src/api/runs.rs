@@ -135,10 +135,7 @@ pub async fn cancel(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>,
     let run = RunId(parse_id("id", &id)?);
     caller.operator()?;
     visible_run(&caller, run)?;
-    caller
-        .shell
-        .execute(Command::CancelRun { run }, crate::writer::WhenFull::Refuse)
-        .await?;
+    caller.execute(Command::CancelRun { run }).await?;
     visible_run(&caller, run).map(Json)
 }
 

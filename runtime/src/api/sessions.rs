@@ -61,14 +61,10 @@ pub async fn reset(
     }
     caller.operated_agent(agent)?;
     let decision = caller
-        .shell
-        .execute(
-            Command::ResetSession {
-                agent,
-                task_key: task_key.clone(),
-            },
-            crate::writer::WhenFull::Refuse,
-        )
+        .execute(Command::ResetSession {
+            agent,
+            task_key: task_key.clone(),
+        })
         .await?;
     Ok(Json(SessionReset {
         agent,
