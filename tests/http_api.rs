@@ -172,17 +172,7 @@ async fn wake(client: &ApiClient, agent: u64, body: Value) -> (u16, Value) {
 
 /// Polls run `run` until `done(run)` holds (bounded).
 async fn wait_run(client: &ApiClient, run: u64, done: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..WAIT_MS_MAX / 20 {
-        let (status, body) = get(client, &format!("/v1/runs/{run}")).await;
-        assert_eq!(status, 200, "{body}");
-        if done(&body) {
-            return body;
-        }
-        last = body;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("run {run} never reached the expected state: {last}");
+    wait_page(client, &format!("/v1/runs/{run}"), done).await
 }
 
 fn terminal(run: &Value) -> bool {
@@ -1103,17 +1093,7 @@ async fn a_restart_fails_the_running_run_and_requeues_its_wakeup_once() {
 
 /// Polls agent `agent` until `done(agent)` holds (bounded).
 async fn wait_agent(client: &ApiClient, agent: u64, done: impl Fn(&Value) -> bool) -> Value {
-    let mut last = Value::Null;
-    for _ in 0..WAIT_MS_MAX / 20 {
-        let (status, body) = get(client, &format!("/v1/agents/{agent}")).await;
-        assert_eq!(status, 200, "{body}");
-        if done(&body) {
-            return body;
-        }
-        last = body;
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("agent {agent} never reached the expected state: {last}");
+    wait_page(client, &format!("/v1/agents/{agent}"), done).await
 }
 
 /// Polls `path` until `done(page)` holds (bounded). For what the durable log shows: an agent's

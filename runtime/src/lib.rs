@@ -1,7 +1,7 @@
 //! Vigil: a heartbeat runtime that keeps a fleet of LLM agents alive and wakes them safely.
 //!
 //! Map of the crate (see docs/ARCHITECTURE.md): `engine` is the pure state machine; `store` the
-//! redb event log; `shell` joins them under one lock; `node` is the start-up path; `api` the HTTP
+//! redb event log; `shell` joins them through one writer task (ADR 0012); `node` is the start-up path; `api` the HTTP
 //! surface; `net` the outbound HTTP(S) transport (providers, tools); `io` the seams (clock,
 //! storage) the simulator substitutes; `transcript` where run transcripts go (another seam),
 //! `redact` what keeps secrets out of them.

@@ -223,6 +223,8 @@ mod tests {
 
     /// Reads the engine from another thread; `None` if that read did not finish (it waited for
     /// the held fsync). Why a thread: a read stuck on the lock must fail the test, not hang it.
+    /// Test-only, real tokio (this module's tests never run under the simulator), and its result
+    /// is a count compared in the test: nothing of it reaches behaviour or a trace.
     fn read_agents_elsewhere(shell: &Arc<Shell>) -> Option<usize> {
         let (sender, answer) = std::sync::mpsc::channel();
         let shell = shell.clone();

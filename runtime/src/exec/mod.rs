@@ -81,8 +81,8 @@ impl Executor {
     }
 
     /// Reacts to a committed batch, in log order: `run_started` spawns the run, `run_finished`
-    /// of a run still executing aborts it. Called under the shell's lock with the engine
-    /// already updated.
+    /// of a run still executing aborts it. Called by the shell's writer once the batch is
+    /// durable, under the engine's lock, with the engine already updated.
     pub(crate) fn on_commit(&self, shell: &Arc<Shell>, engine: &Engine, events: &[Event]) {
         let mut tasks = self.tasks.lock().expect("executor lock");
         for event in events {
