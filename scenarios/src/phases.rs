@@ -174,7 +174,7 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let workload = Workload {
         target: node.name,
         addr: node.addr,
-        steps: setup.steps.clone(),
+        steps: setup.steps.clone().into(),
         probe_every_ms: setup.probe_every_ms,
         tail_every_ms: setup.tail_every_ms,
         until_ms: end_ms,

@@ -533,6 +533,7 @@ fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
 /// process only, so a seed run twice in one process would give two traces. Known: `jsonschema`
 /// (through `ahash`'s process-wide seeds), used for tool schemas on every `llm` run.
 fn warm_process_globals() {
+    vigil::exec::tools::warm_builtin_schemas();
     let schema = vigil::engine::tool_spec::pause_heartbeats_def().parameters;
     let validator = vigil::engine::tool_spec::compile_parameters(&schema)
         .expect("the built-in schema compiles");

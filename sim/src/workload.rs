@@ -71,8 +71,9 @@ pub struct Workload {
     /// Name of the runtime node it talks to (for the oracle).
     pub target: &'static str,
     pub addr: SocketAddr,
-    /// What to do, in time order.
-    pub steps: Vec<Step>,
+    /// What to do, in time order. Shared: the node's init clones the workload at every start,
+    /// and a day of a fleet's pulse batches is many steps.
+    pub steps: std::sync::Arc<[Step]>,
     pub probe_every_ms: u64,
     pub tail_every_ms: u64,
     /// The workload stops at this virtual instant.
@@ -498,7 +499,7 @@ pub async fn aligned_timers(
     let workload = Workload {
         target,
         addr,
-        steps: Vec::new(),
+        steps: std::sync::Arc::from([]),
         probe_every_ms: u64::MAX,
         tail_every_ms: u64::MAX,
         until_ms,
