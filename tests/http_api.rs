@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use vigil::api::client::ApiClient;
+use vigil::api::AGENTS_PAGE_MAX;
 use vigil::api::BODY_BYTES_MAX;
 use vigil::io::clock::Clock;
 use vigil::io::entropy::SeededEntropy;
@@ -355,6 +356,68 @@ async fn agents_are_created_listed_shown_and_scoped_to_their_tenant() {
     assert_error(&get(&f.acme, "/v1/nowhere").await, 404, "not_found", None);
     let (status, body) = post(&f.acme, &format!("/v1/agents/{id}"), json!({})).await;
     assert_error(&(status, body), 405, "method_not_allowed", None);
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn agent_lists_come_in_pages_by_id_and_find_one_name() {
+    let f = start("agent_pages").await;
+    // Two tenants' agents interleave in id order; each tenant pages through its own only.
+    let mut acme = Vec::new();
+    for i in 0..5 {
+        acme.push(create(&f.acme, json!({"name": format!("a{i}")})).await.0);
+        create(&f.globex, json!({"name": format!("g{i}")})).await;
+    }
+    let ids = |page: &Value| -> Vec<u64> {
+        page["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_u64().unwrap())
+            .collect()
+    };
+    let (status, first) = get(&f.acme, "/v1/agents?limit=2").await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(ids(&first), acme[..2]);
+    assert_eq!(first["next_after"], acme[1]);
+    let second = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[1])).await.1;
+    assert_eq!(ids(&second), acme[2..4]);
+    let last = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[3])).await.1;
+    assert_eq!(ids(&last), acme[4..]);
+    assert!(last.get("next_after").is_none(), "the last page says so: {last}");
+    // A page that ends exactly at the last agent has nothing after it either.
+    let exact = get(&f.acme, "/v1/agents?limit=5").await.1;
+    assert_eq!(ids(&exact), acme);
+    assert!(exact.get("next_after").is_none(), "{exact}");
+    // Without `limit`, a fleet this small is one page, as before paging.
+    let whole = get(&f.acme, "/v1/agents").await.1;
+    assert_eq!(ids(&whole), acme);
+    assert!(whole.get("next_after").is_none(), "{whole}");
+
+    // One name: the agent or nothing, within the caller's tenant.
+    assert_eq!(ids(&get(&f.acme, "/v1/agents?name=a3").await.1), [acme[3]]);
+    assert!(ids(&get(&f.acme, "/v1/agents?name=g3").await.1).is_empty());
+    assert!(ids(&get(&f.acme, "/v1/agents?name=nobody").await.1).is_empty());
+
+    // `limit` at its bounds; bad parameters are refused naming themselves.
+    assert_eq!(
+        get(&f.acme, &format!("/v1/agents?limit={AGENTS_PAGE_MAX}")).await.0,
+        200
+    );
+    assert_eq!(ids(&get(&f.acme, "/v1/agents?limit=1").await.1), acme[..1]);
+    for (query, field) in [
+        ("limit=0".to_string(), "limit"),
+        (format!("limit={}", AGENTS_PAGE_MAX + 1), "limit"),
+        ("after=-1".to_string(), "after"),
+        ("since=3".to_string(), "since"),
+    ] {
+        assert_error(
+            &get(&f.acme, &format!("/v1/agents?{query}")).await,
+            400,
+            "invalid_field",
+            Some(field),
+        );
+    }
     f.node.stop();
 }
 

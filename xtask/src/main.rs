@@ -352,6 +352,11 @@ fn bench(args: &[String]) {
         eprintln!("vigil-bench {name} failed; docs/benchmarks.md is unchanged");
         exit(output.status.code().unwrap_or(1));
     }
+    // A report is a section with its heading; anything else (`--help`, a usage text) is shown,
+    // never written over the measured figures.
+    if !report.starts_with("## ") {
+        return;
+    }
     let path = PathBuf::from("docs/benchmarks.md");
     let doc = std::fs::read_to_string(&path).unwrap_or_default();
     std::fs::write(&path, with_section(&doc, name, &report))

@@ -2,7 +2,7 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::Path;
+use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
 use axum::Json;
 use serde::de::DeserializeOwned;
@@ -12,6 +12,7 @@ use super::auth::{parse_id, Caller};
 use super::body::parse_json;
 use super::error::ApiError;
 use super::pulses::PulseView;
+use super::query::Query;
 use crate::engine::agent::{Agent, AgentId, AgentSpec};
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
@@ -31,7 +32,16 @@ pub struct Created {
 pub struct Listing {
     pub now_ms: u64,
     pub agents: Vec<AgentView>,
+    /// More agents follow this page: ask again with `after` set to this id. Absent on the last
+    /// page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_after: Option<AgentId>,
 }
+
+/// Agents per page of `GET /v1/agents` when `limit` is not given.
+pub const AGENTS_PAGE_DEFAULT: usize = 1_000;
+/// Largest page of `GET /v1/agents`.
+pub const AGENTS_PAGE_MAX: usize = 1_000;
 
 /// An agent as `GET /v1/agents[/{id}]` shows it: the agent, and its latest pulse since the node
 /// started (memory only: absent before the first pulse after a restart).
@@ -86,22 +96,44 @@ pub async fn create(
     ))
 }
 
-pub async fn list(caller: Caller) -> Result<Json<Listing>, ApiError> {
+pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
-    let agents: Vec<Agent> = {
+    let mut query = Query::parse(query.as_deref(), &["after", "limit", "name"])?;
+    let after = AgentId(query.number("after")?.unwrap_or(0));
+    let limit = query.limit(AGENTS_PAGE_DEFAULT, AGENTS_PAGE_MAX)?;
+    let name = query.take("name");
+    // Clones one page under the engine lock, never the whole fleet: the writer waits on that
+    // lock, and a node may hold a million agents.
+    let (agents, more): (Vec<Agent>, bool) = {
         let engine = caller.shell.engine();
-        engine
-            .agents()
-            .filter(|a| a.tenant == tenant)
-            .cloned()
-            .collect()
+        match &name {
+            Some(name) => (
+                engine
+                    .agent_named(tenant, name)
+                    .filter(|a| a.id > after)
+                    .cloned()
+                    .into_iter()
+                    .collect(),
+                false,
+            ),
+            None => {
+                let mut page = engine.agents_after(after).filter(|a| a.tenant == tenant);
+                let agents: Vec<Agent> = page.by_ref().take(limit).cloned().collect();
+                (agents, page.next().is_some())
+            }
+        }
     };
+    let next_after = more.then(|| agents.last().map(|a| a.id)).flatten();
     let agents = agents
         .into_iter()
         .map(|agent| AgentView::of(agent, &caller))
         .collect();
     let now_ms = caller.shell.clock().wall_now_ms();
-    Ok(Json(Listing { now_ms, agents }))
+    Ok(Json(Listing {
+        now_ms,
+        agents,
+        next_after,
+    }))
 }
 
 pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentView>, ApiError> {

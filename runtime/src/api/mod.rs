@@ -38,6 +38,7 @@ use tokio::net::TcpListener;
 
 use crate::net::WrittenFlush;
 
+pub use agents::{AGENTS_PAGE_DEFAULT, AGENTS_PAGE_MAX};
 pub use auth::Gate;
 pub use body::BODY_BYTES_MAX;
 pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};

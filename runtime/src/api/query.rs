@@ -54,6 +54,22 @@ impl Query {
             }),
         }
     }
+
+    /// `limit` within 1..=`max`, `default` when absent: a page's size.
+    pub fn limit(&mut self, default: usize, max: usize) -> Result<usize, ApiError> {
+        let Some(limit) = self.number("limit")? else {
+            return Ok(default);
+        };
+        usize::try_from(limit)
+            .ok()
+            .filter(|l| (1..=max).contains(l))
+            .ok_or_else(|| {
+                ApiError::invalid_field(
+                    "limit",
+                    format!("limit must be between 1 and {max}, got {limit}"),
+                )
+            })
+    }
 }
 
 #[cfg(test)]

@@ -49,7 +49,7 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
         None => None,
         Some(raw) => Some(parse_status(&raw)?),
     };
-    let limit = page_limit(query.number("limit")?, RUNS_PAGE_DEFAULT, RUNS_PAGE_MAX)?;
+    let limit = query.limit(RUNS_PAGE_DEFAULT, RUNS_PAGE_MAX)?;
     // An agent token sees its own runs only, whatever it asks for.
     let agent = match (&caller.principal, agent) {
         (Principal::Agent { agent: own, .. }, Some(asked)) if asked != *own => {
@@ -93,11 +93,7 @@ pub async fn log(
     let run = RunId(parse_id("id", &id)?);
     let mut query = Query::parse(query.as_deref(), &["offset", "limit"])?;
     let offset = query.number("offset")?.unwrap_or(0);
-    let limit = page_limit(
-        query.number("limit")?,
-        RUN_LOG_PAGE_DEFAULT,
-        RUN_LOG_PAGE_MAX,
-    )?;
+    let limit = query.limit(RUN_LOG_PAGE_DEFAULT, RUN_LOG_PAGE_MAX)?;
     let found = visible_run(&caller, run)?;
     let page = caller
         .transcripts
@@ -112,22 +108,6 @@ pub async fn log(
         entries: page.entries,
         next_offset: page.next_offset,
     }))
-}
-
-/// `limit` within 1..=`max`, `default` when absent.
-fn page_limit(limit: Option<u64>, default: usize, max: usize) -> Result<usize, ApiError> {
-    let Some(limit) = limit else {
-        return Ok(default);
-    };
-    usize::try_from(limit)
-        .ok()
-        .filter(|l| (1..=max).contains(l))
-        .ok_or_else(|| {
-            ApiError::invalid_field(
-                "limit",
-                format!("limit must be between 1 and {max}, got {limit}"),
-            )
-        })
 }
 
 /// `POST /v1/runs/{id}/cancel` (operator only): answers with the run as it ended.

@@ -163,7 +163,7 @@ impl Session {
 
     /// `agent list`: one line per agent of the token's tenant.
     pub async fn agent_list(&self) -> Result<Printed, CliError> {
-        let listing = self.get("/v1/agents").await?;
+        let listing = self.all_agents().await?;
         if self.json() {
             return Ok(Printed::out(format!("{}\n", safe_json_line(&listing))));
         }
@@ -327,12 +327,42 @@ impl Session {
         )))
     }
 
+    /// Every agent of the tenant, page after page, as one listing `{"now_ms", "agents"}` (the
+    /// clock of the first page).
+    pub(super) async fn all_agents(&self) -> Result<Value, CliError> {
+        let mut listing = self.get("/v1/agents").await?;
+        let mut next_after = listing["next_after"].as_u64();
+        while let Some(after) = next_after {
+            let page = self.get(&format!("/v1/agents?after={after}")).await?;
+            let agents = page["agents"].as_array().cloned().unwrap_or_default();
+            if agents.is_empty() {
+                break;
+            }
+            if let Some(all) = listing["agents"].as_array_mut() {
+                all.extend(agents);
+            }
+            // Pages move forward by id; a node that answered otherwise would loop forever.
+            next_after = page["next_after"].as_u64().filter(|next| *next > after);
+        }
+        if let Some(object) = listing.as_object_mut() {
+            object.remove("next_after");
+        }
+        Ok(listing)
+    }
+
     /// An agent argument as an id: a number is one; anything else is looked up by name.
     pub(super) async fn agent_id(&self, agent: &str) -> Result<u64, CliError> {
         if let Ok(id) = agent.parse::<u64>() {
             return Ok(id);
         }
-        let listing = self.get("/v1/agents").await?;
+        // Names are `[A-Za-z0-9._-]`: one that is not could not be found, and needs no escaping.
+        let plain = agent
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        let listing = match plain {
+            true => self.get(&format!("/v1/agents?name={agent}")).await?,
+            false => Value::Null,
+        };
         listing["agents"]
             .as_array()
             .into_iter()

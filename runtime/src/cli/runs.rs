@@ -85,7 +85,7 @@ impl Session {
     }
 
     pub(super) async fn agent_names(&self) -> Result<BTreeMap<u64, String>, CliError> {
-        let listing = self.get("/v1/agents").await?;
+        let listing = self.all_agents().await?;
         Ok(listing["agents"]
             .as_array()
             .into_iter()

@@ -390,7 +390,7 @@ impl Session {
 
     /// `GET /v1/agents` and the running runs: the node's `now_ms` and every agent, in id order.
     async fn fleet_read(&self) -> Result<(u64, Vec<AgentRow>), CliError> {
-        let listing = self.get("/v1/agents").await?;
+        let listing = self.all_agents().await?;
         let now_ms = listing["now_ms"].as_u64().unwrap_or(0);
         let mut agents = listing["agents"]
             .as_array()

@@ -47,7 +47,8 @@ pub struct Coordinator {
     /// The one running run (invariant 1).
     active: Option<RunId>,
     /// The run that finished last, which a `run_requeued` right after it copies.
-    last_finished: Option<Run>,
+    /// Boxed: absent for most agents most of the time, and a `Run` is ~270 bytes inline.
+    last_finished: Option<Box<Run>>,
 }
 
 impl Coordinator {
@@ -950,8 +951,9 @@ impl Coordinator {
             } => {
                 let old = self
                     .last_finished
-                    .clone()
+                    .as_deref()
                     .filter(|r| r.id == *retry_of)
+                    .cloned()
                     .unwrap_or_else(|| {
                         panic!("run_requeued of run {retry_of}, which did not just finish")
                     });
@@ -1108,7 +1110,7 @@ impl Coordinator {
                 });
                 // A re-queue right after copies the run whole, payload included; the history
                 // kept for the API drops payloads (they live on in the wakeup events).
-                self.last_finished = Some(ended.clone());
+                self.last_finished = Some(Box::new(ended.clone()));
                 ended.payload = serde_json::Value::Null;
                 return Some(ended);
             }
