@@ -10,8 +10,9 @@ use hyper::Method;
 
 use crate::http::Connection;
 
-/// Longest a node may take to answer `/v1/health` after its start.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Longest a node may take to answer `/v1/health` after its start: a million agents' fleet
+/// file is parsed first, and a million events are replayed at a restart.
+const START_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// A running `vigil serve`, killed when dropped.
 pub struct Node {

@@ -19,8 +19,10 @@ pub const AGENT_NAME_CHARS_MAX: usize = 64;
 pub const INTERVAL_MS_MIN: u64 = 1_000;
 /// Longest timer interval: a week.
 pub const INTERVAL_MS_MAX: u64 = 7 * 24 * 60 * 60 * 1_000;
-/// Most agents one runtime keeps; creating one more is refused.
-pub const AGENTS_MAX: usize = 10_000;
+/// Most agents one runtime keeps, counting every tenant and terminated agents; creating one
+/// more is refused. An idle agent costs about 2.8 KB resident (docs/benchmarks.md), so a full
+/// node holds about 3 GB of agents.
+pub const AGENTS_MAX: usize = 1_000_000;
 /// Shortest run timeout an agent may ask for.
 pub const RUN_TIMEOUT_MS_MIN: u64 = 1_000;
 /// Longest run timeout: a day.

@@ -70,6 +70,7 @@ impl Node {
 fn limits(keys: usize, runs: usize, excerpts: usize) -> NodeLimits {
     NodeLimits {
         idempotency_keys: keys,
+        agents: 100,
         finished_runs: runs,
         answer_excerpts: excerpts,
     }
@@ -238,4 +239,30 @@ fn runs_past_an_agents_own_cap_leave_the_node_count_too() {
         FINISHED_RUNS_KEPT_PER_AGENT
     );
     node.assert_replay_matches();
+}
+
+#[test]
+fn the_node_refuses_an_agent_past_its_agent_limit_terminated_ones_included() {
+    let mut node = Node::new(NodeLimits {
+        agents: 2,
+        ..limits(100, 100, 100)
+    });
+    let a = node.create("a");
+    node.create("b");
+    assert_eq!(node.engine.agents().count(), 2, "exactly the limit is accepted");
+    let create_c = || Command::CreateAgent {
+        tenant: "t".into(),
+        spec: AgentSpec::with_interval("c", None),
+        token_hash: TokenHash::of("c"),
+    };
+    assert_eq!(node.decide(create_c(), 0).unwrap_err(), Refusal::TooManyAgents);
+    // A terminated agent is still kept (its runs and events stay readable): no room is made.
+    node.run(Command::TerminateAgent { agent: a }, 1_000);
+    assert_eq!(node.decide(create_c(), 2_000).unwrap_err(), Refusal::TooManyAgents);
+    node.assert_replay_matches();
+}
+
+#[test]
+fn the_default_agent_limit_is_the_documented_constant() {
+    assert_eq!(NodeLimits::default().agents, super::agent::AGENTS_MAX);
 }

@@ -626,7 +626,7 @@ impl Engine {
         {
             return Err(Refusal::NameTaken(spec.name.clone()));
         }
-        if self.agents.len() >= AGENTS_MAX {
+        if self.agents.len() >= self.bounds.limits().agents {
             return Err(Refusal::TooManyAgents);
         }
         if self.tokens.contains_key(token_hash) {

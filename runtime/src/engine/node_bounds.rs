@@ -45,6 +45,8 @@ pub const ANSWER_EXCERPTS_KEPT_PER_NODE: usize = 10_000;
 /// ones through [`super::Engine::with_limits`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NodeLimits {
+    /// Agents the node keeps (`AGENTS_MAX`).
+    pub agents: usize,
     /// Idempotency keys held across agents.
     pub idempotency_keys: usize,
     /// Finished runs held across agents.
@@ -56,6 +58,7 @@ pub struct NodeLimits {
 impl Default for NodeLimits {
     fn default() -> Self {
         NodeLimits {
+            agents: super::agent::AGENTS_MAX,
             idempotency_keys: IDEMPOTENCY_KEYS_PER_NODE_MAX,
             finished_runs: FINISHED_RUNS_KEPT_PER_NODE,
             answer_excerpts: ANSWER_EXCERPTS_KEPT_PER_NODE,
