@@ -380,11 +380,18 @@ async fn agent_lists_come_in_pages_by_id_and_find_one_name() {
     assert_eq!(status, 200, "{first}");
     assert_eq!(ids(&first), acme[..2]);
     assert_eq!(first["next_after"], acme[1]);
-    let second = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[1])).await.1;
+    let second = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[1]))
+        .await
+        .1;
     assert_eq!(ids(&second), acme[2..4]);
-    let last = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[3])).await.1;
+    let last = get(&f.acme, &format!("/v1/agents?limit=2&after={}", acme[3]))
+        .await
+        .1;
     assert_eq!(ids(&last), acme[4..]);
-    assert!(last.get("next_after").is_none(), "the last page says so: {last}");
+    assert!(
+        last.get("next_after").is_none(),
+        "the last page says so: {last}"
+    );
     // A page that ends exactly at the last agent has nothing after it either.
     let exact = get(&f.acme, "/v1/agents?limit=5").await.1;
     assert_eq!(ids(&exact), acme);
@@ -401,7 +408,9 @@ async fn agent_lists_come_in_pages_by_id_and_find_one_name() {
 
     // `limit` at its bounds; bad parameters are refused naming themselves.
     assert_eq!(
-        get(&f.acme, &format!("/v1/agents?limit={AGENTS_PAGE_MAX}")).await.0,
+        get(&f.acme, &format!("/v1/agents?limit={AGENTS_PAGE_MAX}"))
+            .await
+            .0,
         200
     );
     assert_eq!(ids(&get(&f.acme, "/v1/agents?limit=1").await.1), acme[..1]);

@@ -449,7 +449,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let sized = |bytes: u64| {
             let path = dir.join(format!("fleet-{bytes}.toml"));
-            std::fs::File::create(&path).unwrap().set_len(bytes).unwrap();
+            std::fs::File::create(&path)
+                .unwrap()
+                .set_len(bytes)
+                .unwrap();
             path
         };
         assert_eq!(

@@ -249,16 +249,26 @@ fn the_node_refuses_an_agent_past_its_agent_limit_terminated_ones_included() {
     });
     let a = node.create("a");
     node.create("b");
-    assert_eq!(node.engine.agents().count(), 2, "exactly the limit is accepted");
+    assert_eq!(
+        node.engine.agents().count(),
+        2,
+        "exactly the limit is accepted"
+    );
     let create_c = || Command::CreateAgent {
         tenant: "t".into(),
         spec: AgentSpec::with_interval("c", None),
         token_hash: TokenHash::of("c"),
     };
-    assert_eq!(node.decide(create_c(), 0).unwrap_err(), Refusal::TooManyAgents);
+    assert_eq!(
+        node.decide(create_c(), 0).unwrap_err(),
+        Refusal::TooManyAgents
+    );
     // A terminated agent is still kept (its runs and events stay readable): no room is made.
     node.run(Command::TerminateAgent { agent: a }, 1_000);
-    assert_eq!(node.decide(create_c(), 2_000).unwrap_err(), Refusal::TooManyAgents);
+    assert_eq!(
+        node.decide(create_c(), 2_000).unwrap_err(),
+        Refusal::TooManyAgents
+    );
     node.assert_replay_matches();
 }
 
