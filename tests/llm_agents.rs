@@ -661,12 +661,25 @@ async fn wait_for(api: &ApiClient, path: &str, done: impl Fn(&Value) -> bool) ->
     panic!("{path} never reached the expected state: {last}");
 }
 
-/// The run once it is over.
+/// The run once it is over and its `run_finished` is in the event feed. A run's state may lead
+/// the durable log by the commit in progress (docs/api.md, "Durability and what a read sees"),
+/// so the tests that read the log after a run ended wait for its end there too.
 async fn finished(api: &ApiClient, run: u64) -> Value {
-    wait_for(api, &format!("/v1/runs/{run}"), |r| {
+    let over = wait_for(api, &format!("/v1/runs/{run}"), |r| {
         !matches!(r["status"].as_str(), Some("queued" | "running"))
     })
-    .await
+    .await;
+    for _ in 0..WAIT_MS_MAX / 25 {
+        let logged = events(api)
+            .await
+            .iter()
+            .any(|e| e["type"] == "run_finished" && e["run"] == run);
+        if logged {
+            return over;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("run {run} ended but its run_finished never reached the event feed");
 }
 
 /// Wakes `agent` on demand and returns its run once over.

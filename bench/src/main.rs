@@ -9,6 +9,7 @@ mod fleet;
 mod http;
 mod node;
 mod peers;
+mod pulses;
 mod stats;
 
 use std::collections::BTreeMap;
@@ -66,6 +67,26 @@ enum Bench {
         #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
         sizes: Vec<usize>,
     },
+    /// Pulses per second, single (each agent's own token) and batched (tenants' operator
+    /// tokens), at each client count.
+    Pulses {
+        #[arg(long, default_value = "target/release/vigil")]
+        vigil: PathBuf,
+        #[arg(long, default_value = "target/bench-data")]
+        data_dir: PathBuf,
+        /// Client counts to measure, one after another, each a keep-alive connection.
+        #[arg(long, value_delimiter = ',', default_value = "8,32")]
+        clients: Vec<usize>,
+        /// Seconds of load per phase (single, then batched) and client count.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Agents, spread over the tenants; 1,000 per tenant fill a batch.
+        #[arg(long, default_value_t = 8_000)]
+        agents: usize,
+        /// Tenants, each with its own operator token (a token's request rate is capped).
+        #[arg(long, default_value_t = 8)]
+        tenants: usize,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -87,6 +108,14 @@ fn main() -> anyhow::Result<()> {
                 data_dir,
                 sizes,
             } => fleet::run(&vigil, &data_dir, &sizes).await,
+            Bench::Pulses {
+                vigil,
+                data_dir,
+                clients,
+                seconds,
+                agents,
+                tenants,
+            } => pulses::run(&vigil, &data_dir, &clients, seconds, agents, tenants).await,
         }
     })
 }

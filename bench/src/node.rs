@@ -35,6 +35,17 @@ impl Node {
     /// Starts `vigil` on `data_dir` as it is (a restart recovers its log), with a fleet file if
     /// given, and waits until it answers `/v1/health`.
     pub async fn restart(vigil: &Path, data_dir: &Path, fleet: Option<&Path>) -> anyhow::Result<Node> {
+        Node::start_with(vigil, data_dir, fleet, &[]).await
+    }
+
+    /// Like [`Node::restart`], with `envs` set for the process (the operator tokens a fleet
+    /// file's tenants name).
+    pub async fn start_with(
+        vigil: &Path,
+        data_dir: &Path,
+        fleet: Option<&Path>,
+        envs: &[(String, String)],
+    ) -> anyhow::Result<Node> {
         let addr = free_port()?;
         let operator_token = "vgl_op_bench_0123456789abcdef".to_string();
         let mut command = Command::new(vigil);
@@ -49,6 +60,7 @@ impl Node {
             .arg(data_dir)
             .env("VIGIL_OPERATOR_TOKEN", &operator_token)
             .env("RUST_LOG", "warn")
+            .envs(envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
