@@ -304,15 +304,20 @@ struct Row {
 
 impl Row {
     fn others_text(&self) -> String {
-        if self.others.is_empty() {
-            return "none".into();
-        }
-        self.others
-            .iter()
-            .map(|(status, n)| format!("{n} × {status}"))
-            .collect::<Vec<_>>()
-            .join(", ")
+        others_text(&self.others)
     }
+}
+
+/// Answers other than 200, by status, as a report shows them (`none`, or `3 × 429, 1 × 503`).
+pub(crate) fn others_text(others: &BTreeMap<u16, usize>) -> String {
+    if others.is_empty() {
+        return "none".into();
+    }
+    others
+        .iter()
+        .map(|(status, n)| format!("{n} × {status}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// `clients` connections waking agents back to back for `length`, and a reader beside them.

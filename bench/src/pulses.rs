@@ -41,17 +41,6 @@ impl Phase {
     fn per_second(&self) -> f64 {
         self.pulses as f64 / self.seconds
     }
-
-    fn others_text(&self) -> String {
-        if self.others.is_empty() {
-            return "none".into();
-        }
-        self.others
-            .iter()
-            .map(|(status, n)| format!("{n} × {status}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 pub async fn run(
@@ -90,10 +79,6 @@ pub async fn run(
         for (status, n) in &batched.others {
             *others.entry(*status).or_default() += n;
         }
-        let others = Phase {
-            others,
-            ..Phase::default()
-        };
         println!(
             "| {count} | {:.0} | {} | {:.0} | {:.0} | {} | {} |",
             single.per_second(),
@@ -101,7 +86,7 @@ pub async fn run(
             batched.per_second(),
             batched.latency.count() as f64 / batched.seconds,
             batched.latency.summary(),
-            others.others_text(),
+            crate::others_text(&others),
         );
     }
     if let Some(rss) = node.resident_bytes() {
