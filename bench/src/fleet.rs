@@ -22,7 +22,8 @@ pub async fn run(vigil: &Path, data_dir: &Path, sizes: &[usize]) -> anyhow::Resu
          `vigil serve --fleet` applies a fleet file of that many agents (scripted adapter, a timer every hour, so idle \
          while measured). Once every agent exists the node is killed (SIGKILL) and restarted on its data \
          directory: the time until `/v1/health` answers is the recovery (process start, log replay, tenants, run \
-         recovery). Resident memory is read from `/proc` after that restart, against an empty node.\n",
+         recovery); the restarted node must then show the fleet's last agent by name. Resident memory is read \
+         from `/proc` after that restart, against an empty node.\n",
         sizes.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
     );
     let empty = Node::start(vigil, &data_dir.join("empty")).await?;
@@ -59,6 +60,16 @@ pub async fn run(vigil: &Path, data_dir: &Path, sizes: &[usize]) -> anyhow::Resu
         let restarted = Instant::now();
         let node = Node::restart(vigil, &dir, None).await?;
         let recovery = restarted.elapsed();
+        // The recovered node holds the fleet: its last agent is there, by name.
+        let last = format!("/v1/agents?name=idle-{}", size - 1);
+        let answer = crate::http::Connection::open(node.addr)
+            .await?
+            .send(hyper::Method::GET, &last, &node.operator_token, None)
+            .await?;
+        let found: serde_json::Value = serde_json::from_slice(&answer.body)?;
+        if found["agents"].as_array().map_or(0, Vec::len) != 1 {
+            bail!("after the restart, the last of {size} agents is missing: {found}");
+        }
         // Read after the restart: the fleet as recovery builds it, without what the allocator
         // kept from applying the file (every create queued at once).
         tokio::time::sleep(SETTLE).await;
