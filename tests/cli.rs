@@ -865,3 +865,36 @@ fn the_example_agent_spec_creates_a_working_agent() {
     let run = number_after(&woken, "run");
     server.wait_run(run, "succeeded", |run| run["status"] == "succeeded");
 }
+
+#[test]
+fn a_database_of_a_newer_format_is_refused_at_start_with_what_to_do() {
+    // A node wrote the database and stopped; then a newer Vigil (format 2) took it over.
+    let mut server = Server::start("newer-format", &[], &[]);
+    server.wait_for_fleet(None);
+    server.child.kill().unwrap();
+    server.child.wait().unwrap();
+    let data_dir = server.data_dir();
+    let path = data_dir.join("vigil.redb");
+    {
+        let db = redb::Database::open(&path).unwrap();
+        let meta: redb::TableDefinition<&str, u64> = redb::TableDefinition::new("meta");
+        let tx = db.begin_write().unwrap();
+        tx.open_table(meta)
+            .unwrap()
+            .insert("format_version", 2)
+            .unwrap();
+        tx.commit().unwrap();
+    }
+    let mut command = serve_command(&data_dir, &server.dir);
+    command.stderr(Stdio::piped());
+    let output = command.spawn().unwrap().wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("storage format 2, written by a newer Vigil")
+            && stderr.contains("reads storage formats up to 1.")
+            && stderr.contains("the database was not changed"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -4,15 +4,31 @@
 //! store has accepted survives any crash (invariant 4). The engine's state is not stored beside
 //! the log: it is rebuilt by replaying the log (`recovery`), so the two can never disagree.
 
+pub mod record;
 pub mod recovery;
 
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+#[cfg(test)]
+mod fixture_tests;
+#[cfg(test)]
+mod format_tests;
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use crate::engine::event::Event;
 use crate::io::storage::{BoxedBackend, StorageLocation};
 
-/// seq -> JSON-encoded `Event`.
+/// seq -> the event's stored record ([`record`], in the database's format).
 const EVENTS: TableDefinition<u64, &[u8]> = TableDefinition::new("events");
+
+/// The database's own facts: its storage format ([`FORMAT_KEY`]).
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The key in [`META`] of the format the database's records are in.
+const FORMAT_KEY: &str = "format_version";
+
+/// The format of a database that holds events but records no format: one written before the
+/// format was recorded, whose records are exactly format 1's.
+const UNRECORDED_FORMAT: u64 = 1;
 
 /// Largest page of events one read returns.
 pub const EVENTS_PAGE_MAX: usize = 1_000;
@@ -35,6 +51,20 @@ pub enum StoreError {
     Corrupt { seq: u64, reason: String },
     #[error("append out of order: log head is {head}, first new event is {first}")]
     OutOfOrder { head: u64, first: u64 },
+    #[error(
+        "the database is in storage format {found}, written by a newer Vigil; this build reads \
+         storage formats up to {supported}. Run the newer Vigil, or restore the backup taken \
+         before the upgrade (docs/operations.md, \"Upgrading\"); the database was not changed"
+    )]
+    NewerFormat { found: u64, supported: u64 },
+    #[error("the database records storage format {found}, which no Vigil ever wrote; the database was not changed")]
+    UnknownFormat { found: u64 },
+    #[error("event {seq} ({event_type}) cannot be replayed: {reason}")]
+    BadRecord {
+        seq: u64,
+        event_type: String,
+        reason: String,
+    },
 }
 
 /// Mode of the database file: the owner only. It holds every agent's spec, reasons, payloads
@@ -66,6 +96,8 @@ fn owner_only(path: &std::path::Path) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// The storage format of the database's records (checked at open).
+    format: u64,
 }
 
 impl Store {
@@ -85,12 +117,13 @@ impl Store {
                 .create_with_backend(BoxedBackend(backend)),
         }
         .map_err(StoreError::Open)?;
-        let store = Store { db };
-        // Create the table up front so that readers never meet a missing table.
-        let tx = store.db.begin_write().map_err(redb::Error::from)?;
-        tx.open_table(EVENTS).map_err(redb::Error::from)?;
-        tx.commit().map_err(redb::Error::from)?;
-        Ok(store)
+        let format = settle_format(&db)?;
+        Ok(Store { db, format })
+    }
+
+    /// The storage format of the database's records.
+    pub fn format(&self) -> u64 {
+        self.format
     }
 
     /// Appends `events` in one durable transaction. They must continue the log exactly.
@@ -117,7 +150,7 @@ impl Store {
                     first.seq + offset as u64,
                     "batch must be contiguous"
                 );
-                let bytes = serde_json::to_vec(event).expect("events always serialize");
+                let bytes = record::encode(event);
                 table
                     .insert(event.seq, bytes.as_slice())
                     .map_err(redb::Error::from)?;
@@ -149,22 +182,66 @@ impl Store {
                 break;
             }
             let (key, value) = entry.map_err(redb::Error::from)?;
-            events.push(decode(key.value(), value.value())?);
+            events.push(decode(self.format, key.value(), value.value())?);
         }
         Ok(events)
     }
 }
 
-fn decode(seq: u64, bytes: &[u8]) -> Result<Event, StoreError> {
-    let event: Event = serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
-        seq,
-        reason: e.to_string(),
-    })?;
-    if event.seq != seq {
-        return Err(StoreError::Corrupt {
-            seq,
-            reason: format!("stored under {seq} but says seq {}", event.seq),
-        });
+/// Creates the tables up front (so readers never meet a missing one) and settles the database's
+/// format: a new database is stamped with [`record::FORMAT_VERSION`], one from before formats
+/// were recorded with [`UNRECORDED_FORMAT`]; a newer or unknown format is refused without
+/// writing anything.
+fn settle_format(db: &Database) -> Result<u64, StoreError> {
+    let tx = db.begin_write().map_err(redb::Error::from)?;
+    let format = {
+        let mut meta = tx.open_table(META).map_err(redb::Error::from)?;
+        let events = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        let recorded = meta
+            .get(FORMAT_KEY)
+            .map_err(redb::Error::from)?
+            .map(|value| value.value());
+        match recorded {
+            Some(found) if found > record::FORMAT_VERSION => Err(StoreError::NewerFormat {
+                found,
+                supported: record::FORMAT_VERSION,
+            }),
+            Some(0) => Err(StoreError::UnknownFormat { found: 0 }),
+            Some(found) => Ok(found),
+            None => {
+                let empty = events.is_empty().map_err(redb::Error::from)?;
+                let format = if empty {
+                    record::FORMAT_VERSION
+                } else {
+                    UNRECORDED_FORMAT
+                };
+                meta.insert(FORMAT_KEY, format).map_err(redb::Error::from)?;
+                Ok(format)
+            }
+        }
+    };
+    match format {
+        Ok(format) => {
+            tx.commit().map_err(redb::Error::from)?;
+            Ok(format)
+        }
+        Err(refusal) => {
+            tx.abort().map_err(redb::Error::from)?;
+            Err(refusal)
+        }
     }
-    Ok(event)
+}
+
+fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, StoreError> {
+    record::decode(format, seq, bytes).map_err(|error| match error.event_type {
+        Some(event_type) => StoreError::BadRecord {
+            seq,
+            event_type,
+            reason: error.reason,
+        },
+        None => StoreError::Corrupt {
+            seq,
+            reason: error.reason,
+        },
+    })
 }

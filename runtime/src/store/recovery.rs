@@ -1,6 +1,7 @@
 //! Recovery: rebuild the engine from the durable log on start.
 
 use super::{Store, StoreError, EVENTS_PAGE_MAX};
+use crate::engine::event::Event;
 use crate::engine::Engine;
 
 impl Store {
@@ -13,7 +14,7 @@ impl Store {
     /// Like [`Store::recover`], handing each page of replayed events to `observe` as it goes.
     pub fn recover_observed(
         &self,
-        observe: &mut dyn FnMut(&[crate::engine::event::Event]),
+        observe: &mut dyn FnMut(&[Event]),
     ) -> Result<Engine, StoreError> {
         let mut engine = Engine::new();
         loop {
@@ -29,12 +30,30 @@ impl Store {
                         reason: format!("gap after seq {}", engine.last_seq()),
                     });
                 }
-                engine.apply(event);
+                replay(&mut engine, event)?;
             }
             observe(&page);
             debug_assert_eq!(engine.last_seq(), last_seq);
         }
     }
+}
+
+/// Folds one stored event in. Why catch a panic: the engine trusts the log it wrote (a run that
+/// ends must be live, an agent must exist), and says so with panics. A database damaged
+/// outside the node, or a bug in a migration, must still stop recovery with a message naming
+/// the event, never a crash that says nothing about where.
+fn replay(engine: &mut Engine, event: &Event) -> Result<(), StoreError> {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.apply(event)));
+    outcome.map_err(|panic| StoreError::BadRecord {
+        seq: event.seq,
+        event_type: event.kind.type_name().into(),
+        reason: panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("the engine could not fold it in")
+            .to_string(),
+    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,70 @@
+//! What the database holds, as its own types: the stored records, separate from the engine's
+//! types and the API's (ADR 0014).
+//!
+//! Why separate: the engine's types change with the code (a field renamed, a default changed, a
+//! variant dropped), and the API's spec refuses unknown fields. Stored directly, any such change
+//! would make every existing database unrecoverable, or quietly change what an old agent means.
+//! Here each format is a frozen set of types with explicit conversions, so a change to the
+//! engine either compiles against the record conversions unchanged (the stored meaning holds)
+//! or fails to compile until someone writes the conversion, and bumps [`FORMAT_VERSION`] if
+//! what is written changes.
+//!
+//! Format history (docs/operations.md, "Upgrading"):
+//! - **1**: JSON of [`v1::EventRecord`] per log entry, keyed by `seq`. Databases written before
+//!   the format was recorded hold exactly this and are read as format 1.
+
+pub mod v1;
+
+use crate::engine::event::Event;
+
+/// The format this build writes. A database of a newer format is refused at open; an older one
+/// is read through the migrations in this module (none yet: 1 is the first format).
+pub const FORMAT_VERSION: u64 = 1;
+
+/// Why a stored record could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordError {
+    /// The event type the record says it is, when it got that far.
+    pub event_type: Option<String>,
+    pub reason: String,
+}
+
+/// The stored bytes of `event` in the current format.
+pub fn encode(event: &Event) -> Vec<u8> {
+    serde_json::to_vec(&v1::EventRecord::from(event)).expect("records always serialize")
+}
+
+/// The event stored as `bytes` under `seq`, in format `format`.
+pub fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, RecordError> {
+    debug_assert_eq!(
+        format, FORMAT_VERSION,
+        "no older format exists yet to migrate from"
+    );
+    let record: v1::EventRecord = serde_json::from_slice(bytes).map_err(|error| RecordError {
+        event_type: type_of(bytes),
+        reason: error.to_string(),
+    })?;
+    let event_type = record.kind.type_name();
+    if record.seq != seq {
+        return Err(RecordError {
+            event_type: Some(event_type.into()),
+            reason: format!("stored under {seq} but says seq {}", record.seq),
+        });
+    }
+    record.into_engine().map_err(|problem| RecordError {
+        event_type: Some(event_type.into()),
+        reason: format!("{}: {}", problem.field, problem.message),
+    })
+}
+
+/// The `type` a record that does not parse says it has, if it says one.
+fn type_of(bytes: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Typed {
+        #[serde(rename = "type")]
+        kind: String,
+    }
+    serde_json::from_slice::<Typed>(bytes)
+        .ok()
+        .map(|typed| typed.kind)
+}
