@@ -111,6 +111,16 @@ struct ServeArgs {
     /// docs/agents.md.
     #[arg(long, env = "VIGIL_CONFIG")]
     config: Option<PathBuf>,
+    /// On SIGTERM or Ctrl-C, how long running runs may finish before they are stopped (no new
+    /// run starts meanwhile; wakeups queue for the next start). A second signal stops at once.
+    #[arg(
+        long,
+        env = "VIGIL_DRAIN_GRACE_S",
+        value_name = "SECONDS",
+        default_value_t = vigil::node::DRAIN_GRACE_DEFAULT_S,
+        value_parser = clap::value_parser!(u64).range(0..=vigil::node::DRAIN_GRACE_MAX_S)
+    )]
+    drain_grace_s: u64,
 }
 
 /// Where the node is and how to authenticate; accepted before or after the subcommand.
@@ -524,6 +534,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         operator_token,
         operator_token_file,
         config,
+        drain_grace_s,
     } = args;
     if token_on_command_line(std::env::args_os()) {
         eprintln!(
@@ -620,6 +631,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let failed_write = tokio::select! {
         stop = stop_requested() => stop.map(|()| None)?,
         cause = node.failed() => Some(cause),
+    };
+    let failed_write = match failed_write {
+        None => drain(&node, drain_grace_s).await?,
+        failed => failed,
     };
     tracing::info!("stopping");
     // Either way the runs' children are terminated (SIGTERM, then SIGKILL after their grace)
@@ -793,6 +808,36 @@ fn forget_stale_token(path: &Path, configured: &str) {
             ),
             Err(error) => tracing::warn!(%error, "could not remove stale {}", path.display()),
         }
+    }
+}
+
+/// The first stop signal drains the node (ADR 0015): no new run starts, and the runs going have
+/// `grace_s` to finish. A second signal, or a failed write, ends the drain at once. Returns the
+/// failed write's error, if one ended it.
+async fn drain(node: &vigil::node::Node, grace_s: u64) -> anyhow::Result<Option<String>> {
+    tracing::info!(
+        grace_s,
+        "draining: no new run starts, wakeups queue for the next start, running runs may finish \
+         (a second signal stops at once)"
+    );
+    tokio::select! {
+        left = node.drain(std::time::Duration::from_secs(grace_s)) => {
+            if left == 0 {
+                tracing::info!("drained: every run that was going has finished");
+            } else {
+                tracing::warn!(
+                    runs = left,
+                    "drain grace over: the runs still going are stopped and re-queued at the next start"
+                );
+            }
+            Ok(None)
+        }
+        stop = stop_requested() => {
+            stop?;
+            tracing::warn!("second stop signal: stopping now; runs still going are re-queued at the next start");
+            Ok(None)
+        }
+        cause = node.failed() => Ok(Some(cause)),
     }
 }
 

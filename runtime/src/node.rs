@@ -35,6 +35,15 @@ use crate::writer::WhenFull;
 /// clock is noticed within this, so a due timer fires at most this late (docs/invariants.md).
 pub const WALL_RECHECK_MS: u64 = 1_000;
 
+/// How long a stopping node lets its running runs finish by default (`vigil serve
+/// --drain-grace-s`): most LLM turns and webhook calls end well within it, and it fits inside
+/// the usual stop timeouts of service managers (Kubernetes waits 30 s before SIGKILL).
+pub const DRAIN_GRACE_DEFAULT_S: u64 = 25;
+/// Longest drain grace accepted.
+pub const DRAIN_GRACE_MAX_S: u64 = 24 * 60 * 60;
+/// How often a draining node looks whether its runs have ended.
+pub const DRAIN_POLL_MS: u64 = 50;
+
 /// A tenant and the operator token it answers to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TenantToken {
@@ -205,6 +214,26 @@ impl Node {
             .await
             .expect("the shell outlives its node");
         failed.clone().expect("waited for a failure")
+    }
+
+    /// Drains (ADR 0015): from now on no run starts (wakeups are answered as usual and queue),
+    /// and the runs already going may finish, for at most `grace`. Returns how many were still
+    /// going when the grace ran out (0: every run ended and its end is durable). The caller then
+    /// stops the node: runs still going are aborted, and the next start re-queues those alone.
+    pub async fn drain(&self, grace: Duration) -> usize {
+        let Some((shell, _)) = &self.ready else {
+            return 0;
+        };
+        shell.hold_starts();
+        let all_ended = async {
+            while shell.runs_in_progress() > 0 {
+                tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
+            }
+        };
+        match tokio::time::timeout(grace, all_ended).await {
+            Ok(()) => 0,
+            Err(_) => shell.runs_in_progress(),
+        }
     }
 
     /// [`Node::stop`], then waits until the process groups of the runs it stopped are gone:

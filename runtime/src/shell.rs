@@ -118,6 +118,8 @@ pub struct Shell {
     pulses: Mutex<PulseBook>,
     /// Wakes the stale sweep when an agent came online (it may have nothing else to wait for).
     pub(crate) liveness_changed: tokio::sync::Notify,
+    /// Set once the node drains (ADR 0015): no run starts from then on.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Shell {
@@ -159,6 +161,7 @@ impl Shell {
             node_tasks: Mutex::default(),
             pulses: Mutex::new(pulses),
             liveness_changed: tokio::sync::Notify::new(),
+            draining: std::sync::atomic::AtomicBool::new(false),
         });
         // Why weak: the writer must not keep a stopped node's shell (and its database) alive;
         // it ends when the shell is dropped and its queue closes.
@@ -502,6 +505,30 @@ impl Shell {
     /// Runs the executor holds right now (for tests and the status endpoint).
     pub fn executing_runs(&self) -> usize {
         self.executor.executing()
+    }
+
+    /// Starts draining: from the next decision on, no run starts (wakeups queue as usual).
+    pub(crate) fn hold_starts(&self) {
+        self.engine().hold_starts();
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the node is draining.
+    pub fn draining(&self) -> bool {
+        self.draining.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs that have started and whose end is not yet durable. Zero only once every run the
+    /// executor held has reported its end and the writer has committed it.
+    pub(crate) fn runs_in_progress(&self) -> usize {
+        let executing = self.executor.executing();
+        if executing > 0 {
+            return executing;
+        }
+        // The executor forgets a run just before it reports the end; until that commit the
+        // engine still holds it running. (A scan, only once the executor is empty.)
+        self.engine().running_runs()
     }
 
     /// Aborts every run task (the node is stopping).

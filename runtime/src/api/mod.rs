@@ -127,10 +127,17 @@ pub fn router(gate: Gate) -> Router {
         .with_state(gate)
 }
 
-/// Unauthenticated: `ok` once the node is ready, `recovering` (503, with `Retry-After` like
-/// every 503) before.
+/// Unauthenticated: `recovering` (503) before the node is ready, `ok` once it is, `draining`
+/// (503) once it is stopping: it still answers, but a load balancer's readiness check should
+/// send new work elsewhere. Every 503 carries `Retry-After`.
 async fn health(State(gate): State<Gate>) -> Response {
     match gate.shell() {
+        Ok(shell) if shell.draining() => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_DEFAULT_S))],
+            Json(serde_json::json!({ "status": "draining", "head_seq": shell.head_seq() })),
+        )
+            .into_response(),
         Ok(shell) => (
             StatusCode::OK,
             Json(serde_json::json!({ "status": "ok", "head_seq": shell.head_seq() })),

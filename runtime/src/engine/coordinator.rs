@@ -692,6 +692,7 @@ impl Coordinator {
         if self.active.is_some()
             || self.agent.status != AgentStatus::Active
             || self.agent.error.is_some()
+            || draft.starts_held()
         {
             return;
         }

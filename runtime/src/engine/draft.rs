@@ -20,6 +20,8 @@ pub struct Draft {
     events: Vec<Event>,
     /// Tenants whose daily budget is spent at `now_ms` (decided once per command).
     budget_spent_tenants: BTreeSet<TenantName>,
+    /// The node is draining: queued runs stay queued (see [`super::Engine::hold_starts`]).
+    starts_held: bool,
 }
 
 impl Draft {
@@ -31,7 +33,19 @@ impl Draft {
             next_run,
             events: Vec::new(),
             budget_spent_tenants: BTreeSet::new(),
+            starts_held: false,
         }
+    }
+
+    /// Holds every run start of this decision (the node is draining).
+    pub(super) fn with_starts_held(mut self, held: bool) -> Self {
+        self.starts_held = held;
+        self
+    }
+
+    /// Whether runs may start in this decision.
+    pub fn starts_held(&self) -> bool {
+        self.starts_held
     }
 
     /// Marks the tenants whose budget is spent at this decision's instant.

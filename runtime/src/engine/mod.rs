@@ -216,6 +216,9 @@ pub struct Engine {
     bounds: NodeBounds,
     /// The agents' deadlines by instant (what `FireDueTimers` looks at, never every agent).
     due: due_index::DueIndex,
+    /// The node is draining (`Engine::hold_starts`): no run starts. Not state of the log: a
+    /// mode of this process, never persisted, false in every recovered engine.
+    starts_held: bool,
 }
 
 impl Default for Engine {
@@ -231,6 +234,7 @@ impl Default for Engine {
             next_run: 1,
             bounds: NodeBounds::default(),
             due: due_index::DueIndex::default(),
+            starts_held: false,
         }
     }
 }
@@ -252,6 +256,21 @@ impl Engine {
     /// The node-wide memory bounds: limits and what is held against them.
     pub fn bounds(&self) -> &NodeBounds {
         &self.bounds
+    }
+
+    /// From now on no run starts: wakeups are decided as usual and queue, and the runs already
+    /// running go on (a draining node, ADR 0015). For the rest of this process; a restarted
+    /// node starts what is queued.
+    pub fn hold_starts(&mut self) {
+        self.starts_held = true;
+    }
+
+    /// Runs running now (a scan of the agents: for a draining node, not for hot paths).
+    pub fn running_runs(&self) -> usize {
+        self.agents
+            .values()
+            .filter(|state| state.active_run().is_some())
+            .count()
     }
 
     /// Sequence number of the last applied event (0 for an empty log).
@@ -319,7 +338,8 @@ impl Engine {
             .map(|t| t.name.clone())
             .collect();
         let mut draft = Draft::new(now_ms, self.last_seq, self.next_wakeup, self.next_run)
-            .with_spent_tenants(spent);
+            .with_spent_tenants(spent)
+            .with_starts_held(self.starts_held);
         match command {
             Command::SetTenantBudget {
                 tenant,

@@ -1754,3 +1754,48 @@ fn a_breaker_reopening_at_its_longest_cooldown_puts_the_agent_in_error() {
     assert_eq!(breaker(&engine, a), BreakerState::default());
     assert_eq!(engine.agent(a).unwrap().error_counts.openings_at_cap, 0);
 }
+
+#[test]
+fn a_draining_engine_queues_wakeups_but_starts_no_run_and_lets_running_ones_end() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", Some(1_000), 0);
+    let b = create(&mut engine, "b", None, 0);
+    let going = wake(&mut engine, b, WakeupSource::OnDemand, None, 10);
+    assert!(types(&going.events).contains(&"run_started"));
+    let WakeupOutcome::Queued { run: going } = outcome(&going) else {
+        panic!("queued")
+    };
+    // The same state in a node that does not drain: it folds in the same events below.
+    let mut twin = engine.clone();
+    engine.hold_starts();
+    assert_eq!(engine.running_runs(), 1);
+    // A wakeup queues, a due timer fires and queues, and neither starts.
+    let queued = wake(&mut engine, a, WakeupSource::OnDemand, None, 20);
+    assert_eq!(types(&queued.events), ["wakeup_queued"]);
+    let fired = run(&mut engine, Command::FireDueTimers, 5_000);
+    assert!(
+        !types(&fired.events).contains(&"run_started"),
+        "{:?}",
+        types(&fired.events)
+    );
+    // The run that was going may still end, and nothing starts after it.
+    let ended = finish(&mut engine, going, 5_100);
+    assert_eq!(types(&ended.events), ["run_finished"]);
+    assert_eq!(engine.running_runs(), 0);
+    // Holding starts is not state: the log is the same, and a node that is not draining starts
+    // what was queued at its next decision.
+    for event in queued
+        .events
+        .iter()
+        .chain(&fired.events)
+        .chain(&ended.events)
+    {
+        twin.apply(event);
+    }
+    let next = run(&mut twin, Command::FireDueTimers, 5_200);
+    assert!(
+        types(&next.events).contains(&"run_started"),
+        "{:?}",
+        types(&next.events)
+    );
+}
