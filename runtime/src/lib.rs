@@ -15,6 +15,7 @@ pub mod io;
 #[cfg(test)]
 mod limits_doc;
 pub mod net;
+pub mod metrics;
 pub mod node;
 pub mod node_file;
 pub mod redact;

@@ -351,14 +351,17 @@ fn main() -> ExitCode {
 /// Logs go to stderr, filtered by `VIGIL_LOG` (default `info`); colour codes only when stderr
 /// is a terminal, so files, pipes and journald get plain text.
 fn init_logging() {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("VIGIL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    // `VIGIL_LOG_FORMAT=json`: one JSON object per line, for log collectors.
+    if std::env::var("VIGIL_LOG_FORMAT").is_ok_and(|format| format == "json") {
+        logs.json().with_ansi(false).init();
+    } else {
+        logs.with_ansi(std::io::stderr().is_terminal()).init();
+    }
 }
 
 enum Operation {

@@ -120,6 +120,8 @@ pub struct Shell {
     pub(crate) liveness_changed: tokio::sync::Notify,
     /// Set once the node drains (ADR 0015): no run starts from then on.
     draining: std::sync::atomic::AtomicBool,
+    /// What `GET /metrics` shows (docs/operations.md, "Metrics").
+    metrics: crate::metrics::Metrics,
 }
 
 impl Shell {
@@ -162,6 +164,7 @@ impl Shell {
             pulses: Mutex::new(pulses),
             liveness_changed: tokio::sync::Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
+            metrics: crate::metrics::Metrics::new(),
         });
         // Why weak: the writer must not keep a stopped node's shell (and its database) alive;
         // it ends when the shell is dropped and its queue closes.
@@ -304,6 +307,7 @@ impl Shell {
         when_full: WhenFull,
     ) -> Result<u64, ExecuteError> {
         if let Some(now_ms) = self.pulse_in_memory(agents)? {
+            self.metrics.pulsed(agents.len());
             return Ok(now_ms);
         }
         let taken = agents.to_vec();
@@ -313,6 +317,7 @@ impl Shell {
             Ok(decision)
         });
         let committed = self.queue.submit(decide, when_full).await?;
+        self.metrics.pulsed(agents.len());
         if !committed.decision.events.is_empty() {
             self.liveness_changed.notify_one();
         }
@@ -384,6 +389,7 @@ impl Shell {
     pub fn passive_pulse(&self, agent: AgentId) {
         let mono_ms = mono_ms(&self.clock);
         self.pulses().touch(agent, mono_ms);
+        self.metrics.pulsed(1);
     }
 
     /// The latest pulse of `agent` since this node started (memory only).
@@ -507,6 +513,19 @@ impl Shell {
         self.executor.executing()
     }
 
+    /// The node's metrics.
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.metrics
+    }
+
+    /// The metrics' text for a scrape, read from the engine now.
+    pub fn scrape_metrics(&self) -> String {
+        let waiting = self.commands_waiting();
+        let now_ms = self.clock.wall_now_ms();
+        let engine = self.engine();
+        self.metrics.scrape(&engine, now_ms, waiting)
+    }
+
     /// Starts draining: from the next decision on, no run starts (wakeups queue as usual).
     pub(crate) fn hold_starts(&self) {
         self.engine().hold_starts();
@@ -600,13 +619,18 @@ impl Shell {
             // trusted again, and only a restart does that.
             return answer_failed(jobs.into_iter().map(|job| job.reply));
         }
+        let commands = jobs.len();
         let (events, answers) = self.decide_batch(jobs);
+        let written = events.len();
+        let started = self.clock.mono_now();
         if !events.is_empty() {
             if let Err(error) = self.write(events).await {
                 self.fail(&error);
                 return answer_failed(answers.into_iter().map(|(reply, _)| reply));
             }
         }
+        let seconds = self.clock.mono_now().saturating_sub(started).as_secs_f64();
+        self.metrics.group_commit(commands, written, seconds);
         for (reply, answer) in answers {
             // A caller that gave up waiting (its request dropped) no longer listens: fine.
             let _ = reply.send(answer.map_err(ExecuteError::Refused));
@@ -661,6 +685,7 @@ impl Shell {
             }
         };
         events.iter().for_each(log_notable);
+        self.metrics.committed(&events);
         if let Some(observe) = &self.on_commit {
             observe(CommitStage::Durable, &events);
         }

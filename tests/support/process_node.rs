@@ -30,10 +30,18 @@ pub struct Serve {
 }
 
 impl Serve {
+    /// A node that does not drain (ADR 0015): SIGTERM stops its runs at once, which is what the
+    /// process tests look at (a stopped node takes its runs' process groups with it).
     pub async fn start(data_dir: &Path) -> Serve {
+        Serve::start_with(data_dir, &["--drain-grace-s", "0"]).await
+    }
+
+    /// A node started with `args` added to `vigil serve`.
+    pub async fn start_with(data_dir: &Path, args: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
             .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
             .arg(data_dir)
+            .args(args)
             .env("VIGIL_LOG", "warn")
             .env("VIGIL_OPERATOR_TOKEN", TOKEN)
             .env(SECRET_ENV, SECRET)

@@ -38,6 +38,7 @@ pub enum ClientError {
 #[derive(Debug, Clone)]
 pub struct Answer {
     pub status: StatusCode,
+    pub headers: hyper::HeaderMap,
     pub body: Bytes,
 }
 
@@ -73,6 +74,11 @@ impl ApiClient {
     pub fn with_timeout_ms(mut self, timeout_ms: u64) -> Self {
         self.timeout_ms = timeout_ms;
         self
+    }
+
+    /// The node's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// A client for the node at `addr` that authenticates with `token`.
@@ -152,13 +158,18 @@ impl ApiClient {
         let answer = async {
             let response = sender.send_request(request).await.map_err(http)?;
             let status = response.status();
+            let headers = response.headers().clone();
             let body = response
                 .into_body()
                 .collect()
                 .await
                 .map_err(http)?
                 .to_bytes();
-            Ok(Answer { status, body })
+            Ok(Answer {
+                status,
+                headers,
+                body,
+            })
         }
         .await;
         driver.abort();

@@ -73,6 +73,7 @@ pub fn router(gate: Gate) -> Router {
     use agents::Control;
     Router::new()
         .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
         .route("/v1/agents", get(agents::list).post(agents::create))
         .route("/v1/agents/{id}", get(agents::show))
         .route("/v1/agents/{id}/pause", post(agents::pause))
@@ -150,6 +151,28 @@ async fn health(State(gate): State<Gate>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// `GET /metrics`: the node's metrics in the OpenMetrics text format (docs/operations.md,
+/// "Metrics"). They count every tenant's agents, so only the operator of tenant `default` (the
+/// node's own) may read them.
+async fn metrics(caller: auth::Caller) -> Result<Response, ApiError> {
+    let tenant = caller.operator()?;
+    if tenant != crate::engine::tenant::DEFAULT_TENANT {
+        return Err(ApiError::forbidden(
+            "the node's metrics count every tenant: they need the operator token of tenant \
+             \"default\"",
+        ));
+    }
+    let text = caller.shell.scrape_metrics();
+    Ok((
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(crate::metrics::CONTENT_TYPE),
+        )],
+        text,
+    )
+        .into_response())
 }
 
 /// Accepts connections forever, one task per connection.
