@@ -173,6 +173,12 @@ fn cargo_command(args: &[&str], simulated: bool) -> Command {
         let flags = env::var("RUSTFLAGS").unwrap_or_default();
         command.env("RUSTFLAGS", format!("{flags} --cfg madsim").trim());
         command.env("CARGO_TARGET_DIR", SIM_TARGET_DIR);
+        // Why no line tables in the simulator's build: it is the test suite's longest compile,
+        // and a failing seed is reported by its seed, its trace and the panic's own file:line
+        // (which needs no debug info). Set CARGO_PROFILE_RELEASE_DEBUG to profile it.
+        if env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
+            command.env("CARGO_PROFILE_RELEASE_DEBUG", "false");
+        }
     }
     command
 }
@@ -239,7 +245,6 @@ fn readme_check() {
     match readme_check::run(&workspace_root(), &vigil_binary("debug")) {
         Ok(ran) => println!("readme-check: {ran} README commands passed"),
         Err(why) => {
-            stop_background_build();
             eprintln!("readme-check failed: {why}");
             exit(1);
         }
@@ -277,81 +282,18 @@ fn sim(args: &[String]) {
 
 fn test() {
     eprintln!("==> 1/3 workspace tests (real tokio, real disk)");
-    cargo(&["test", "--workspace", "--no-run"], false);
-    // Why in the background from here: running the workspace tests and the README's commands
-    // mostly waits (servers, timeouts, child processes) while the simulator's release build is
-    // the suite's longest compile; overlapped, the two take about a minute and a half less on 2
-    // cores. Started only now, so the two compiles never compete for memory.
-    start_background_sim_build();
     let (mut passed, mut failed) = cargo_test(&["test", "--workspace"], false);
     eprintln!(
         "==> 2/3 readme-check: README.md's \"Operate it\" commands against a real vigil serve"
     );
     readme_check();
     eprintln!("==> 3/3 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
-    finish_background_sim_build();
     let (sim_passed, sim_failed) =
         cargo_test(&["test", "--release", "-p", "vigil-scenarios"], true);
     passed += sim_passed;
     failed += sim_failed;
     // One closing line for the whole suite, whatever cargo's last (often empty doc-test) line says.
     println!("tests: {passed} passed, {failed} failed");
-}
-
-/// The simulator's test build, running beside the workspace tests (see [`test`]).
-static BACKGROUND_BUILD: std::sync::Mutex<Option<std::process::Child>> =
-    std::sync::Mutex::new(None);
-
-/// Where the background build writes what cargo prints.
-fn background_build_log() -> PathBuf {
-    workspace_root().join(SIM_TARGET_DIR).join("background-build.log")
-}
-
-/// Starts building the simulation tests (what `cargo test --release -p vigil-scenarios` would
-/// build first), its output to [`background_build_log`].
-fn start_background_sim_build() {
-    let log_path = background_build_log();
-    std::fs::create_dir_all(log_path.parent().expect("a log directory")).expect("target/sim");
-    let log = std::fs::File::create(&log_path).expect("could not create the build log");
-    let child = cargo_command(
-        &["test", "--release", "-p", "vigil-scenarios", "--no-run"],
-        true,
-    )
-    .stdout(log.try_clone().expect("log handle"))
-    .stderr(log)
-    .spawn()
-    .expect("could not run cargo");
-    eprintln!(
-        "(building the simulation tests in the background meanwhile; log: {})",
-        log_path.display()
-    );
-    *BACKGROUND_BUILD.lock().expect("build lock") = Some(child);
-}
-
-/// Waits for the background build; on failure prints its log and exits with its status.
-fn finish_background_sim_build() {
-    let Some(mut child) = BACKGROUND_BUILD.lock().expect("build lock").take() else {
-        return;
-    };
-    let status = child.wait().expect("the background build runs");
-    let log = std::fs::read_to_string(background_build_log()).unwrap_or_default();
-    if !status.success() {
-        eprint!("{log}");
-        eprintln!("the simulation tests did not build");
-        exit(status.code().unwrap_or(1));
-    }
-    // Its last lines say what was built and how long it took.
-    for line in log.lines().filter(|l| l.trim_start().starts_with("Finished")) {
-        eprintln!("{line}");
-    }
-}
-
-/// Stops the background build, if one runs (a failing suite exits without waiting for it).
-fn stop_background_build() {
-    if let Some(mut child) = BACKGROUND_BUILD.lock().expect("build lock").take() {
-        let _ = child.kill();
-        let _ = child.wait();
-    }
 }
 
 /// Runs a `cargo test` command, echoing its output, and adds up its `test result:` lines.
@@ -373,7 +315,6 @@ fn cargo_test(args: &[&str], simulated: bool) -> (u64, u64) {
     }
     let status = child.wait().expect("cargo runs");
     if !status.success() {
-        stop_background_build();
         println!("tests: {passed} passed, {} failed", failed.max(1));
         exit(status.code().unwrap_or(1));
     }
