@@ -868,7 +868,7 @@ fn the_example_agent_spec_creates_a_working_agent() {
 
 #[test]
 fn a_database_of_a_newer_format_is_refused_at_start_with_what_to_do() {
-    // A node wrote the database and stopped; then a newer Vigil (format 2) took it over.
+    // A node wrote the database and stopped; then a newer Vigil (a later format) took it over.
     let mut server = Server::start("newer-format", &[], &[]);
     server.wait_for_fleet(None);
     server.child.kill().unwrap();
@@ -881,7 +881,7 @@ fn a_database_of_a_newer_format_is_refused_at_start_with_what_to_do() {
         let tx = db.begin_write().unwrap();
         tx.open_table(meta)
             .unwrap()
-            .insert("format_version", 2)
+            .insert("format_version", vigil::store::record::FORMAT_VERSION + 1)
             .unwrap();
         tx.commit().unwrap();
     }
@@ -890,11 +890,49 @@ fn a_database_of_a_newer_format_is_refused_at_start_with_what_to_do() {
     let output = command.spawn().unwrap().wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "{stderr}");
+    let newer = vigil::store::record::FORMAT_VERSION + 1;
     assert!(
-        stderr.contains("storage format 2, written by a newer Vigil")
-            && stderr.contains("reads storage formats up to 1.")
+        stderr.contains(&format!("storage format {newer}, written by a newer Vigil"))
+            && stderr.contains(&format!(
+                "reads storage formats up to {}.",
+                vigil::store::record::FORMAT_VERSION
+            ))
             && stderr.contains("the database was not changed"),
         "{stderr}"
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn agent_rotate_token_prints_the_new_token_alone_and_the_old_one_stops_working() {
+    let server = Server::start("rotate-token", &[], &[]);
+    server.wait_for_fleet(None);
+    let id = server.json(&["agent", "show", "worker"])["id"]
+        .as_u64()
+        .unwrap()
+        .to_string();
+    let first = server.vigil(&["agent", "rotate-token", "worker"]);
+    assert_succeeded(&["agent", "rotate-token", "worker"], &first);
+    let stdout = String::from_utf8(first.stdout).unwrap();
+    let old_token = stdout.trim().to_string();
+    assert!(old_token.starts_with("vgl_agent_"), "{stdout:?}");
+    assert_eq!(
+        stdout.lines().count(),
+        1,
+        "only the token on stdout: {stdout:?}"
+    );
+    let stderr = String::from_utf8(first.stderr).unwrap();
+    assert!(stderr.contains("shown once"), "{stderr}");
+    let new_token = server
+        .ok(&["agent", "rotate-token", &id])
+        .trim()
+        .to_string();
+    assert_ne!(new_token, old_token);
+    let shown = server.ok(&["agent", "show", &id, "--token", &new_token]);
+    assert!(shown.contains("worker"), "{shown}");
+    let refused = server.fails(&["agent", "show", &id, "--token", &old_token]);
+    assert!(
+        refused.contains("401") || refused.contains("unauthenticated") || refused.contains("token"),
+        "{refused}"
+    );
 }

@@ -1954,3 +1954,42 @@ async fn a_crash_loop_puts_the_agent_in_error_until_an_operator_resets_it() {
     wait_run(&f.acme, answer["run"].as_u64().unwrap(), |r| r["status"] == "running").await;
     f.node.stop();
 }
+
+#[tokio::test]
+async fn an_operator_rotates_an_agent_token_and_only_the_new_one_works_across_a_restart() {
+    let f = start("rotate-token").await;
+    let (id, old_token) = create(&f.acme, json!({"name": "a"})).await;
+    let path = format!("/v1/agents/{id}/token");
+    // Only the agent's own operator may rotate: not the agent, not another tenant.
+    let (status, _) = post_empty(&f.as_token(&old_token), &path).await;
+    assert_eq!(status, 403);
+    let (status, _) = post_empty(&f.globex, &path).await;
+    assert_eq!(status, 404);
+    let (status, _) = post_empty(&f.acme, "/v1/agents/999/token").await;
+    assert_eq!(status, 404);
+
+    let (status, rotated) = post_empty(&f.acme, &path).await;
+    assert_eq!(status, 200, "{rotated}");
+    assert_eq!(rotated["agent"], id);
+    let new_token = rotated["token"].as_str().unwrap().to_string();
+    assert!(new_token.starts_with("vgl_agent_"), "{new_token}");
+    assert_ne!(new_token, old_token);
+    let own = format!("/v1/agents/{id}");
+    assert_eq!(get(&f.as_token(&old_token), &own).await.0, 401);
+    assert_eq!(get(&f.as_token(&new_token), &own).await.0, 200);
+    // The token itself is never written anywhere the API shows: the event says only that it
+    // was rotated.
+    let (_, events) = get(&f.acme, "/v1/events").await;
+    assert!(has_event(&events, "agent_token_rotated"), "{events}");
+    assert!(!events.to_string().contains(&new_token));
+
+    let Fixture {
+        node, path, clock, ..
+    } = f;
+    node.stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let f = start_on(path, clock).await;
+    assert_eq!(get(&f.as_token(&old_token), &own).await.0, 401);
+    assert_eq!(get(&f.as_token(&new_token), &own).await.0, 200);
+    f.node.stop();
+}

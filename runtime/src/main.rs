@@ -221,6 +221,9 @@ enum AgentCommand {
     Resume { agent: String },
     /// Stop taking wakeups for good; the name stays taken.
     Terminate { agent: String },
+    /// Replace the agent's token: the old one stops working at once; the new one is printed
+    /// this once.
+    RotateToken { agent: String },
     /// A coding-CLI agent's task sessions (task key, session id, last run).
     Sessions { agent: String },
     /// Forget one task's session: its next run starts a fresh one.
@@ -436,6 +439,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             AgentCommand::Pause { agent, minutes } => session.agent_pause(&agent, minutes).await?,
             AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
             AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,
+            AgentCommand::RotateToken { agent } => session.agent_rotate_token(&agent).await?,
             AgentCommand::Sessions { agent } => session.agent_sessions(&agent).await?,
             AgentCommand::SessionReset { agent, task_key } => {
                 session.agent_session_reset(&agent, &task_key).await?

@@ -228,6 +228,22 @@ impl Shell {
         Ok(created_agent(token, decision))
     }
 
+    /// Replaces `agent`'s token: the old one stops working once this is durable. Returns the new
+    /// token (never stored; only its hash) and the rotation's seq.
+    pub async fn rotate_agent_token(
+        self: &Arc<Self>,
+        agent: AgentId,
+        when_full: WhenFull,
+    ) -> Result<(String, u64), ExecuteError> {
+        let token = new_token(&*self.entropy, AGENT_TOKEN_PREFIX);
+        let command = Command::RotateAgentToken {
+            agent,
+            token_hash: TokenHash::of(&token),
+        };
+        let committed = self.submit_command(command, when_full).await?;
+        Ok((token, committed.seq))
+    }
+
     /// Registers agents in `tenant`, all queued before any is awaited so that they share
     /// fsyncs (a fleet file of 10,000 agents is about 20 commits, not 10,000). In `specs`'
     /// order; the first refusal is the answer (the agents before it exist).

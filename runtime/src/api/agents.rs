@@ -171,6 +171,29 @@ pub async fn control(
     caller.agent(agent).map(Json)
 }
 
+/// The answer to a token rotation: the agent's new token, shown this once.
+#[derive(Debug, Serialize)]
+pub struct RotatedToken {
+    pub agent: AgentId,
+    pub token: String,
+    pub seq: u64,
+}
+
+/// `POST /v1/agents/{id}/token` (operator only): replaces the agent's token. The old token stops
+/// working at once; the new one is in this answer only (the node keeps its hash).
+pub async fn rotate_token(
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<RotatedToken>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.operated_agent(agent)?;
+    let (token, seq) = caller
+        .shell
+        .rotate_agent_token(agent, crate::writer::WhenFull::Refuse)
+        .await?;
+    Ok(Json(RotatedToken { agent, token, seq }))
+}
+
 /// The optional body of the pause endpoints.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]

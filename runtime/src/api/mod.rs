@@ -90,6 +90,7 @@ pub fn router(gate: Gate) -> Router {
             post(|c, p| agents::control(c, p, Control::Terminate)),
         )
         .route("/v1/agents/{id}/wakeup", post(agents::wakeup))
+        .route("/v1/agents/{id}/token", post(agents::rotate_token))
         .route("/v1/agents/{id}/input", post(pulses::input))
         .route("/v1/agents/{id}/pulse", post(pulses::pulse))
         .route("/v1/pulses", post(pulses::batch))

@@ -1,8 +1,8 @@
-//! `vigil agent create|list|show|wake|pause|resume|terminate`.
+//! `vigil agent create|list|show|wake|pause|resume|terminate|rotate-token`.
 
 use serde_json::{json, Map, Value};
 
-use super::format::{cell, safe_json_line, span, time_of, Table};
+use super::format::{cell, escape_controls, safe_json_line, span, time_of, Table};
 use super::interval::format_interval;
 use super::{CliError, Printed, Session};
 
@@ -216,6 +216,23 @@ impl Session {
             cell(&agent["name"]),
             cell(&agent["status"])
         )))
+    }
+
+    /// `agent rotate-token`: the new token on stdout (alone, so that a script can keep it), what
+    /// happened on stderr.
+    pub async fn agent_rotate_token(&self, agent: &str) -> Result<Printed, CliError> {
+        let id = self.agent_id(agent).await?;
+        let rotated = self.post(&format!("/v1/agents/{id}/token"), None).await?;
+        if self.json() {
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&rotated))));
+        }
+        let token = rotated["token"].as_str().unwrap_or_default();
+        Ok(Printed {
+            stdout: format!("{}\n", escape_controls(token)),
+            stderr: format!(
+                "agent {id}: new token above (shown once); the old token no longer works\n"
+            ),
+        })
     }
 
     /// `agent pause [--minutes N]`.

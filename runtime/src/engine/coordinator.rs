@@ -786,6 +786,7 @@ impl Coordinator {
             | EventKind::OperatorTokenSet { .. }
             | EventKind::TenantBudgetSet { .. }
             | EventKind::SessionReset { .. }
+            | EventKind::AgentTokenRotated { .. }
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }

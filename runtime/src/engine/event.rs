@@ -254,6 +254,12 @@ pub enum EventKind {
         /// The next idle wakeup: `idle_after_ms` from this fire.
         next_idle_at_ms: u64,
     },
+    /// An operator replaced the agent's token: the old one stops working at once. (Storage
+    /// format 2.)
+    AgentTokenRotated {
+        agent: AgentId,
+        token_hash: TokenHash,
+    },
 }
 
 impl EventKind {
@@ -287,6 +293,7 @@ impl EventKind {
             EventKind::AgentOffline { .. } => "agent_offline",
             EventKind::InputReceived { .. } => "input_received",
             EventKind::IdleFired { .. } => "idle_fired",
+            EventKind::AgentTokenRotated { .. } => "agent_token_rotated",
         }
     }
 
@@ -319,7 +326,8 @@ impl EventKind {
             | EventKind::AgentOnline { agent, .. }
             | EventKind::AgentOffline { agent, .. }
             | EventKind::InputReceived { agent, .. }
-            | EventKind::IdleFired { agent, .. } => Some(*agent),
+            | EventKind::IdleFired { agent, .. }
+            | EventKind::AgentTokenRotated { agent, .. } => Some(*agent),
         }
     }
 }

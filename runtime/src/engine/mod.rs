@@ -141,6 +141,11 @@ pub enum Command {
     },
     /// On start: runs left `running` by the previous process fail and are re-queued once.
     RecoverRuns,
+    /// An operator replaces an agent's token with the one hashed as `token_hash`.
+    RotateAgentToken {
+        agent: AgentId,
+        token_hash: TokenHash,
+    },
 }
 
 /// Why the engine refused a command. Nothing was decided, nothing needs undoing.
@@ -484,6 +489,19 @@ impl Engine {
                     .clone()
                     .cancel(&mut draft, *run, "cancelled by an operator")?
             }
+            Command::RotateAgentToken { agent, token_hash } => {
+                let state = self.state(*agent)?;
+                if self.tokens.contains_key(token_hash) {
+                    return Err(Refusal::TokenInUse);
+                }
+                draft.emit_global(
+                    state.agent().tenant.clone(),
+                    EventKind::AgentTokenRotated {
+                        agent: *agent,
+                        token_hash: token_hash.clone(),
+                    },
+                );
+            }
             Command::RecoverRuns => {
                 for state in self.agents.values() {
                     let stuck = state.active_run().is_some();
@@ -770,6 +788,27 @@ impl Engine {
                 );
                 self.names
                     .insert((event.tenant.clone(), name.clone()), *agent);
+                self.tokens.insert(
+                    token_hash.clone(),
+                    Principal::Agent {
+                        tenant: event.tenant.clone(),
+                        agent: *agent,
+                    },
+                );
+            }
+            EventKind::AgentTokenRotated { agent, token_hash } => {
+                let state = self
+                    .agents
+                    .get_mut(agent)
+                    .unwrap_or_else(|| panic!("agent_token_rotated for unknown agent {agent}"));
+                assert_eq!(
+                    state.agent().tenant,
+                    event.tenant,
+                    "event filed under the wrong tenant"
+                );
+                let old =
+                    std::mem::replace(&mut state.coordinator.agent.token_hash, token_hash.clone());
+                self.tokens.remove(&old);
                 self.tokens.insert(
                     token_hash.clone(),
                     Principal::Agent {

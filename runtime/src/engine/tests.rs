@@ -1799,3 +1799,45 @@ fn a_draining_engine_queues_wakeups_but_starts_no_run_and_lets_running_ones_end(
         types(&next.events)
     );
 }
+
+#[test]
+fn a_rotated_agent_token_replaces_the_old_one_at_once() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let b = create(&mut engine, "b", None, 0);
+    let old = TokenHash::of("a");
+    let new = TokenHash::of("a-rotated");
+    let rotated = run(
+        &mut engine,
+        Command::RotateAgentToken {
+            agent: a,
+            token_hash: new.clone(),
+        },
+        10,
+    );
+    assert_eq!(types(&rotated.events), ["agent_token_rotated"]);
+    assert_eq!(engine.principal(&old), None);
+    assert_eq!(
+        engine.principal(&new),
+        Some(&Principal::Agent {
+            tenant: "t".into(),
+            agent: a
+        })
+    );
+    assert_eq!(engine.agent(a).unwrap().token_hash, new);
+    // A token another principal holds is refused, and so is an agent that does not exist.
+    let taken = Command::RotateAgentToken {
+        agent: a,
+        token_hash: TokenHash::of("b"),
+    };
+    assert_eq!(engine.decide(&taken, 20).unwrap_err(), Refusal::TokenInUse);
+    let unknown = Command::RotateAgentToken {
+        agent: AgentId(99),
+        token_hash: TokenHash::of("x"),
+    };
+    assert_eq!(
+        engine.decide(&unknown, 20).unwrap_err(),
+        Refusal::UnknownAgent(AgentId(99))
+    );
+    assert_eq!(engine.agent(b).unwrap().token_hash, TokenHash::of("b"));
+}

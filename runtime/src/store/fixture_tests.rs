@@ -1,10 +1,11 @@
-//! The upgrade fixture: `tests/fixtures/store/format-1.redb`, a real redb database written by
-//! the build that introduced storage format 1, holding every event type. Every later build must
-//! open it, read it as format 1, re-encode each record to the very bytes stored, and recover the
-//! same state (the snapshot `format_1_fixture_state`). Never rewrite the file: a later format
-//! adds its own fixture beside it (docs/operations.md, "Upgrading").
+//! The upgrade fixtures: `tests/fixtures/store/format-N.redb`, real redb databases each written
+//! by the build that introduced storage format N, holding every event type of that format. Every
+//! later build must open each, find format N, re-encode each record to the very bytes stored,
+//! and recover the same state (the snapshot `format_N_fixture_state`). Never rewrite a fixture:
+//! a later format adds its own beside them (docs/operations.md, "Upgrading").
 //!
-//! `VIGIL_WRITE_STORE_FIXTURE=1 cargo test -p vigil write_format_1_fixture -- --ignored` wrote it.
+//! `VIGIL_WRITE_STORE_FIXTURE=1 cargo test -p vigil write_current_format_fixture -- --ignored`
+//! writes the current format's fixture (run once, when the format is introduced).
 
 use std::path::{Path, PathBuf};
 
@@ -57,18 +58,23 @@ const FORMAT_1_TYPES: [&str; 27] = [
     "idle_fired",
 ];
 
-fn fixture_path() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/store/format-1.redb")
+/// What format 2 added.
+const FORMAT_2_ADDED: [&str; 1] = ["agent_token_rotated"];
+
+fn fixture_path(format: u64) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../tests/fixtures/store/format-{format}.redb"))
 }
 
-/// A copy of the fixture in a fresh directory: opening a database may write to it (redb's
-/// repair, the format stamp), and the checked-in file must never change.
-fn fixture_copy(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("vigil-fixture-{name}-{}", std::process::id()));
+/// A copy of format `format`'s fixture in a fresh directory: opening a database writes to it
+/// (redb's repair, the format stamp), and the checked-in file must never change.
+fn fixture_copy(format: u64) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("vigil-fixture-{format}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("vigil.redb");
-    std::fs::copy(fixture_path(), &path).expect("the format-1 fixture is checked in");
+    std::fs::copy(fixture_path(format), &path)
+        .unwrap_or_else(|e| panic!("the format-{format} fixture is checked in: {e}"));
     path
 }
 
@@ -142,6 +148,14 @@ fn write_story(store: Store) -> Engine {
     cli_agents(&mut story);
     breaker(&mut story, llm);
     restarts(&mut story, scripted);
+    // Format 2: an operator replaces the scripted agent's token.
+    story.step(
+        Command::RotateAgentToken {
+            agent: scripted,
+            token_hash: TokenHash::of("token-planner-2"),
+        },
+        T0 + 400 * MINUTE,
+    );
     story.engine
 }
 
@@ -444,11 +458,11 @@ fn restarts(story: &mut Story, agent: AgentId) {
 
 #[test]
 #[ignore = "writes the checked-in fixture; run once, by hand, when a new format is introduced"]
-fn write_format_1_fixture() {
+fn write_current_format_fixture() {
     if std::env::var_os("VIGIL_WRITE_STORE_FIXTURE").is_none() {
         return;
     }
-    let path = fixture_path();
+    let path = fixture_path(record::FORMAT_VERSION);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let _ = std::fs::remove_file(&path);
     write_story(Store::open(StorageLocation::File(path)).unwrap());
@@ -476,6 +490,8 @@ fn state_of(engine: &Engine) -> serde_json::Value {
         .map(|state| {
             json!({
                 "agent": state.agent(),
+                // Not in the agent's view (which never shows it): which token it answers to.
+                "token_hash": state.agent().token_hash.0,
                 "runs": state.runs().collect::<Vec<_>>(),
                 "active_run": state.active_run(),
                 "queued_runs": state.queued_runs().collect::<Vec<_>>(),
@@ -492,7 +508,7 @@ fn state_of(engine: &Engine) -> serde_json::Value {
 }
 
 #[test]
-fn the_story_writes_every_event_type_of_format_1() {
+fn the_story_writes_every_event_type_of_the_current_format() {
     let dir = std::env::temp_dir().join(format!("vigil-fixture-story-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -502,6 +518,7 @@ fn the_story_writes_every_event_type_of_format_1() {
     let events = all_events(&store);
     let missing: Vec<&str> = FORMAT_1_TYPES
         .into_iter()
+        .chain(FORMAT_2_ADDED)
         .filter(|name| !events.iter().any(|e| e.kind.type_name() == *name))
         .collect();
     assert!(missing.is_empty(), "the story never writes {missing:?}");
@@ -522,26 +539,44 @@ fn all_events(store: &Store) -> Vec<Event> {
     }
 }
 
-#[test]
-fn format_1_fixture_recovers_byte_for_byte_into_the_same_state() {
-    let path = fixture_copy("recover");
+/// Opens format `format`'s fixture: it is found in that format and stamped with the current
+/// one, every record re-encodes to the very bytes stored, and it recovers into the state of its
+/// snapshot.
+fn fixture_recovers_byte_for_byte(format: u64) -> String {
+    let path = fixture_copy(format);
     let store = Store::open(StorageLocation::File(path.clone())).unwrap();
-    assert_eq!(store.format(), 1);
+    assert_eq!(store.found_format(), format);
+    assert_eq!(store.format(), record::FORMAT_VERSION);
     let events = all_events(&store);
     drop(store);
     let raw = raw_records(&path);
     assert_eq!(events.len(), raw.len());
     for (event, (seq, bytes)) in events.iter().zip(&raw) {
         assert_eq!(event.seq, *seq);
-        assert_eq!(
-            record::encode(event),
-            *bytes,
+        assert!(
+            record::encode(event) == *bytes,
             "event {seq} ({}) does not re-encode to its stored bytes",
             event.kind.type_name()
         );
     }
     let store = Store::open(StorageLocation::File(path.clone())).unwrap();
+    assert_eq!(
+        store.found_format(),
+        record::FORMAT_VERSION,
+        "stamped at the first open"
+    );
     let engine = store.recover().unwrap();
-    let state = serde_json::to_string_pretty(&state_of(&engine)).unwrap();
+    serde_json::to_string_pretty(&state_of(&engine)).unwrap()
+}
+
+#[test]
+fn format_1_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let state = fixture_recovers_byte_for_byte(1);
     insta::assert_snapshot!("format_1_fixture_state", state);
+}
+
+#[test]
+fn format_2_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let state = fixture_recovers_byte_for_byte(2);
+    insta::assert_snapshot!("format_2_fixture_state", state);
 }

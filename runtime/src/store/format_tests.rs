@@ -195,7 +195,8 @@ fn a_database_from_before_formats_were_recorded_reads_as_format_1() {
         tx.commit().unwrap();
     }
     let store = Store::open(StorageLocation::File(path.clone())).unwrap();
-    assert_eq!(store.format(), 1);
+    assert_eq!(store.found_format(), 1);
+    assert_eq!(store.format(), record::FORMAT_VERSION);
     let mut engine = Engine::new();
     events.iter().for_each(|e| engine.apply(e));
     assert_eq!(store.recover().unwrap(), engine);
@@ -252,7 +253,7 @@ fn an_instant_past_the_calendars_end_fails_recovery_naming_its_event() {
     let path = database("instant");
     let seq = seq_of("timer_fired");
     rewrite(&path, seq, |json| {
-        json["next_fire_at_ms"] = (record::v1::INSTANT_MS_MAX + 1).into();
+        json["next_fire_at_ms"] = (record::current::INSTANT_MS_MAX + 1).into();
     });
     let message = recovery_error(&path).to_string();
     assert!(
@@ -265,8 +266,14 @@ fn an_instant_past_the_calendars_end_fails_recovery_naming_its_event() {
 #[test]
 fn the_latest_instant_a_record_may_hold_has_a_local_day_in_every_time_zone() {
     // The offsets at both ends of the world, and a zone with daylight saving.
-    for zone in ["UTC", "Pacific/Kiritimati", "Etc/GMT-14", "Etc/GMT+12", "America/Los_Angeles"] {
-        LocalDay::of(record::v1::INSTANT_MS_MAX, zone);
+    for zone in [
+        "UTC",
+        "Pacific/Kiritimati",
+        "Etc/GMT-14",
+        "Etc/GMT+12",
+        "America/Los_Angeles",
+    ] {
+        LocalDay::of(record::current::INSTANT_MS_MAX, zone);
     }
 }
 
@@ -275,12 +282,14 @@ fn an_instant_at_the_calendars_end_is_read() {
     let path = database("instant-max");
     let seq = seq_of("timer_fired");
     rewrite(&path, seq, |json| {
-        json["next_fire_at_ms"] = record::v1::INSTANT_MS_MAX.into();
+        json["next_fire_at_ms"] = record::current::INSTANT_MS_MAX.into();
     });
     let store = Store::open(StorageLocation::File(path)).unwrap();
-    let engine = store.recover().expect("the last representable instant is a valid one");
+    let engine = store
+        .recover()
+        .expect("the last representable instant is a valid one");
     let agent = engine.agents().next().unwrap();
-    assert_eq!(agent.next_fire_at_ms, Some(record::v1::INSTANT_MS_MAX));
+    assert_eq!(agent.next_fire_at_ms, Some(record::current::INSTANT_MS_MAX));
 }
 
 #[test]

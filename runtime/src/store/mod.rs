@@ -96,8 +96,9 @@ fn owner_only(path: &std::path::Path) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct Store {
     db: Database,
-    /// The storage format of the database's records (checked at open).
-    format: u64,
+    /// The storage format the database recorded when it was opened (an older one is read as
+    /// it is and stamped with the current format at open).
+    found_format: u64,
 }
 
 impl Store {
@@ -117,13 +118,18 @@ impl Store {
                 .create_with_backend(BoxedBackend(backend)),
         }
         .map_err(StoreError::Open)?;
-        let format = settle_format(&db)?;
-        Ok(Store { db, format })
+        let found_format = settle_format(&db)?;
+        Ok(Store { db, found_format })
     }
 
-    /// The storage format of the database's records.
+    /// The storage format the database is in: the current one once it is open.
     pub fn format(&self) -> u64 {
-        self.format
+        record::FORMAT_VERSION
+    }
+
+    /// The storage format the database recorded when it was opened.
+    pub fn found_format(&self) -> u64 {
+        self.found_format
     }
 
     /// Appends `events` in one durable transaction. They must continue the log exactly.
@@ -182,48 +188,58 @@ impl Store {
                 break;
             }
             let (key, value) = entry.map_err(redb::Error::from)?;
-            events.push(decode(self.format, key.value(), value.value())?);
+            events.push(decode(record::FORMAT_VERSION, key.value(), value.value())?);
         }
         Ok(events)
     }
 }
 
 /// Creates the tables up front (so readers never meet a missing one) and settles the database's
-/// format: a new database is stamped with [`record::FORMAT_VERSION`], one from before formats
-/// were recorded with [`UNRECORDED_FORMAT`]; a newer or unknown format is refused without
-/// writing anything.
+/// format; returns the format it found. A new database is stamped with
+/// [`record::FORMAT_VERSION`]; one from before formats were recorded holds format 1
+/// ([`UNRECORDED_FORMAT`]); an older format is read as it is (every older format is read by the
+/// current types, ADR 0014) and stamped with the current one, because this build may add
+/// records an older build cannot read. A newer or unknown format is refused without writing
+/// anything.
 fn settle_format(db: &Database) -> Result<u64, StoreError> {
     let tx = db.begin_write().map_err(redb::Error::from)?;
-    let format = {
+    let found = {
         let mut meta = tx.open_table(META).map_err(redb::Error::from)?;
         let events = tx.open_table(EVENTS).map_err(redb::Error::from)?;
         let recorded = meta
             .get(FORMAT_KEY)
             .map_err(redb::Error::from)?
             .map(|value| value.value());
-        match recorded {
+        let found = match recorded {
             Some(found) if found > record::FORMAT_VERSION => Err(StoreError::NewerFormat {
                 found,
                 supported: record::FORMAT_VERSION,
             }),
             Some(0) => Err(StoreError::UnknownFormat { found: 0 }),
             Some(found) => Ok(found),
-            None => {
-                let empty = events.is_empty().map_err(redb::Error::from)?;
-                let format = if empty {
-                    record::FORMAT_VERSION
-                } else {
-                    UNRECORDED_FORMAT
-                };
-                meta.insert(FORMAT_KEY, format).map_err(redb::Error::from)?;
-                Ok(format)
+            None if events.is_empty().map_err(redb::Error::from)? => Ok(record::FORMAT_VERSION),
+            None => Ok(UNRECORDED_FORMAT),
+        };
+        if let Ok(found) = found {
+            if recorded != Some(record::FORMAT_VERSION) {
+                meta.insert(FORMAT_KEY, record::FORMAT_VERSION)
+                    .map_err(redb::Error::from)?;
+            }
+            if found < record::FORMAT_VERSION {
+                tracing::info!(
+                    from = found,
+                    to = record::FORMAT_VERSION,
+                    "storage format upgraded: the database now reads only with this build or a \
+                     newer one (docs/operations.md, \"Upgrading\")"
+                );
             }
         }
+        found
     };
-    match format {
-        Ok(format) => {
+    match found {
+        Ok(found) => {
             tx.commit().map_err(redb::Error::from)?;
-            Ok(format)
+            Ok(found)
         }
         Err(refusal) => {
             tx.abort().map_err(redb::Error::from)?;

@@ -10,16 +10,24 @@
 //! what is written changes.
 //!
 //! Format history (docs/operations.md, "Upgrading"):
-//! - **1**: JSON of [`v1::EventRecord`] per log entry, keyed by `seq`. Databases written before
-//!   the format was recorded hold exactly this and are read as format 1.
+//! - **1**: JSON of an [`current::EventRecord`] per log entry, keyed by `seq`. Databases written
+//!   before the format was recorded hold exactly this and are read as format 1.
+//! - **2**: adds `agent_token_rotated`. Every format-1 record is a format-2 record unchanged.
+//!
+//! How a format changes: a change that only *adds* (an event type, an optional field with a
+//! meaning for its absence) extends the types in [`current`] and bumps [`FORMAT_VERSION`]; older
+//! records still parse with them, so reading an older format is the identity. A change that
+//! renames, removes or re-means something first freezes [`current`] as the old format's own
+//! module, then changes the current types, and `decode` reads the old format through the frozen
+//! module and an explicit migration.
 
-pub mod v1;
+pub mod current;
 
 use crate::engine::event::Event;
 
 /// The format this build writes. A database of a newer format is refused at open; an older one
-/// is read through the migrations in this module (none yet: 1 is the first format).
-pub const FORMAT_VERSION: u64 = 1;
+/// is read through this module (format 1 with the current types: format 2 only added).
+pub const FORMAT_VERSION: u64 = 2;
 
 /// Why a stored record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,19 +39,21 @@ pub struct RecordError {
 
 /// The stored bytes of `event` in the current format.
 pub fn encode(event: &Event) -> Vec<u8> {
-    serde_json::to_vec(&v1::EventRecord::from(event)).expect("records always serialize")
+    serde_json::to_vec(&current::EventRecord::from(event)).expect("records always serialize")
 }
 
-/// The event stored as `bytes` under `seq`, in format `format`.
+/// The event stored as `bytes` under `seq`, in format `format` (1 or 2: the same types read
+/// both, since 2 only added).
 pub fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, RecordError> {
-    debug_assert_eq!(
-        format, FORMAT_VERSION,
-        "no older format exists yet to migrate from"
+    debug_assert!(
+        (1..=FORMAT_VERSION).contains(&format),
+        "format {format} is refused at open"
     );
-    let record: v1::EventRecord = serde_json::from_slice(bytes).map_err(|error| RecordError {
-        event_type: type_of(bytes),
-        reason: error.to_string(),
-    })?;
+    let record: current::EventRecord =
+        serde_json::from_slice(bytes).map_err(|error| RecordError {
+            event_type: type_of(bytes),
+            reason: error.to_string(),
+        })?;
     let event_type = record.kind.type_name();
     if record.seq != seq {
         return Err(RecordError {

@@ -1,7 +1,8 @@
-//! Format 1: the event log's records as the first recorded format writes them.
+//! The event log's records in the current storage format (2), which reads format 1 too: format
+//! 2 only added `agent_token_rotated`.
 //!
-//! The JSON of a format-1 record is exactly what the log held before the format was recorded
-//! (the engine's own encoding of that time), so a database from then reads as format 1.
+//! The JSON of a record is exactly what the log held before the format was recorded (the
+//! engine's own encoding of that time), so a database from then reads as format 1.
 
 pub mod spec;
 pub mod values;
@@ -199,6 +200,11 @@ pub enum KindRecord {
         agent: u64,
         next_idle_at_ms: u64,
     },
+    /// Format 2.
+    AgentTokenRotated {
+        agent: u64,
+        token_hash: String,
+    },
 }
 
 impl KindRecord {
@@ -232,6 +238,7 @@ impl KindRecord {
             KindRecord::AgentOffline { .. } => "agent_offline",
             KindRecord::InputReceived { .. } => "input_received",
             KindRecord::IdleFired { .. } => "idle_fired",
+            KindRecord::AgentTokenRotated { .. } => "agent_token_rotated",
         }
     }
 }
@@ -302,7 +309,8 @@ impl From<&EventKind> for KindRecord {
             | EventKind::TimerFired { .. }
             | EventKind::SessionReset { .. }
             | EventKind::InputReceived { .. }
-            | EventKind::IdleFired { .. } => agent_record(kind),
+            | EventKind::IdleFired { .. }
+            | EventKind::AgentTokenRotated { .. } => agent_record(kind),
             EventKind::RunRequeued { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunFinished { .. }
@@ -398,6 +406,10 @@ fn agent_record(kind: &EventKind) -> KindRecord {
         } => KindRecord::IdleFired {
             agent: agent.0,
             next_idle_at_ms: *next_idle_at_ms,
+        },
+        EventKind::AgentTokenRotated { agent, token_hash } => KindRecord::AgentTokenRotated {
+            agent: agent.0,
+            token_hash: token_hash.0.clone(),
         },
         other => unreachable!("{} is not in this group", other.type_name()),
     }
@@ -601,7 +613,8 @@ impl KindRecord {
             | KindRecord::TimerFired { .. }
             | KindRecord::SessionReset { .. }
             | KindRecord::InputReceived { .. }
-            | KindRecord::IdleFired { .. }) => agent_event(record),
+            | KindRecord::IdleFired { .. }
+            | KindRecord::AgentTokenRotated { .. }) => agent_event(record),
             record @ (KindRecord::RunRequeued { .. }
             | KindRecord::RunStarted { .. }
             | KindRecord::RunFinished { .. }
@@ -706,6 +719,10 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
         } => EventKind::IdleFired {
             agent: AgentId(agent),
             next_idle_at_ms: instant("next_idle_at_ms", next_idle_at_ms)?,
+        },
+        KindRecord::AgentTokenRotated { agent, token_hash } => EventKind::AgentTokenRotated {
+            agent: AgentId(agent),
+            token_hash: TokenHash(token_hash),
         },
         other => unreachable!("{} is not in this group", other.type_name()),
     })

@@ -1,4 +1,4 @@
-//! Format 1's agent spec, as `agent_created` stores it.
+//! The stored agent spec (formats 1 and 2), as `agent_created` stores it.
 //!
 //! It mirrors the engine's `AgentSpec` in shape (the same JSON for the same spec), but it is not
 //! the engine's type: the API's spec refuses unknown fields and fills absent ones with *today's*

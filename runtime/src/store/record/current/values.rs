@@ -1,4 +1,4 @@
-//! Format 1's small values: the named states and reasons events carry, a run's report, a
+//! The stored small values (formats 1 and 2): the named states and reasons events carry, a run's report, a
 //! pulse's report, usage. Each mirrors an engine type field for field and name for name, with
 //! conversions both ways; the match in each conversion is exhaustive, so a new engine variant
 //! does not compile until someone decides how it is stored (and bumps the format).
