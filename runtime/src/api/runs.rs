@@ -64,16 +64,30 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
         caller.agent(agent)?;
     }
     let engine = caller.shell.engine();
-    let mut runs: Vec<Run> = engine
-        .agent_states()
-        .filter(|s| s.agent().tenant == caller.principal.tenant())
-        .filter(|s| agent.is_none_or(|a| a == s.agent().id))
-        .flat_map(|s| s.runs())
-        .filter(|r| status.is_none_or(|st| st == r.status))
-        .cloned()
-        .collect();
-    runs.sort_by_key(|r| std::cmp::Reverse(r.id));
-    runs.truncate(limit);
+    let wanted = |run: &&Run| status.is_none_or(|st| st == run.status);
+    let runs: Vec<Run> = match agent {
+        // One agent (already checked visible): its runs, oldest first as it holds them.
+        Some(agent) => {
+            let held: Vec<&Run> = engine
+                .agent_state(agent)
+                .into_iter()
+                .flat_map(|state| state.runs())
+                .filter(wanted)
+                .collect();
+            held.into_iter().rev().take(limit).cloned().collect()
+        }
+        // The tenant's latest runs from the node's run index, never a scan of every agent.
+        None => {
+            let tenant = caller.principal.tenant();
+            engine
+                .runs_newest_first()
+                .filter(wanted)
+                .filter(|run| engine.agent(run.agent).is_some_and(|a| a.tenant == tenant))
+                .take(limit)
+                .cloned()
+                .collect()
+        }
+    };
     Ok(Json(Listing { runs }))
 }
 

@@ -327,6 +327,15 @@ impl Engine {
         self.agent(*id)
     }
 
+    /// The runs held in memory, newest first: a walk of the run index, never of the agents (a
+    /// node of a million agents lists its latest runs without looking at each agent).
+    pub fn runs_newest_first(&self) -> impl Iterator<Item = &Run> {
+        self.run_owner
+            .iter()
+            .rev()
+            .filter_map(|(run, owner)| self.agents.get(owner)?.run(*run))
+    }
+
     /// One run still held in memory.
     pub fn run(&self, id: RunId) -> Option<&Run> {
         let owner = self.run_owner.get(&id)?;

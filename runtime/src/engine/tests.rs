@@ -1841,3 +1841,30 @@ fn a_rotated_agent_token_replaces_the_old_one_at_once() {
     );
     assert_eq!(engine.agent(b).unwrap().token_hash, TokenHash::of("b"));
 }
+
+#[test]
+fn the_run_index_lists_every_held_run_newest_first() {
+    let mut engine = with_tenant();
+    let a = create(&mut engine, "a", None, 0);
+    let b = create(&mut engine, "b", None, 0);
+    let mut now = 10;
+    for round in 0..5 {
+        for agent in [a, b] {
+            wake(&mut engine, agent, WakeupSource::OnDemand, None, now);
+            let active = engine.agent_state(agent).and_then(|s| s.active_run());
+            if let (Some(run), 0) = (active, round % 2) {
+                finish(&mut engine, run, now + 1);
+            }
+            now += 10;
+        }
+    }
+    let indexed: Vec<RunId> = engine.runs_newest_first().map(|run| run.id).collect();
+    let mut held: Vec<RunId> = engine
+        .agent_states()
+        .flat_map(|state| state.runs())
+        .map(|run| run.id)
+        .collect();
+    held.sort_by_key(|id| std::cmp::Reverse(*id));
+    assert_eq!(indexed, held);
+    assert!(indexed.len() >= 6, "{indexed:?}");
+}
