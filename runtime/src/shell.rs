@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::engine::agent::{AgentId, AgentSpec};
+use crate::engine::agent_update::SpecChange;
 use crate::engine::event::{Event, EventKind};
 use crate::engine::liveness::{LastPulse, LivenessStatus, PulseBook};
 use crate::engine::pulse_report::PulseReport;
@@ -242,6 +243,52 @@ impl Shell {
         };
         let committed = self.submit_command(command, when_full).await?;
         Ok((token, committed.seq))
+    }
+
+    /// Replaces `tenant`'s operator token (asked by that tenant's operator): the old one stops
+    /// working once this is durable. Returns the new token (never stored; only its hash) and
+    /// the change's seq. A restart configuring the same token as before keeps this one.
+    pub async fn rotate_operator_token(
+        self: &Arc<Self>,
+        tenant: &str,
+        when_full: WhenFull,
+    ) -> Result<(String, u64), ExecuteError> {
+        let token = self.new_operator_token();
+        let command = Command::RotateOperatorToken {
+            tenant: tenant.to_string(),
+            token_hash: TokenHash::of(&token),
+        };
+        let committed = self.submit_command(command, when_full).await?;
+        Ok((token, committed.seq))
+    }
+
+    /// Changes `agent`'s spec; answers with the `agent_updated` event, or `None` when the change
+    /// left the spec as it was (nothing recorded).
+    pub async fn update_agent(
+        self: &Arc<Self>,
+        agent: AgentId,
+        change: SpecChange,
+        when_full: WhenFull,
+    ) -> Result<Option<Event>, ExecuteError> {
+        let decision = self
+            .execute(Command::UpdateAgent { agent, change }, when_full)
+            .await?;
+        Ok(decision.events.into_iter().next())
+    }
+
+    /// Deletes `agent` (terminating it first if it is not); answers with the `agent_deleted`
+    /// event's seq.
+    pub async fn delete_agent(
+        self: &Arc<Self>,
+        agent: AgentId,
+        when_full: WhenFull,
+    ) -> Result<u64, ExecuteError> {
+        let decision = self
+            .execute(Command::DeleteAgent { agent }, when_full)
+            .await?;
+        let deleted = decision.events.last().expect("a delete records agent_deleted");
+        self.pulses().forget(agent);
+        Ok(deleted.seq)
     }
 
     /// Registers agents in `tenant`, all queued before any is awaited so that they share

@@ -1,4 +1,5 @@
-//! `/v1/agents`: register agents, read them, pause/resume/terminate them, and wake them.
+//! `/v1/agents`: register agents, read, change and delete them, pause/resume/terminate them,
+//! and wake them; `/v1/operator/token`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -14,6 +15,8 @@ use super::error::ApiError;
 use super::pulses::PulseView;
 use super::query::Query;
 use crate::engine::agent::{Agent, AgentId, AgentSpec};
+use crate::engine::agent_update::SpecChange;
+use crate::engine::event::EventKind;
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
 
@@ -192,6 +195,95 @@ pub async fn rotate_token(
         .rotate_agent_token(agent, crate::writer::WhenFull::Refuse)
         .await?;
     Ok(Json(RotatedToken { agent, token, seq }))
+}
+
+/// The answer to a change: the agent as it is now, what changed, and the change's seq (absent
+/// when the change left the spec as it was: nothing was recorded).
+#[derive(Debug, Serialize)]
+pub struct Updated {
+    pub agent: Agent,
+    pub changed: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    /// What may stop its runs though the spec is valid (a coding CLI not installed).
+    pub warnings: Vec<String>,
+}
+
+/// `PATCH /v1/agents/{id}` (operator only): a JSON merge patch on the agent's spec, validated
+/// like a create; see docs/api.md, "Changing an agent", for what it does to timers, queued runs,
+/// pause, cap and breaker.
+pub async fn update(
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Updated>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    caller.operated_agent(agent)?;
+    let patch: serde_json::Value = parse_json(body)?;
+    let event = caller
+        .shell
+        .update_agent(
+            agent,
+            SpecChange::Merge(patch),
+            crate::writer::WhenFull::Refuse,
+        )
+        .await?;
+    let agent = caller.agent(agent)?;
+    let warnings = crate::exec::coding_cli::save_warnings(&agent.spec.adapter).await;
+    let (changed, seq) = match event {
+        Some(event) => match event.kind {
+            EventKind::AgentUpdated { changed, .. } => (changed, Some(event.seq)),
+            other => unreachable!("an update records agent_updated, not {}", other.type_name()),
+        },
+        None => (Vec::new(), None),
+    };
+    Ok(Json(Updated {
+        agent,
+        changed,
+        seq,
+        warnings,
+    }))
+}
+
+/// The answer to a delete.
+#[derive(Debug, Serialize)]
+pub struct Deleted {
+    pub agent: AgentId,
+    pub name: String,
+    pub seq: u64,
+}
+
+/// `DELETE /v1/agents/{id}` (operator only): terminates the agent if it is not, then forgets
+/// it; its events stay in the log, its name is free again, its id is never reused.
+pub async fn delete(caller: Caller, Path(id): Path<String>) -> Result<Json<Deleted>, ApiError> {
+    let agent = AgentId(parse_id("id", &id)?);
+    let name = caller.operated_agent(agent)?.name;
+    let seq = caller
+        .shell
+        .delete_agent(agent, crate::writer::WhenFull::Refuse)
+        .await?;
+    Ok(Json(Deleted { agent, name, seq }))
+}
+
+/// The answer to an operator token rotation: the tenant's new token, shown this once.
+#[derive(Debug, Serialize)]
+pub struct RotatedOperatorToken {
+    pub tenant: String,
+    pub token: String,
+    pub seq: u64,
+}
+
+/// `POST /v1/operator/token` (operator only): replaces the caller's own operator token. The old
+/// one stops working at once; a restart with the same configuration keeps the new one.
+pub async fn rotate_operator_token(
+    caller: Caller,
+) -> Result<Json<RotatedOperatorToken>, ApiError> {
+    let tenant = caller.operator()?.to_string();
+    let (token, seq) = caller
+        .shell
+        .rotate_operator_token(&tenant, crate::writer::WhenFull::Refuse)
+        .await?;
+    Ok(Json(RotatedOperatorToken { tenant, token, seq }))
 }
 
 /// The optional body of the pause endpoints.

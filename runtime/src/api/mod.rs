@@ -75,7 +75,13 @@ pub fn router(gate: Gate) -> Router {
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .route("/v1/agents", get(agents::list).post(agents::create))
-        .route("/v1/agents/{id}", get(agents::show))
+        .route(
+            "/v1/agents/{id}",
+            get(agents::show)
+                .patch(agents::update)
+                .delete(agents::delete),
+        )
+        .route("/v1/operator/token", post(agents::rotate_operator_token))
         .route("/v1/agents/{id}/pause", post(agents::pause))
         .route(
             "/v1/agents/{id}/pause_heartbeats",

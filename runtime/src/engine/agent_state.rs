@@ -126,6 +126,11 @@ impl AgentState {
         }
     }
 
+    /// The agent's finished runs held, in the order they finished.
+    pub(super) fn finished_order(&self) -> impl Iterator<Item = &FinishedAt> {
+        self.finished_order.iter()
+    }
+
     /// Forgets the agent's oldest idempotency key (the node is over its node-wide cap).
     pub(super) fn evict_oldest_key(&mut self) {
         let (_, key) = self.key_ages.pop_first().expect("an agent evicted has keys");

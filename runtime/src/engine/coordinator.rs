@@ -787,6 +787,8 @@ impl Coordinator {
             | EventKind::TenantBudgetSet { .. }
             | EventKind::SessionReset { .. }
             | EventKind::AgentTokenRotated { .. }
+            | EventKind::AgentUpdated { .. }
+            | EventKind::AgentDeleted { .. }
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }

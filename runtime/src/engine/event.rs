@@ -11,7 +11,7 @@ use super::pause::PausedBy;
 use super::pulse_report::PulseReport;
 use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use super::usage::{MicroUsd, Usage};
-use super::tenant::{TenantName, TokenHash};
+use super::tenant::{TenantName, TokenHash, TokenSetBy};
 use super::wakeup::{RefusalReason, RequestedBy, WakeupId, WakeupSource};
 
 /// One durable fact with its place in the log.
@@ -36,9 +36,11 @@ pub enum EventKind {
     TenantCreated {
         operator_token_hash: TokenHash,
     },
-    /// A tenant's operator token was replaced (from configuration).
+    /// A tenant's operator token was replaced: from configuration (a token configured anew at
+    /// start), or by the tenant's operator (`POST /v1/operator/token`).
     OperatorTokenSet {
         operator_token_hash: TokenHash,
+        by: TokenSetBy,
     },
     /// An agent was registered.
     AgentCreated {
@@ -260,6 +262,21 @@ pub enum EventKind {
         agent: AgentId,
         token_hash: TokenHash,
     },
+    /// An operator changed the agent's spec (storage format 3). `spec` is the whole new spec,
+    /// `changed` the dotted paths of what changed; when `heartbeat.interval_ms` changed, the
+    /// grid starts again at `first_fire_at_ms` (none: the timer was removed) (ADR 0017).
+    AgentUpdated {
+        agent: AgentId,
+        spec: AgentSpec,
+        changed: Vec<String>,
+        first_fire_at_ms: Option<u64>,
+    },
+    /// An operator deleted the (terminated) agent: the node forgets it, its name is free again
+    /// and its id is never reused; its events stay in the log (storage format 3).
+    AgentDeleted {
+        agent: AgentId,
+        name: String,
+    },
 }
 
 impl EventKind {
@@ -294,6 +311,8 @@ impl EventKind {
             EventKind::InputReceived { .. } => "input_received",
             EventKind::IdleFired { .. } => "idle_fired",
             EventKind::AgentTokenRotated { .. } => "agent_token_rotated",
+            EventKind::AgentUpdated { .. } => "agent_updated",
+            EventKind::AgentDeleted { .. } => "agent_deleted",
         }
     }
 
@@ -327,7 +346,9 @@ impl EventKind {
             | EventKind::AgentOffline { agent, .. }
             | EventKind::InputReceived { agent, .. }
             | EventKind::IdleFired { agent, .. }
-            | EventKind::AgentTokenRotated { agent, .. } => Some(*agent),
+            | EventKind::AgentTokenRotated { agent, .. }
+            | EventKind::AgentUpdated { agent, .. }
+            | EventKind::AgentDeleted { agent, .. } => Some(*agent),
         }
     }
 }

@@ -11,6 +11,7 @@
 pub mod agent;
 pub mod agent_error;
 pub mod agent_state;
+pub mod agent_update;
 pub mod breaker;
 pub mod cli_spec;
 pub mod coordinator;
@@ -146,6 +147,20 @@ pub enum Command {
         agent: AgentId,
         token_hash: TokenHash,
     },
+    /// A tenant's operator replaces their own token with the one hashed as `token_hash`.
+    RotateOperatorToken {
+        tenant: TenantName,
+        token_hash: TokenHash,
+    },
+    /// An operator changes an agent's spec.
+    UpdateAgent {
+        agent: AgentId,
+        change: agent_update::SpecChange,
+    },
+    /// An operator deletes an agent: terminated first if it is not, then forgotten.
+    DeleteAgent {
+        agent: AgentId,
+    },
 }
 
 /// Why the engine refused a command. Nothing was decided, nothing needs undoing.
@@ -169,7 +184,7 @@ pub enum Refusal {
     RunNotRunning(RunId),
     #[error("run {0} already finished ({status}); nothing to cancel", status = .1.as_str())]
     RunAlreadyFinished(RunId, RunStatus),
-    #[error("agent {0} is terminated; it cannot be paused or resumed")]
+    #[error("agent {0} is terminated; it cannot be paused, resumed or changed, only deleted")]
     AgentTerminated(AgentId),
     #[error("agent {0} already holds {IDEMPOTENCY_KEYS_PER_AGENT_MAX} idempotency keys from the last 24 h; retry later or send wakeups without a key")]
     TooManyIdempotencyKeys(AgentId),
@@ -215,6 +230,9 @@ pub struct Engine {
     /// Which agent each run held in memory belongs to.
     run_owner: BTreeMap<RunId, AgentId>,
     last_seq: u64,
+    /// The next agent id: one past the highest ever created, deleted agents included, so an
+    /// id is never reused (the log keeps a deleted agent's events under it).
+    next_agent: u64,
     next_wakeup: u64,
     next_run: u64,
     /// Node-wide counts of keys and finished runs, and their eviction orders.
@@ -235,6 +253,7 @@ impl Default for Engine {
             names: BTreeMap::new(),
             run_owner: BTreeMap::new(),
             last_seq: 0,
+            next_agent: 1,
             next_wakeup: 1,
             next_run: 1,
             bounds: NodeBounds::default(),
@@ -511,6 +530,23 @@ impl Engine {
                     },
                 );
             }
+            Command::RotateOperatorToken { tenant, token_hash } => {
+                self.decide_operator_token(&mut draft, tenant, token_hash)?
+            }
+            Command::UpdateAgent { agent, change } => {
+                self.decide_update(&mut draft, *agent, change)?
+            }
+            Command::DeleteAgent { agent } => {
+                let mut coordinator = self.coordinator(*agent)?;
+                coordinator.terminate(&mut draft);
+                draft.emit_global(
+                    coordinator.agent.tenant.clone(),
+                    EventKind::AgentDeleted {
+                        agent: *agent,
+                        name: coordinator.agent.name.clone(),
+                    },
+                );
+            }
             Command::RecoverRuns => {
                 for state in self.agents.values() {
                     let stuck = state.active_run().is_some();
@@ -638,11 +674,13 @@ impl Engine {
             return Err(Refusal::TokenInUse);
         }
         match self.tenants.get(tenant) {
-            Some(existing) if existing.operator_token_hash == *operator_token_hash => {}
+            // Configured as at the last start: a token rotated since stays in force.
+            Some(existing) if existing.configured_token_hash == *operator_token_hash => {}
             Some(_) => draft.emit_global(
                 tenant.to_string(),
                 EventKind::OperatorTokenSet {
                     operator_token_hash: operator_token_hash.clone(),
+                    by: tenant::TokenSetBy::Configuration,
                 },
             ),
             None if self.tenants.len() >= TENANTS_MAX => return Err(Refusal::TooManyTenants),
@@ -653,6 +691,61 @@ impl Engine {
                 },
             ),
         }
+        Ok(())
+    }
+
+    fn decide_operator_token(
+        &self,
+        draft: &mut Draft,
+        tenant: &str,
+        token_hash: &TokenHash,
+    ) -> Result<(), Refusal> {
+        if !self.tenants.contains_key(tenant) {
+            return Err(Refusal::UnknownTenant(tenant.to_string()));
+        }
+        if self.tokens.contains_key(token_hash) {
+            return Err(Refusal::TokenInUse);
+        }
+        draft.emit_global(
+            tenant.to_string(),
+            EventKind::OperatorTokenSet {
+                operator_token_hash: token_hash.clone(),
+                by: tenant::TokenSetBy::Operator,
+            },
+        );
+        Ok(())
+    }
+
+    /// An `agent_updated` when `change` makes a valid spec that differs from the agent's.
+    fn decide_update(
+        &self,
+        draft: &mut Draft,
+        agent: AgentId,
+        change: &agent_update::SpecChange,
+    ) -> Result<(), Refusal> {
+        let current = self.state(agent)?.agent();
+        if current.status == AgentStatus::Terminated {
+            return Err(Refusal::AgentTerminated(agent));
+        }
+        let spec =
+            agent_update::changed_spec(&current.spec, change).map_err(Refusal::InvalidField)?;
+        let holder = self.names.get(&(current.tenant.clone(), spec.name.clone()));
+        if holder.is_some_and(|holder| *holder != agent) {
+            return Err(Refusal::NameTaken(spec.name));
+        }
+        let changed = agent_update::changed_fields(&current.spec, &spec);
+        if changed.is_empty() {
+            return Ok(());
+        }
+        draft.emit_global(
+            current.tenant.clone(),
+            EventKind::AgentUpdated {
+                agent,
+                first_fire_at_ms: agent_update::first_fire_at_ms(agent, &spec, draft.now_ms()),
+                spec,
+                changed,
+            },
+        );
         Ok(())
     }
 
@@ -679,7 +772,7 @@ impl Engine {
         if self.tokens.contains_key(token_hash) {
             return Err(Refusal::TokenInUse);
         }
-        let id = AgentId(self.agents.keys().next_back().map_or(1, |last| last.0 + 1));
+        let id = AgentId(self.next_agent);
         let now_ms = draft.now_ms();
         draft.emit_global(
             tenant.to_string(),
@@ -716,6 +809,7 @@ impl Engine {
                 let tenant = Tenant {
                     name: event.tenant.clone(),
                     operator_token_hash: operator_token_hash.clone(),
+                    configured_token_hash: operator_token_hash.clone(),
                     daily_budget_usd: None,
                     day_spend: usage::DaySpend::default(),
                 };
@@ -733,6 +827,7 @@ impl Engine {
             }
             EventKind::OperatorTokenSet {
                 operator_token_hash,
+                by,
             } => {
                 let tenant = self
                     .tenants
@@ -740,6 +835,9 @@ impl Engine {
                     .expect("token set for a known tenant");
                 self.tokens.remove(&tenant.operator_token_hash);
                 tenant.operator_token_hash = operator_token_hash.clone();
+                if *by == tenant::TokenSetBy::Configuration {
+                    tenant.configured_token_hash = operator_token_hash.clone();
+                }
                 self.tokens.insert(
                     operator_token_hash.clone(),
                     Principal::Operator {
@@ -792,6 +890,11 @@ impl Engine {
                 self.due
                     .refile(*agent, Deadlines::default(), Deadlines::of(&state));
                 assert!(
+                    agent.0 >= self.next_agent,
+                    "agent {agent} created twice, or out of order"
+                );
+                self.next_agent = agent.0 + 1;
+                assert!(
                     self.agents.insert(*agent, Box::new(state)).is_none(),
                     "agent {agent} created twice"
                 );
@@ -826,6 +929,13 @@ impl Engine {
                     },
                 );
             }
+            EventKind::AgentUpdated {
+                agent,
+                spec,
+                first_fire_at_ms,
+                ..
+            } => self.apply_update(event, *agent, spec, *first_fire_at_ms),
+            EventKind::AgentDeleted { agent, .. } => self.apply_delete(event, *agent),
             kind => {
                 let agent = kind.agent().expect("every other event is about an agent");
                 let state = self
@@ -882,6 +992,58 @@ impl Engine {
         self.last_seq = event.seq;
     }
 
+    /// Folds `agent_updated`: the new spec and name, the deadlines it implies, refiled.
+    fn apply_update(
+        &mut self,
+        event: &Event,
+        agent: AgentId,
+        spec: &AgentSpec,
+        first_fire_at_ms: Option<u64>,
+    ) {
+        let state = self
+            .agents
+            .get_mut(&agent)
+            .unwrap_or_else(|| panic!("agent_updated for unknown agent {agent}"));
+        assert_eq!(state.agent().tenant, event.tenant, "event filed under the wrong tenant");
+        let before = Deadlines::of(state);
+        let old_name = state.agent().name.clone();
+        agent_update::fold(&mut state.coordinator.agent, spec, first_fire_at_ms, event.at_ms);
+        self.due.refile(agent, before, Deadlines::of(state));
+        if old_name != spec.name {
+            self.names.remove(&(event.tenant.clone(), old_name));
+            self.names.insert((event.tenant.clone(), spec.name.clone()), agent);
+        }
+    }
+
+    /// Folds `agent_deleted`: the agent, its token, name, deadlines, runs and keys leave every
+    /// index and count. Its decision terminated it first, so nothing of it is queued or running.
+    fn apply_delete(&mut self, event: &Event, agent: AgentId) {
+        let state = self
+            .agents
+            .remove(&agent)
+            .unwrap_or_else(|| panic!("agent_deleted for unknown agent {agent}"));
+        assert_eq!(state.agent().tenant, event.tenant, "event filed under the wrong tenant");
+        assert!(
+            state.agent().status == AgentStatus::Terminated && state.active_run().is_none(),
+            "agent {agent} deleted while not terminated"
+        );
+        self.names
+            .remove(&(event.tenant.clone(), state.agent().name.clone()));
+        self.tokens.remove(&state.agent().token_hash);
+        self.due.refile(agent, Deadlines::of(&state), Deadlines::default());
+        let no_keys = node_bounds::KeySummary {
+            held: 0,
+            oldest_at_ms: None,
+        };
+        self.bounds.keys_changed(agent, state.key_summary(), no_keys);
+        for finished in state.finished_order() {
+            self.bounds.run_evicted(*finished);
+        }
+        for run in state.runs() {
+            self.run_owner.remove(&run.id);
+        }
+    }
+
     /// Evicts what the node holds beyond its node-wide limits, oldest first. Keys: `decide`
     /// admits a new key at the cap only when the oldest has expired, so only expired keys go
     /// (a log written under a larger cap may evict live ones on replay: memory stays bounded).
@@ -925,3 +1087,5 @@ impl Engine {
 mod tests;
 #[cfg(test)]
 mod bounds_tests;
+#[cfg(test)]
+mod lifecycle_tests;

@@ -32,6 +32,16 @@ impl TokenHash {
     }
 }
 
+/// Where a tenant's new operator token came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TokenSetBy {
+    /// The node's configuration named a token other than the one last configured.
+    Configuration,
+    /// The tenant's operator rotated it through the API.
+    Operator,
+}
+
 /// Who is calling, as established by a token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
@@ -55,6 +65,10 @@ impl Principal {
 pub struct Tenant {
     pub name: TenantName,
     pub operator_token_hash: TokenHash,
+    /// The token configuration last set (at creation, or `operator_token_set` by
+    /// configuration): a start configuring this same token changes nothing, so a token the
+    /// operator rotated since stays in force; configuring another token replaces it.
+    pub configured_token_hash: TokenHash,
     /// The most the tenant's agents together may spend on model calls per UTC day.
     pub daily_budget_usd: Option<MicroUsd>,
     /// The tenant's model usage on the latest UTC day that saw any.

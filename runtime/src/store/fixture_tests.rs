@@ -14,6 +14,7 @@ use serde_json::json;
 
 use super::{record, Store, EVENTS};
 use crate::engine::agent::{AgentId, AgentSpec};
+use crate::engine::agent_update::SpecChange;
 use crate::engine::breaker::FailureCause;
 use crate::engine::event::Event;
 use crate::engine::history::{HistoryMessage, Role};
@@ -60,6 +61,8 @@ const FORMAT_1_TYPES: [&str; 27] = [
 
 /// What format 2 added.
 const FORMAT_2_ADDED: [&str; 1] = ["agent_token_rotated"];
+/// Format 3 added these types (and `operator_token_set`'s `by`).
+const FORMAT_3_ADDED: [&str; 2] = ["agent_updated", "agent_deleted"];
 
 fn fixture_path(format: u64) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -156,7 +159,31 @@ fn write_story(store: Store) -> Engine {
         },
         T0 + 400 * MINUTE,
     );
+    lifecycle(&mut story, llm);
     story.engine
+}
+
+/// Format 3: an operator changes the LLM agent's timer and cap, rotates their own token, and
+/// deletes an agent that was running.
+fn lifecycle(story: &mut Story, llm: AgentId) {
+    let change = json!({"heartbeat": {"interval_ms": 45 * MINUTE}, "limits": {"daily_cap": 12}});
+    story.step(
+        Command::UpdateAgent {
+            agent: llm,
+            change: SpecChange::Merge(change),
+        },
+        T0 + 410 * MINUTE,
+    );
+    story.step(
+        Command::RotateOperatorToken {
+            tenant: "acme".into(),
+            token_hash: TokenHash::of("op-acme-rotated"),
+        },
+        T0 + 420 * MINUTE,
+    );
+    let scratch = story.create("beta", json!({"name": "scratch"}), T0 + 430 * MINUTE);
+    story.wake(scratch, on_demand("short-lived"), T0 + 431 * MINUTE);
+    story.step(Command::DeleteAgent { agent: scratch }, T0 + 440 * MINUTE);
 }
 
 fn tenants(story: &mut Story) {
@@ -502,7 +529,14 @@ fn state_of(engine: &Engine) -> serde_json::Value {
         .collect();
     let tenants: Vec<serde_json::Value> = engine
         .tenants()
-        .map(|tenant| json!({"name": tenant.name, "budget": tenant.daily_budget_usd}))
+        .map(|tenant| {
+            json!({
+                "name": tenant.name,
+                "budget": tenant.daily_budget_usd,
+                "operator_token_hash": tenant.operator_token_hash.0,
+                "configured_token_hash": tenant.configured_token_hash.0,
+            })
+        })
         .collect();
     json!({"last_seq": engine.last_seq(), "tenants": tenants, "agents": agents})
 }
@@ -519,6 +553,7 @@ fn the_story_writes_every_event_type_of_the_current_format() {
     let missing: Vec<&str> = FORMAT_1_TYPES
         .into_iter()
         .chain(FORMAT_2_ADDED)
+        .chain(FORMAT_3_ADDED)
         .filter(|name| !events.iter().any(|e| e.kind.type_name() == *name))
         .collect();
     assert!(missing.is_empty(), "the story never writes {missing:?}");
@@ -579,4 +614,10 @@ fn format_1_fixture_recovers_byte_for_byte_into_the_same_state() {
 fn format_2_fixture_recovers_byte_for_byte_into_the_same_state() {
     let state = fixture_recovers_byte_for_byte(2);
     insta::assert_snapshot!("format_2_fixture_state", state);
+}
+
+#[test]
+fn format_3_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let state = fixture_recovers_byte_for_byte(3);
+    insta::assert_snapshot!("format_3_fixture_state", state);
 }

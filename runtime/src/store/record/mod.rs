@@ -13,6 +13,8 @@
 //! - **1**: JSON of an [`current::EventRecord`] per log entry, keyed by `seq`. Databases written
 //!   before the format was recorded hold exactly this and are read as format 1.
 //! - **2**: adds `agent_token_rotated`. Every format-1 record is a format-2 record unchanged.
+//! - **3**: adds `agent_updated`, `agent_deleted` and `operator_token_set`'s `by` (absent:
+//!   `configuration`). Every format-2 record is a format-3 record unchanged.
 //!
 //! How a format changes: a change that only *adds* (an event type, an optional field with a
 //! meaning for its absence) extends the types in [`current`] and bumps [`FORMAT_VERSION`]; older
@@ -26,8 +28,9 @@ pub mod current;
 use crate::engine::event::Event;
 
 /// The format this build writes. A database of a newer format is refused at open; an older one
-/// is read through this module (format 1 with the current types: format 2 only added).
-pub const FORMAT_VERSION: u64 = 2;
+/// is read through this module (formats 1 and 2 with the current types: later formats only
+/// added).
+pub const FORMAT_VERSION: u64 = 3;
 
 /// Why a stored record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,8 +45,8 @@ pub fn encode(event: &Event) -> Vec<u8> {
     serde_json::to_vec(&current::EventRecord::from(event)).expect("records always serialize")
 }
 
-/// The event stored as `bytes` under `seq`, in format `format` (1 or 2: the same types read
-/// both, since 2 only added).
+/// The event stored as `bytes` under `seq`, in format `format` (1 to 3: the same types read
+/// all, since each later format only added).
 pub fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, RecordError> {
     debug_assert!(
         (1..=FORMAT_VERSION).contains(&format),

@@ -1,5 +1,6 @@
-//! The event log's records in the current storage format (2), which reads format 1 too: format
-//! 2 only added `agent_token_rotated`.
+//! The event log's records in the current storage format (3), which reads formats 1 and 2 too:
+//! format 2 only added `agent_token_rotated`, format 3 `agent_updated`, `agent_deleted` and
+//! `operator_token_set`'s `by` (absent: `configuration`, the only source before format 3).
 //!
 //! The JSON of a record is exactly what the log held before the format was recorded (the
 //! engine's own encoding of that time), so a database from then reads as format 1.
@@ -11,7 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use self::values::{
     micro_usd_of, usd_of, AgentErrorReason, ErrorClass, FailureCause, PausedBy, PulseReport,
-    RefusalReason, RequestedBy, RunReport, RunStatus, StopReason, Usage, WakeupSource,
+    RefusalReason, RequestedBy, RunReport, RunStatus, StopReason, TokenSetBy, Usage,
+    WakeupSource,
 };
 use crate::engine::agent::AgentId;
 use crate::engine::daily_cap::LocalDay;
@@ -45,6 +47,10 @@ pub enum KindRecord {
     },
     OperatorTokenSet {
         operator_token_hash: String,
+        /// Format 3; absent before, when configuration was the only source, and still absent for
+        /// that source (so older records re-encode to their own bytes).
+        #[serde(default = "pinned_token_set_by", skip_serializing_if = "by_configuration")]
+        by: TokenSetBy,
     },
     AgentCreated {
         agent: u64,
@@ -205,6 +211,25 @@ pub enum KindRecord {
         agent: u64,
         token_hash: String,
     },
+    AgentUpdated {
+        agent: u64,
+        spec: Box<spec::AgentSpec>,
+        changed: Vec<String>,
+        first_fire_at_ms: Option<u64>,
+    },
+    AgentDeleted {
+        agent: u64,
+        name: String,
+    },
+}
+
+/// What an `operator_token_set` without `by` (formats 1 and 2) meant: set from configuration.
+fn pinned_token_set_by() -> TokenSetBy {
+    TokenSetBy::Configuration
+}
+
+fn by_configuration(by: &TokenSetBy) -> bool {
+    *by == TokenSetBy::Configuration
 }
 
 impl KindRecord {
@@ -239,6 +264,8 @@ impl KindRecord {
             KindRecord::InputReceived { .. } => "input_received",
             KindRecord::IdleFired { .. } => "idle_fired",
             KindRecord::AgentTokenRotated { .. } => "agent_token_rotated",
+            KindRecord::AgentUpdated { .. } => "agent_updated",
+            KindRecord::AgentDeleted { .. } => "agent_deleted",
         }
     }
 }
@@ -310,7 +337,9 @@ impl From<&EventKind> for KindRecord {
             | EventKind::SessionReset { .. }
             | EventKind::InputReceived { .. }
             | EventKind::IdleFired { .. }
-            | EventKind::AgentTokenRotated { .. } => agent_record(kind),
+            | EventKind::AgentTokenRotated { .. }
+            | EventKind::AgentUpdated { .. }
+            | EventKind::AgentDeleted { .. } => agent_record(kind),
             EventKind::RunRequeued { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunFinished { .. }
@@ -341,8 +370,10 @@ fn tenant_record(kind: &EventKind) -> KindRecord {
         },
         EventKind::OperatorTokenSet {
             operator_token_hash,
+            by,
         } => KindRecord::OperatorTokenSet {
             operator_token_hash: operator_token_hash.0.clone(),
+            by: (*by).into(),
         },
         EventKind::TenantBudgetSet { daily_budget_usd } => KindRecord::TenantBudgetSet {
             daily_budget_usd: daily_budget_usd.map(usd_of),
@@ -410,6 +441,21 @@ fn agent_record(kind: &EventKind) -> KindRecord {
         EventKind::AgentTokenRotated { agent, token_hash } => KindRecord::AgentTokenRotated {
             agent: agent.0,
             token_hash: token_hash.0.clone(),
+        },
+        EventKind::AgentUpdated {
+            agent,
+            spec,
+            changed,
+            first_fire_at_ms,
+        } => KindRecord::AgentUpdated {
+            agent: agent.0,
+            spec: Box::new(spec.into()),
+            changed: changed.clone(),
+            first_fire_at_ms: *first_fire_at_ms,
+        },
+        EventKind::AgentDeleted { agent, name } => KindRecord::AgentDeleted {
+            agent: agent.0,
+            name: name.clone(),
         },
         other => unreachable!("{} is not in this group", other.type_name()),
     }
@@ -614,7 +660,9 @@ impl KindRecord {
             | KindRecord::SessionReset { .. }
             | KindRecord::InputReceived { .. }
             | KindRecord::IdleFired { .. }
-            | KindRecord::AgentTokenRotated { .. }) => agent_event(record),
+            | KindRecord::AgentTokenRotated { .. }
+            | KindRecord::AgentUpdated { .. }
+            | KindRecord::AgentDeleted { .. }) => agent_event(record),
             record @ (KindRecord::RunRequeued { .. }
             | KindRecord::RunStarted { .. }
             | KindRecord::RunFinished { .. }
@@ -645,8 +693,10 @@ fn tenant_event(record: KindRecord) -> Result<EventKind, Problem> {
         },
         KindRecord::OperatorTokenSet {
             operator_token_hash,
+            by,
         } => EventKind::OperatorTokenSet {
             operator_token_hash: TokenHash(operator_token_hash),
+            by: by.into(),
         },
         KindRecord::TenantBudgetSet { daily_budget_usd } => EventKind::TenantBudgetSet {
             daily_budget_usd: daily_budget_usd
@@ -723,6 +773,23 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
         KindRecord::AgentTokenRotated { agent, token_hash } => EventKind::AgentTokenRotated {
             agent: AgentId(agent),
             token_hash: TokenHash(token_hash),
+        },
+        KindRecord::AgentUpdated {
+            agent,
+            spec,
+            changed,
+            first_fire_at_ms,
+        } => EventKind::AgentUpdated {
+            agent: AgentId(agent),
+            spec: spec
+                .into_engine()
+                .map_err(|(field, message)| Problem::new(field, message))?,
+            changed,
+            first_fire_at_ms: optional_instant("first_fire_at_ms", first_fire_at_ms)?,
+        },
+        KindRecord::AgentDeleted { agent, name } => EventKind::AgentDeleted {
+            agent: AgentId(agent),
+            name,
         },
         other => unreachable!("{} is not in this group", other.type_name()),
     })

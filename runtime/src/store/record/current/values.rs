@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::{
     agent, agent_error, breaker, cli_spec, history, liveness, llm_spec, pause, pulse_report, run,
-    usage, wakeup,
+    tenant, usage, wakeup,
 };
 
 /// A stored enum of plain snake_case names and its conversions to and from its engine twin.
@@ -45,6 +45,7 @@ stored_names!(WebhookMode <=> cli_spec::WebhookMode { Sync, Async });
 stored_names!(Detector <=> liveness::Detector { Fixed, PhiAccrual });
 stored_names!(WhilePaused <=> pause::WhilePaused { AllowOnDemand, RefuseAll });
 stored_names!(PausedBy <=> pause::PausedBy { Operator, Agent });
+stored_names!(TokenSetBy <=> tenant::TokenSetBy { Configuration, Operator });
 stored_names!(FailureCause <=> breaker::FailureCause { Llm, Tool });
 stored_names!(AgentErrorReason <=> agent_error::AgentErrorReason { RestartLoop, BreakerAtCap });
 stored_names!(ReportedStatus <=> pulse_report::ReportedStatus {

@@ -1,0 +1,213 @@
+//! Changing an agent's spec (`PATCH /v1/agents/{id}`, `vigil fleet apply`) and what the change
+//! does to the state the engine keeps beside the spec.
+//!
+//! A change is decided against the spec held when the writer decides it (never one the caller
+//! read earlier), so two changes sent at once both land. The new spec is validated exactly as a
+//! create is. What it does (docs/api.md, "Changing an agent"):
+//! - a new `heartbeat.interval_ms` re-anchors the timer grid: the next slot is one new interval
+//!   (plus the agent's jitter) after the change, none when the timer was removed; an unchanged
+//!   interval keeps the grid;
+//! - a new `heartbeat.idle_after_ms` restarts the idle chamber from the change;
+//! - queued runs stay queued and start with the new spec; a running run ends with the spec it
+//!   started with;
+//! - a pause, the day's cap count and spend, the breaker's state and a cooldown in progress are
+//!   kept; new limits apply from the next decision that reads them.
+
+use serde_json::Value;
+
+use super::agent::FieldError;
+use super::agent::{Agent, AgentId, AgentSpec};
+use super::schedule;
+
+/// Most field paths an `agent_updated` event lists; a change touching more lists the first ones
+/// (the event's `spec` is the whole new spec either way).
+pub const CHANGED_FIELDS_MAX: usize = 64;
+
+/// How a change gives the new spec.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SpecChange {
+    /// A JSON merge patch (RFC 7396) on the spec as the API shows it: objects merge key by key,
+    /// `null` removes a key (its default applies again), anything else replaces.
+    Merge(Value),
+    /// The whole new spec (a fleet file's declaration).
+    Replace(AgentSpec),
+}
+
+// A patch is JSON from a request: never a float NaN, so equality is an equivalence.
+impl Eq for SpecChange {}
+
+/// The spec `change` makes of `current`, validated like a create's.
+pub fn changed_spec(current: &AgentSpec, change: &SpecChange) -> Result<AgentSpec, FieldError> {
+    let spec = match change {
+        SpecChange::Replace(spec) => spec.clone(),
+        SpecChange::Merge(patch) => merged(current, patch)?,
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+fn merged(current: &AgentSpec, patch: &Value) -> Result<AgentSpec, FieldError> {
+    if !patch.is_object() {
+        return Err(FieldError::new(
+            "body",
+            "a change is a JSON object holding the spec fields to change (a JSON merge patch)",
+        ));
+    }
+    let mut value = serde_json::to_value(current).expect("a spec serialises");
+    merge_patch(&mut value, patch);
+    serde_path_to_error::deserialize(value).map_err(|error| {
+        let path = error.path().to_string();
+        let message = error.inner().to_string();
+        FieldError::new(field_of(&path, &message), message)
+    })
+}
+
+/// RFC 7396: applies `patch` to `target`.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(changes) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let fields = target.as_object_mut().expect("made an object above");
+    for (key, change) in changes {
+        if change.is_null() {
+            fields.remove(key);
+        } else {
+            merge_patch(fields.entry(key.clone()).or_insert(Value::Null), change);
+        }
+    }
+}
+
+/// The field a spec error is about: serde's path, or the name quoted in "unknown field `x`".
+fn field_of(path: &str, message: &str) -> String {
+    if !path.is_empty() && path != "." && path != "?" {
+        return path.to_string();
+    }
+    message
+        .strip_prefix("unknown field `")
+        .or_else(|| message.strip_prefix("missing field `"))
+        .and_then(|quoted| quoted.split('`').next())
+        .unwrap_or("body")
+        .to_string()
+}
+
+/// The dotted paths of the values that differ between `old` and `new` (objects compared key by
+/// key, anything else whole), in key order, at most `CHANGED_FIELDS_MAX`.
+pub fn changed_fields(old: &AgentSpec, new: &AgentSpec) -> Vec<String> {
+    let old = serde_json::to_value(old).expect("a spec serialises");
+    let new = serde_json::to_value(new).expect("a spec serialises");
+    let mut paths = Vec::new();
+    diff("", &old, &new, &mut paths);
+    paths.truncate(CHANGED_FIELDS_MAX);
+    paths
+}
+
+fn diff(at: &str, old: &Value, new: &Value, paths: &mut Vec<String>) {
+    if old == new || paths.len() >= CHANGED_FIELDS_MAX {
+        return;
+    }
+    let (Value::Object(old_fields), Value::Object(new_fields)) = (old, new) else {
+        paths.push(at.to_string());
+        return;
+    };
+    let keys: std::collections::BTreeSet<&String> =
+        old_fields.keys().chain(new_fields.keys()).collect();
+    for key in keys {
+        let path = if at.is_empty() {
+            key.clone()
+        } else {
+            format!("{at}.{key}")
+        };
+        let absent = Value::Null;
+        let before = old_fields.get(key).unwrap_or(&absent);
+        let after = new_fields.get(key).unwrap_or(&absent);
+        diff(&path, before, after, paths);
+    }
+}
+
+/// The first slot of a re-anchored timer grid for `agent` changed at `now_ms` to `new`; `None`
+/// when the new spec has no timer.
+pub fn first_fire_at_ms(agent: AgentId, new: &AgentSpec, now_ms: u64) -> Option<u64> {
+    new.heartbeat.interval_ms.map(|interval_ms| {
+        now_ms
+            .saturating_add(interval_ms)
+            .saturating_add(schedule::jitter_ms(agent.0, interval_ms))
+    })
+}
+
+/// Folds an `agent_updated` at `at_ms` into `agent`: the new spec and name, and the timer and
+/// idle deadlines its heartbeat implies (see the module's list).
+pub fn fold(agent: &mut Agent, spec: &AgentSpec, first_fire_at_ms: Option<u64>, at_ms: u64) {
+    if spec.heartbeat.interval_ms != agent.spec.heartbeat.interval_ms {
+        agent.next_fire_at_ms = first_fire_at_ms;
+    }
+    if spec.heartbeat.idle_after_ms != agent.spec.heartbeat.idle_after_ms {
+        agent.next_idle_at_ms = spec
+            .heartbeat
+            .idle_after_ms
+            .map(|after| at_ms.saturating_add(after));
+    }
+    agent.name = spec.name.clone();
+    agent.spec = spec.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(value: Value) -> AgentSpec {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_merge_patch_changes_only_what_it_names_and_null_restores_the_default() {
+        let current = spec(
+            json!({"name": "a", "heartbeat": {"interval_ms": 60_000}, "limits": {"daily_cap": 5}}),
+        );
+        let patch = json!({"heartbeat": {"idle_after_ms": 120_000}, "limits": {"daily_cap": null}});
+        let new = changed_spec(&current, &SpecChange::Merge(patch)).unwrap();
+        assert_eq!(new.heartbeat.interval_ms, Some(60_000));
+        assert_eq!(new.heartbeat.idle_after_ms, Some(120_000));
+        assert_eq!(new.limits, spec(json!({"name": "a"})).limits);
+        assert_eq!(
+            changed_fields(&current, &new),
+            vec!["heartbeat.idle_after_ms", "limits.daily_cap"]
+        );
+    }
+
+    #[test]
+    fn a_patch_is_validated_like_a_create_and_names_the_field() {
+        let current = spec(json!({"name": "a"}));
+        let too_short = json!({"heartbeat": {"interval_ms": 1}});
+        let error = changed_spec(&current, &SpecChange::Merge(too_short)).unwrap_err();
+        assert_eq!(error.field, "heartbeat.interval_ms");
+        let unknown = json!({"limits": {"daily_kap": 3}});
+        let error = changed_spec(&current, &SpecChange::Merge(unknown)).unwrap_err();
+        assert_eq!(error.field, "limits.daily_kap");
+        assert!(error.message.contains("daily_kap"), "{}", error.message);
+        let wrong_type = json!({"time_zone": 7});
+        let error = changed_spec(&current, &SpecChange::Merge(wrong_type)).unwrap_err();
+        assert_eq!(error.field, "time_zone");
+        let not_an_object = json!(["name"]);
+        let error = changed_spec(&current, &SpecChange::Merge(not_an_object)).unwrap_err();
+        assert_eq!(error.field, "body");
+    }
+
+    #[test]
+    fn changed_fields_stop_at_their_limit() {
+        let mut old = serde_json::Map::new();
+        let mut new = serde_json::Map::new();
+        for i in 0..CHANGED_FIELDS_MAX + 5 {
+            old.insert(format!("k{i:03}"), json!(1));
+            new.insert(format!("k{i:03}"), json!(2));
+        }
+        let mut paths = Vec::new();
+        diff("", &Value::Object(old), &Value::Object(new), &mut paths);
+        assert_eq!(paths.len(), CHANGED_FIELDS_MAX);
+        assert_eq!(paths[0], "k000");
+    }
+}
