@@ -55,24 +55,26 @@ impl Server {
     }
 
     /// Spawns `command` (a `vigil serve` in `dir`) and reads its first line for the address.
-    fn attach(mut command: Command, dir: PathBuf) -> Server {
-        let mut child = command.spawn().expect("vigil serve starts");
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        // The guard exists before the first assertion, so a bad start still kills the child.
-        let mut server = Server {
+    fn attach(command: Command, dir: PathBuf) -> Server {
+        let (child, stdout, url) = spawn_serve(command);
+        Server {
             child,
             _stdout: stdout,
-            url: String::new(),
+            url,
             dir,
-        };
-        let addr = line
-            .strip_prefix("vigil listening on http://")
-            .and_then(|rest| rest.split_whitespace().next())
-            .unwrap_or_else(|| panic!("unexpected first line from vigil serve: {line:?}"));
-        server.url = format!("http://{addr}");
-        server
+        }
+    }
+
+    /// Kills the node (SIGKILL) and starts another on the same data directory and fleet file,
+    /// with `env`.
+    fn restart(&mut self, env: &[(&str, &str)]) {
+        let mut command = serve_command(&self.data_dir(), &self.dir);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        (self.child, self._stdout, self.url) = spawn_serve(command);
     }
 
     /// Waits until the node is ready and has applied the fleet (it listens before both), for at
@@ -167,6 +169,25 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Spawns a `vigil serve` and reads its first line for the address; a bad first line kills the
+/// child before the test fails.
+fn spawn_serve(mut command: Command) -> (Child, BufReader<ChildStdout>, String) {
+    let mut child = command.spawn().expect("vigil serve starts");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let _ = stdout.read_line(&mut line);
+    let addr = line
+        .strip_prefix("vigil listening on http://")
+        .and_then(|rest| rest.split_whitespace().next());
+    let Some(addr) = addr else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("unexpected first line from vigil serve: {line:?}");
+    };
+    let url = format!("http://{addr}");
+    (child, stdout, url)
 }
 
 /// A fresh directory for one test, holding the test fleet.
@@ -934,5 +955,202 @@ fn agent_rotate_token_prints_the_new_token_alone_and_the_old_one_stops_working()
     assert!(
         refused.contains("401") || refused.contains("unauthenticated") || refused.contains("token"),
         "{refused}"
+    );
+}
+
+#[test]
+fn agents_are_updated_and_deleted_from_the_cli() {
+    let server = Server::start("update-delete", &[], &[]);
+    server.wait_for_fleet(None);
+    let args = [
+        "agent",
+        "update",
+        "worker",
+        "--interval",
+        "5m",
+        "--daily-cap",
+        "3",
+    ];
+    let updated = server.ok(&args);
+    assert!(
+        updated.contains("updated agent")
+            && updated.contains("heartbeat.interval_ms, limits.daily_cap"),
+        "{updated}"
+    );
+    let shown = server.json(&["agent", "show", "worker"]);
+    assert_eq!(
+        shown["spec"]["heartbeat"]["interval_ms"], 300_000,
+        "{shown}"
+    );
+    assert_eq!(shown["spec"]["limits"]["daily_cap"], 3, "{shown}");
+    assert!(
+        shown["next_fire_at_ms"].as_u64().is_some(),
+        "a timer now: {shown}"
+    );
+    assert!(server.ok(&args).contains("unchanged"));
+    let refused = server.fails(&[
+        "agent",
+        "update",
+        "worker",
+        "--patch",
+        r#"{"time_zone": "Mars/Olympus"}"#,
+    ]);
+    assert!(refused.contains("(field: time_zone)"), "{refused}");
+    // A running agent is terminated, then forgotten; its name is free again, its id is not.
+    let run = number_after(&server.ok(&["agent", "wake", "hanger"]), "run");
+    server.wait_run(run, "running", |run| run["status"] == "running");
+    let hanger = server.json(&["agent", "show", "hanger"])["id"]
+        .as_u64()
+        .unwrap();
+    let deleted = server.ok(&["agent", "delete", "hanger"]);
+    assert!(
+        deleted.contains(&format!("deleted agent {hanger} hanger")),
+        "{deleted}"
+    );
+    let gone = server.fails(&["agent", "show", &hanger.to_string()]);
+    assert!(
+        gone.contains(&format!("no agent with id {hanger}")),
+        "{gone}"
+    );
+    let events = server.ok(&["events", "tail"]);
+    for kind in ["agent_updated", "agent_terminated", "agent_deleted"] {
+        assert!(events.contains(kind), "no {kind} in the log:\n{events}");
+    }
+    let again = server.ok(&["agent", "create", "--name", "hanger"]);
+    assert!(number_after(&again, "agent") > hanger, "{again}");
+}
+
+#[test]
+fn a_rotated_operator_token_is_written_back_and_kept_across_restarts() {
+    let mut server = Server::start("rotate-operator", &[], &[]);
+    server.wait_for_fleet(None);
+    let token_file = server.data_dir().join("operator-token");
+    let old = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    let new = server.ok(&["operator", "rotate-token"]).trim().to_string();
+    assert!(new.starts_with("vgl_op_") && new != old, "{new}");
+    assert_eq!(
+        std::fs::read_to_string(&token_file).unwrap().trim(),
+        new,
+        "written back"
+    );
+    assert!(server
+        .fails(&["agent", "list", "--token", &old])
+        .contains("refused the token"));
+    server.restart(&[]);
+    server.wait_for_fleet(Some(&new));
+    assert!(server.ok(&["agent", "list"]).contains("worker"));
+}
+
+#[test]
+fn a_configured_operator_token_rotated_stays_rotated_until_the_configuration_changes() {
+    let configured = "configured-operator-token-0001";
+    let env = [("VIGIL_OPERATOR_TOKEN", configured)];
+    let mut server = Server::start("rotate-configured", &[], &env);
+    server.wait_for_fleet(Some(configured));
+    let rotated = server.ok(&["operator", "rotate-token", "--token", configured]);
+    let rotated = rotated.trim().to_string();
+    assert!(
+        !server.data_dir().join("operator-token").exists(),
+        "a flag token is not written"
+    );
+    // The same configuration at restart: the rotated token holds, the configured one stays revoked.
+    server.restart(&env);
+    server.wait_for_fleet(Some(&rotated));
+    let refused = server.fails(&["agent", "list", "--token", configured]);
+    assert!(refused.contains("refused the token"), "{refused}");
+    // A new configured token replaces the rotated one.
+    let replacement = "configured-operator-token-0002";
+    server.restart(&[("VIGIL_OPERATOR_TOKEN", replacement)]);
+    server.wait_for_fleet(Some(replacement));
+    assert!(server
+        .fails(&["agent", "list", "--token", &rotated])
+        .contains("refused the token"));
+}
+
+#[test]
+fn fleet_plan_shows_and_apply_makes_the_difference() {
+    let mut server = Server::start("fleet-apply", &[], &[]);
+    server.wait_for_fleet(None);
+    server.ok(&["agent", "create", "--name", "stray"]);
+    let changed = FLEET
+        .replace("interval_ms = 1000 }", "interval_ms = 2000 }")
+        .replace("name = \"hanger\"", "name = \"newcomer\"");
+    let file = server.dir.join("changed.toml");
+    std::fs::write(&file, &changed).unwrap();
+    let file = file.to_str().unwrap();
+    let plan = server.ok(&["fleet", "plan", file]);
+    let ticker = server.json(&["agent", "show", "ticker"])["id"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        plan.contains(&format!(
+            "~ update ticker (tenant default), id {ticker}: heartbeat.interval_ms"
+        )),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("+ create newcomer (tenant default)"),
+        "{plan}"
+    );
+    assert!(plan.contains("? hanger (tenant default)"), "{plan}");
+    assert!(plan.contains("? stray (tenant default)"), "{plan}");
+    assert!(
+        plan.ends_with("1 to create, 1 to update, 0 to delete, 1 unchanged\n"),
+        "{plan}"
+    );
+    assert_eq!(
+        server.json(&["agent", "show", "ticker"])["spec"]["heartbeat"]["interval_ms"],
+        1000,
+        "plan changes nothing"
+    );
+    let pruned = server.ok(&["fleet", "plan", file, "--prune"]);
+    assert!(
+        pruned.ends_with("1 to create, 1 to update, 2 to delete, 1 unchanged\n"),
+        "{pruned}"
+    );
+    let applied = server.ok(&["fleet", "apply", file]);
+    assert!(
+        applied.contains("+ created newcomer (tenant default), id"),
+        "{applied}"
+    );
+    assert!(
+        applied.contains("token (shown once): vgl_agent_"),
+        "{applied}"
+    );
+    assert!(
+        applied.contains("~ updated ticker (tenant default)"),
+        "{applied}"
+    );
+    assert_eq!(
+        server.json(&["agent", "show", "ticker"])["spec"]["heartbeat"]["interval_ms"],
+        2000
+    );
+    assert!(
+        server.ok(&["agent", "show", "stray"]).contains("stray"),
+        "kept without --prune"
+    );
+    let done = server.ok(&["fleet", "plan", file]);
+    assert!(
+        done.ends_with("0 to create, 0 to update, 0 to delete, 3 unchanged\n"),
+        "{done}"
+    );
+    let pruning = server.ok(&["fleet", "apply", file, "--prune"]);
+    assert!(
+        pruning.contains("- deleted stray") && pruning.contains("- deleted hanger"),
+        "{pruning}"
+    );
+    assert!(server.fails(&["agent", "show", "stray"]).contains("stray"));
+    // `serve --fleet` applies at start: the original file brings the old interval back.
+    let ticker_before = server.json(&["agent", "show", "ticker"])["id"].clone();
+    server.restart(&[]);
+    server.wait_for_fleet(None);
+    let ticker = server.json(&["agent", "show", "ticker"]);
+    assert_eq!(ticker["spec"]["heartbeat"]["interval_ms"], 1000, "{ticker}");
+    assert_eq!(
+        ticker["id"], ticker_before,
+        "updated in place, not re-created"
     );
 }

@@ -1993,3 +1993,166 @@ async fn an_operator_rotates_an_agent_token_and_only_the_new_one_works_across_a_
     assert_eq!(get(&f.as_token(&new_token), &own).await.0, 200);
     f.node.stop();
 }
+
+async fn call(client: &ApiClient, method: hyper::Method, path: &str, body: &str) -> (u16, Value) {
+    let body = (!body.is_empty()).then(|| body.as_bytes().to_vec());
+    let answer = client.request(method, path, body).await.unwrap();
+    (answer.status.as_u16(), answer.json().unwrap())
+}
+
+#[tokio::test]
+async fn an_operator_changes_an_agent_with_a_merge_patch_validated_like_a_create() {
+    let f = start("patch-agent").await;
+    let (id, agent_token) = create(&f.acme, json!({"name": "a", "limits": {"daily_cap": 5}})).await;
+    let path = format!("/v1/agents/{id}");
+    let patch = hyper::Method::PATCH;
+    let body = r#"{"heartbeat": {"interval_ms": 60000}, "limits": {"daily_cap": null}}"#;
+    // Only its tenant's operator.
+    assert_eq!(
+        call(&f.as_token(&agent_token), patch.clone(), &path, body)
+            .await
+            .0,
+        403
+    );
+    assert_eq!(call(&f.globex, patch.clone(), &path, body).await.0, 404);
+    let (status, updated) = call(&f.acme, patch.clone(), &path, body).await;
+    assert_eq!(status, 200, "{updated}");
+    assert_eq!(
+        updated["changed"],
+        json!(["heartbeat.interval_ms", "limits.daily_cap"])
+    );
+    assert!(updated["seq"].as_u64().is_some());
+    assert_eq!(updated["agent"]["spec"]["heartbeat"]["interval_ms"], 60_000);
+    assert_eq!(updated["agent"]["spec"]["limits"]["daily_cap"], Value::Null);
+    assert!(updated["agent"]["next_fire_at_ms"].as_u64().unwrap() >= START_MS + 60_000);
+    // The same patch again changes nothing and records nothing.
+    let (status, again) = call(&f.acme, patch.clone(), &path, body).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["changed"], json!([]));
+    assert!(again.get("seq").is_none(), "{again}");
+    // Refusals name the field and change nothing.
+    let bad = call(
+        &f.acme,
+        patch.clone(),
+        &path,
+        r#"{"heartbeat": {"interval_ms": 1}}"#,
+    )
+    .await;
+    assert_error(&bad, 400, "invalid_field", Some("heartbeat.interval_ms"));
+    let bad = call(
+        &f.acme,
+        patch.clone(),
+        &path,
+        r#"{"limits": {"daily_kap": 1}}"#,
+    )
+    .await;
+    assert_error(&bad, 400, "invalid_field", Some("limits.daily_kap"));
+    let bad = call(&f.acme, patch.clone(), &path, "[1]").await;
+    assert_error(&bad, 400, "invalid_field", Some("body"));
+    let bad = call(&f.acme, patch.clone(), &path, "{not json").await;
+    assert_error(&bad, 400, "invalid_json", None);
+    create(&f.acme, json!({"name": "b"})).await;
+    let clash = call(&f.acme, patch.clone(), &path, r#"{"name": "b"}"#).await;
+    assert_error(&clash, 409, "name_taken", Some("name"));
+    let (_, shown) = get(&f.acme, &path).await;
+    assert_eq!(
+        shown["spec"], updated["agent"]["spec"],
+        "refusals changed nothing"
+    );
+    let (_, events) = get(&f.acme, "/v1/events").await;
+    let changes = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "agent_updated")
+        .count();
+    assert_eq!(changes, 1, "{events}");
+    // A terminated agent cannot change.
+    post_empty(&f.acme, &format!("{path}/terminate")).await;
+    let terminated = call(&f.acme, patch, &path, r#"{"limits": {"daily_cap": 2}}"#).await;
+    assert_error(&terminated, 409, "agent_terminated", None);
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn a_deleted_agent_is_forgotten_across_a_restart_and_its_events_stay() {
+    let f = start("delete-agent").await;
+    let (id, agent_token) = create(&f.acme, json!({"name": "gone"})).await;
+    let path = format!("/v1/agents/{id}");
+    let delete = hyper::Method::DELETE;
+    assert_eq!(
+        call(&f.as_token(&agent_token), delete.clone(), &path, "")
+            .await
+            .0,
+        403
+    );
+    assert_eq!(call(&f.globex, delete.clone(), &path, "").await.0, 404);
+    let (status, deleted) = call(&f.acme, delete.clone(), &path, "").await;
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["agent"], id);
+    assert_eq!(deleted["name"], "gone");
+    assert_eq!(get(&f.acme, &path).await.0, 404);
+    assert_eq!(get(&f.as_token(&agent_token), &path).await.0, 401);
+    assert_eq!(call(&f.acme, delete, &path, "").await.0, 404);
+    let (_, listing) = get(&f.acme, "/v1/agents").await;
+    assert_eq!(listing["agents"], json!([]));
+    let Fixture {
+        node,
+        path: file,
+        clock,
+        ..
+    } = f;
+    node.stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let f = start_on(file, clock).await;
+    assert_eq!(get(&f.acme, &path).await.0, 404);
+    let (_, events) = get(&f.acme, "/v1/events").await;
+    for kind in ["agent_created", "agent_terminated", "agent_deleted"] {
+        assert!(has_event(&events, kind), "no {kind}: {events}");
+    }
+    let (again, _) = create(&f.acme, json!({"name": "gone"})).await;
+    assert!(again > id, "the name is free, the id is not reused");
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn an_operator_rotates_their_own_token() {
+    let f = start("rotate-operator").await;
+    let (_, agent_token) = create(&f.acme, json!({"name": "a"})).await;
+    let path = "/v1/operator/token";
+    assert_eq!(post_empty(&f.as_token(&agent_token), path).await.0, 403);
+    let (status, rotated) = post_empty(&f.acme, path).await;
+    assert_eq!(status, 200, "{rotated}");
+    assert_eq!(rotated["tenant"], "acme");
+    let token = rotated["token"].as_str().unwrap().to_string();
+    assert_eq!(
+        get(&f.acme, "/v1/agents").await.0,
+        401,
+        "the old token stops at once"
+    );
+    assert_eq!(get(&f.as_token(&token), "/v1/agents").await.0, 200);
+    assert_eq!(
+        get(&f.globex, "/v1/agents").await.0,
+        200,
+        "other tenants untouched"
+    );
+    let (_, events) = get(&f.as_token(&token), "/v1/events").await;
+    assert!(has_event(&events, "operator_token_set"), "{events}");
+    assert!(
+        !events.to_string().contains(&token),
+        "the token itself is never shown again"
+    );
+    // A restart configuring the same tokens keeps the rotated one.
+    let Fixture {
+        node,
+        path: file,
+        clock,
+        ..
+    } = f;
+    node.stop();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let f = start_on(file, clock).await;
+    assert_eq!(get(&f.acme, "/v1/agents").await.0, 401);
+    assert_eq!(get(&f.as_token(&token), "/v1/agents").await.0, 200);
+    f.node.stop();
+}

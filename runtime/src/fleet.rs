@@ -20,18 +20,22 @@
 //! ```
 //!
 //! Tokens never live in the file, only the name of the variable that holds them. Applying a fleet
-//! creates the agents that do not exist yet (by name, within their tenant) and warns about the
-//! ones whose stored spec differs: there is no update API yet, so the log stays the truth.
+//! creates the agents that do not exist yet (by name, within their tenant) and updates those
+//! whose spec differs to the file's spec; it never deletes (`vigil fleet apply --prune` does,
+//! when asked). `fleet_plan` says what applying would do.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
 use serde::Deserialize;
 
-use crate::engine::usage::MicroUsd;
-
 use crate::engine::agent::{AgentId, AgentSpec, AgentStatus};
+use crate::engine::agent_update::SpecChange;
 use crate::engine::tenant::{validate_name, DEFAULT_TENANT, TENANT_NAME_CHARS_MAX};
+use crate::engine::usage::MicroUsd;
+use crate::engine::Engine;
+use crate::fleet_plan::{Action, HeldAgent};
 use crate::node::TenantToken;
 use crate::shell::{ExecuteError, Shell};
 
@@ -355,9 +359,13 @@ fn line_column(text: &str, offset: usize) -> (usize, usize) {
 pub struct Applied {
     /// Agents created now: (tenant, name, id).
     pub created: Vec<(String, String, AgentId)>,
+    /// Agents updated to the file's spec now: (tenant, name, id, changed paths).
+    pub updated: Vec<(String, String, AgentId, Vec<String>)>,
     /// Agents that already existed with the declared spec.
     pub unchanged: usize,
-    /// Human warnings: an existing agent whose spec differs, or that is terminated.
+    /// Agents the node holds that the file does not declare (kept: serve never deletes).
+    pub undeclared: usize,
+    /// Human warnings: a coding CLI not installed, a declared agent that is terminated.
     pub warnings: Vec<String>,
     /// Operator tokens generated for tenants the fleet needed but that did not exist and had
     /// no token configured (only `default` can be in that case): (tenant, token), shown once.
@@ -365,76 +373,104 @@ pub struct Applied {
 }
 
 impl Fleet {
-    /// Creates the declared agents that do not exist yet; warns about those that differ.
+    /// Makes the node hold what the file declares: creates the missing agents and updates those
+    /// whose spec differs (`fleet_plan`); never deletes.
     pub async fn apply(&self, shell: &Arc<Shell>) -> Result<Applied, ExecuteError> {
         let mut applied = Applied::default();
         for tenant in &self.tenants {
-            let exists = shell.engine().tenants().any(|t| t.name == tenant.name);
-            if !exists && !tenant.agents.is_empty() {
-                let token = shell.new_operator_token();
-                shell.ensure_tenant(&tenant.name, &token).await?;
-                applied.generated_tokens.push((tenant.name.clone(), token));
-            }
-            let known = shell.engine().tenants().any(|t| t.name == tenant.name);
-            if known {
-                shell
-                    .execute(
-                        crate::engine::Command::SetTenantBudget {
-                            tenant: tenant.name.clone(),
-                            daily_budget_usd: tenant.daily_budget_usd,
-                        },
-                        crate::writer::WhenFull::Wait,
-                    )
-                    .await?;
-            }
-            let mut to_create = Vec::new();
-            for spec in &tenant.agents {
-                let node_path = std::env::var("PATH").ok();
-                let missing = crate::exec::coding_cli::missing_binary_warning(
-                    &spec.adapter,
-                    node_path.as_deref(),
-                );
-                if let Some(warning) = missing {
-                    applied.warnings.push(format!(
-                        "agent {:?} (tenant {:?}): {warning}",
-                        spec.name, tenant.name
-                    ));
+            self.prepare_tenant(shell, tenant, &mut applied).await?;
+        }
+        let held = held_agents(&shell.engine(), self);
+        let plan = crate::fleet_plan::plan(self, &held, false);
+        let mut creates: Vec<(String, Vec<AgentSpec>)> = Vec::new();
+        let mut updates = Vec::new();
+        for planned in plan.agents {
+            let (tenant, name) = (planned.tenant, planned.name);
+            match planned.action {
+                Action::Create { spec } => match creates.last_mut() {
+                    Some((last, specs)) if *last == tenant => specs.push(*spec),
+                    _ => creates.push((tenant, vec![*spec])),
+                },
+                Action::Update { id, changed, spec } => {
+                    updates.push((id, SpecChange::Replace(spec)));
+                    applied.updated.push((tenant, name, id, changed));
                 }
-                let existing = shell
-                    .engine()
-                    .agent_named(&tenant.name, &spec.name)
-                    .map(|a| (a.id, a.spec.clone(), a.status));
-                match existing {
-                    None => to_create.push(spec.clone()),
-                    Some((id, stored, status)) => {
-                        if stored != *spec {
-                            applied.warnings.push(format!(
-                                "agent {:?} (id {id}, tenant {:?}) exists with a different spec; the fleet file's version is not applied (no update API yet): terminate it and restart to re-create it",
-                                spec.name, tenant.name
-                            ));
-                        } else {
-                            applied.unchanged += 1;
-                        }
-                        if status == AgentStatus::Terminated {
-                            applied.warnings.push(format!(
-                                "agent {:?} (id {id}, tenant {:?}) is terminated; its name stays taken, so the fleet file cannot re-create it",
-                                spec.name, tenant.name
-                            ));
-                        }
-                    }
-                }
+                Action::Unchanged { .. } => applied.unchanged += 1,
+                Action::Undeclared { .. } | Action::Delete { .. } => applied.undeclared += 1,
+                Action::Terminated { id } => applied.warnings.push(format!(
+                    "agent {name:?} (id {id}, tenant {tenant:?}) is terminated, so the fleet file cannot change it; delete it (vigil agent delete {id}) and restart to re-create it"
+                )),
             }
+        }
+        shell.update_agents(updates).await?;
+        for (tenant, specs) in creates {
             // Why together: queued at once they share fsyncs (ADR 0012).
-            let names: Vec<String> = to_create.iter().map(|spec| spec.name.clone()).collect();
-            let created = shell.create_agents(&tenant.name, to_create).await?;
+            let names: Vec<String> = specs.iter().map(|spec| spec.name.clone()).collect();
+            let created = shell.create_agents(&tenant, specs).await?;
             for (name, agent) in names.into_iter().zip(created) {
-                applied
-                    .created
-                    .push((tenant.name.clone(), name, agent.agent));
+                applied.created.push((tenant.clone(), name, agent.agent));
             }
         }
         Ok(applied)
     }
+
+    /// Makes sure `tenant` exists (a generated token for `default` when none is configured)
+    /// and has the file's budget; warns about coding CLIs its agents need but the node lacks.
+    async fn prepare_tenant(
+        &self,
+        shell: &Arc<Shell>,
+        tenant: &FleetTenant,
+        applied: &mut Applied,
+    ) -> Result<(), ExecuteError> {
+        let exists = shell.engine().tenants().any(|t| t.name == tenant.name);
+        if !exists && !tenant.agents.is_empty() {
+            let token = shell.new_operator_token();
+            shell.ensure_tenant(&tenant.name, &token).await?;
+            applied.generated_tokens.push((tenant.name.clone(), token));
+        }
+        let known = shell.engine().tenants().any(|t| t.name == tenant.name);
+        if known {
+            let budget = crate::engine::Command::SetTenantBudget {
+                tenant: tenant.name.clone(),
+                daily_budget_usd: tenant.daily_budget_usd,
+            };
+            shell.execute(budget, crate::writer::WhenFull::Wait).await?;
+        }
+        let node_path = std::env::var("PATH").ok();
+        for spec in &tenant.agents {
+            let missing = crate::exec::coding_cli::missing_binary_warning(
+                &spec.adapter,
+                node_path.as_deref(),
+            );
+            if let Some(warning) = missing {
+                applied.warnings.push(format!(
+                    "agent {:?} (tenant {:?}): {warning}",
+                    spec.name, tenant.name
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The agents of the tenants `fleet` names, as a plan reads them (one pass over the node's
+/// agents, at start).
+fn held_agents(engine: &Engine, fleet: &Fleet) -> BTreeMap<String, Vec<HeldAgent>> {
+    let mut held: BTreeMap<String, Vec<HeldAgent>> = fleet
+        .tenants
+        .iter()
+        .map(|t| (t.name.clone(), Vec::new()))
+        .collect();
+    for agent in engine.agents() {
+        if let Some(agents) = held.get_mut(&agent.tenant) {
+            agents.push(HeldAgent {
+                id: agent.id,
+                spec: agent.spec.clone(),
+                terminated: agent.status == AgentStatus::Terminated,
+            });
+        }
+    }
+    held
 }
 
 #[cfg(test)]
@@ -647,7 +683,7 @@ time_zone = "Europe/Paris"
     }
 
     #[tokio::test]
-    async fn apply_creates_missing_agents_and_warns_about_changed_ones() {
+    async fn apply_creates_missing_agents_and_updates_changed_ones() {
         use crate::io::{clock::SystemClock, entropy::OsEntropy, storage::StorageLocation};
         use crate::node::{Node, NodeConfig};
         let dir = std::env::temp_dir().join(format!("vigil-fleet-apply-{}", std::process::id()));
@@ -680,24 +716,47 @@ time_zone = "Europe/Paris"
         assert_eq!(first.generated_tokens[0].0, "default");
         assert!(first.warnings.is_empty(), "{:?}", first.warnings);
 
-        // Applying again changes nothing; a changed spec is reported, not applied.
+        // Applying again changes nothing; a changed spec is applied in place.
+        let id = shell.engine().agent_named("default", "triage").unwrap().id;
         let changed = GOOD.replace("interval_ms = 30000", "interval_ms = 60000");
         let second = parse(&changed).unwrap().apply(&shell).await.unwrap();
         assert!(second.created.is_empty() && second.generated_tokens.is_empty());
         assert_eq!(second.unchanged, 2);
-        assert_eq!(second.warnings.len(), 1);
-        assert!(
-            second.warnings[0].contains("\"triage\""),
-            "{:?}",
-            second.warnings
-        );
+        assert!(second.warnings.is_empty(), "{:?}", second.warnings);
+        let updated = &second.updated;
+        assert_eq!(updated.len(), 1, "{updated:?}");
+        assert_eq!((updated[0].1.as_str(), updated[0].2), ("triage", id));
+        assert_eq!(updated[0].3, ["heartbeat.interval_ms"]);
         let stored = shell
             .engine()
             .agent_named("default", "triage")
             .unwrap()
             .spec
             .clone();
-        assert_eq!(stored.heartbeat.interval_ms, Some(30_000));
+        assert_eq!(stored.heartbeat.interval_ms, Some(60_000));
+        // A terminated agent is reported, not changed; one left out of the file is kept.
+        shell
+            .execute(
+                crate::engine::Command::TerminateAgent { agent: id },
+                crate::writer::WhenFull::Wait,
+            )
+            .await
+            .unwrap();
+        let without_billing = GOOD.replace("name = \"billing\"", "name = \"billing-2\"");
+        let third = parse(&without_billing)
+            .unwrap()
+            .apply(&shell)
+            .await
+            .unwrap();
+        assert_eq!(third.undeclared, 1);
+        assert!(
+            shell.engine().agent_named("acme", "billing").is_some(),
+            "never deleted"
+        );
+        assert_eq!(third.warnings.len(), 1, "{:?}", third.warnings);
+        assert!(
+            third.warnings[0].contains("\"triage\"") && third.warnings[0].contains("terminated")
+        );
         node.stop();
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -11,6 +11,7 @@ pub mod cli;
 pub mod engine;
 pub mod exec;
 pub mod fleet;
+pub mod fleet_plan;
 pub mod io;
 #[cfg(test)]
 mod limits_doc;

@@ -10,8 +10,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use vigil::cli::{
-    parse_interval, resolve_token, AgentCreate, CliError, Output, Printed, RunFilter, Session,
-    SpecSource, Wake, WakeupFilter, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
+    parse_interval, resolve_token, AgentCreate, AgentUpdate, CliError, FleetFile, Output, Printed,
+    RunFilter, Session, SpecSource, Wake, WakeupFilter, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
 };
 use vigil::engine::tenant::DEFAULT_TENANT;
 use vigil::fleet::{checked_token, Fleet};
@@ -62,6 +62,21 @@ enum CliCommand {
         #[command(subcommand)]
         command: WakeupsCommand,
     },
+    /// Make a node hold what a fleet file declares: `plan` shows the difference, `apply` makes
+    /// it (creates and updates; deletes only with --prune).
+    Fleet {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: FleetCommand,
+    },
+    /// The operator's own token.
+    Operator {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: OperatorCommand,
+    },
     /// Read the event log.
     Events {
         #[command(flatten)]
@@ -89,8 +104,8 @@ struct ServeArgs {
     /// Directory holding the database and run transcripts (created if absent).
     #[arg(long, env = "VIGIL_DATA_DIR", default_value = "vigil-data")]
     data_dir: PathBuf,
-    /// Fleet file (TOML): agents to create at start if they do not exist yet, and tenant
-    /// tokens. See examples/fleet.toml.
+    /// Fleet file (TOML): agents to create at start if they do not exist yet or to update to
+    /// the file's spec (never deleted), and tenant tokens. See examples/fleet.toml.
     #[arg(long, env = "VIGIL_FLEET")]
     fleet: Option<PathBuf>,
     /// Operator token of tenant `default` (at least 16 characters). Without it, the first start
@@ -224,10 +239,59 @@ enum AgentCommand {
     /// Replace the agent's token: the old one stops working at once; the new one is printed
     /// this once.
     RotateToken { agent: String },
+    /// Change an agent's spec: a JSON merge patch (`--patch '{"limits": {"daily_cap": 10}}'`;
+    /// null removes a field), with --interval and --daily-cap as shortcuts. Validated like a
+    /// create; see docs/api.md, "Changing an agent".
+    Update {
+        /// Agent id or name.
+        agent: String,
+        /// A JSON object: the spec fields to change.
+        #[arg(long)]
+        patch: Option<String>,
+        /// New timer period, with a unit: 30s, 5m, 1h.
+        #[arg(long, value_parser = parse_interval)]
+        interval: Option<u64>,
+        /// New daily invocation cap.
+        #[arg(long)]
+        daily_cap: Option<u32>,
+    },
+    /// Terminate an agent (if it is not) and forget it: its events stay in the log, its name is
+    /// free again.
+    Delete { agent: String },
     /// A coding-CLI agent's task sessions (task key, session id, last run).
     Sessions { agent: String },
     /// Forget one task's session: its next run starts a fresh one.
     SessionReset { agent: String, task_key: String },
+}
+
+#[derive(Subcommand)]
+enum FleetCommand {
+    /// What `apply` would do: agents to create, update (with the fields that change) and
+    /// delete, and those the file does not declare. Changes nothing.
+    Plan {
+        /// The fleet file (TOML), as `vigil serve --fleet` takes it.
+        file: PathBuf,
+        /// Plan to delete the agents the file does not declare.
+        #[arg(long)]
+        prune: bool,
+    },
+    /// Create the declared agents that do not exist, update those whose spec differs to the
+    /// file's; with --prune, delete the agents the file does not declare. Prints each new
+    /// agent's token once.
+    Apply {
+        file: PathBuf,
+        /// Also delete the agents the file does not declare.
+        #[arg(long)]
+        prune: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum OperatorCommand {
+    /// Replace this tenant's operator token: the old one stops working at once; the new one
+    /// is printed this once (and written to the data directory's token file when the old one
+    /// came from there). A restart with the same configuration keeps the new token.
+    RotateToken,
 }
 
 #[derive(Subcommand)]
@@ -325,6 +389,14 @@ fn main() -> ExitCode {
             connection,
             command,
         } => runtime.block_on(operate(connection, Operation::Events(command))),
+        CliCommand::Fleet {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Fleet(command))),
+        CliCommand::Operator {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Operator(command))),
         CliCommand::Wakeups {
             connection,
             command,
@@ -369,6 +441,8 @@ fn init_logging() {
 
 enum Operation {
     Agent(AgentCommand),
+    Fleet(FleetCommand),
+    Operator(OperatorCommand),
     Runs(RunsCommand),
     Events(EventsCommand),
     Wakeups(WakeupsCommand),
@@ -440,11 +514,38 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             AgentCommand::Resume { agent } => session.agent_control(&agent, "resume").await?,
             AgentCommand::Terminate { agent } => session.agent_control(&agent, "terminate").await?,
             AgentCommand::RotateToken { agent } => session.agent_rotate_token(&agent).await?,
+            AgentCommand::Update {
+                agent,
+                patch,
+                interval,
+                daily_cap,
+            } => {
+                let update = AgentUpdate {
+                    patch,
+                    interval_ms: interval,
+                    daily_cap,
+                };
+                session.agent_update(&agent, &update).await?
+            }
+            AgentCommand::Delete { agent } => session.agent_delete(&agent).await?,
             AgentCommand::Sessions { agent } => session.agent_sessions(&agent).await?,
             AgentCommand::SessionReset { agent, task_key } => {
                 session.agent_session_reset(&agent, &task_key).await?
             }
         },
+        Operation::Fleet(command) => match command {
+            FleetCommand::Plan { file, prune } => {
+                session.fleet_plan(&FleetFile { path: file, prune }).await?
+            }
+            FleetCommand::Apply { file, prune } => {
+                session
+                    .fleet_apply(&FleetFile { path: file, prune })
+                    .await?
+            }
+        },
+        Operation::Operator(OperatorCommand::RotateToken) => {
+            session.operator_rotate_token().await?
+        }
         Operation::Runs(command) => match command {
             RunsCommand::List {
                 agent,
@@ -618,13 +719,19 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         for (tenant, name, id) in &applied.created {
             tracing::info!(%tenant, %name, %id, "fleet: created agent");
         }
+        for (tenant, name, id, changed) in &applied.updated {
+            let changed = changed.join(", ");
+            tracing::info!(%tenant, %name, %id, %changed, "fleet: updated agent to the file's spec");
+        }
         for warning in &applied.warnings {
             tracing::warn!("fleet: {warning}");
         }
         tracing::info!(
             declared = fleet.agent_count(),
             created = applied.created.len(),
+            updated = applied.updated.len(),
             unchanged = applied.unchanged,
+            undeclared = applied.undeclared,
             "fleet applied"
         );
     }
@@ -691,9 +798,6 @@ fn configured_tenants(
 /// Mode of a data directory `vigil serve` creates: the owner only.
 #[cfg(unix)]
 const DATA_DIR_MODE: u32 = 0o700;
-/// Mode of the operator-token file: the owner only.
-#[cfg(unix)]
-const TOKEN_FILE_MODE: u32 = 0o600;
 /// Largest operator-token file read, in bytes (a token is at most a few hundred characters).
 const TOKEN_FILE_BYTES_MAX: u64 = 4 * 1024;
 
@@ -786,18 +890,7 @@ fn this_binary() -> String {
 
 /// Writes a generated token where the CLI looks for it, readable by the owner only.
 fn write_token(path: &Path, token: &str) -> anyhow::Result<()> {
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, TOKEN_FILE_MODE);
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("could not write {}", path.display()))?;
-    // An older file keeps its mode through `open`; tighten it before the token goes in.
-    #[cfg(unix)]
-    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(TOKEN_FILE_MODE))
-        .with_context(|| format!("could not restrict {}", path.display()))?;
-    file.write_all(format!("{token}\n").as_bytes())
+    vigil::cli::write_token_file(path, token)
         .with_context(|| format!("could not write {}", path.display()))
 }
 

@@ -276,6 +276,25 @@ impl Shell {
         Ok(decision.events.into_iter().next())
     }
 
+    /// Changes several agents' specs, all queued before any is awaited so that they share
+    /// fsyncs (a fleet file changing 10,000 agents at start). The first refusal is the answer
+    /// (the changes before it are made).
+    pub async fn update_agents(
+        self: &Arc<Self>,
+        changes: Vec<(AgentId, SpecChange)>,
+    ) -> Result<(), ExecuteError> {
+        let mut pending = Vec::with_capacity(changes.len());
+        for (agent, change) in changes {
+            let command = Command::UpdateAgent { agent, change };
+            let decide: Decide = Box::new(move |_, engine, now_ms| engine.decide(&command, now_ms));
+            pending.push(self.queue.enqueue(decide, WhenFull::Wait).await?);
+        }
+        for answer in pending {
+            answer.answer().await?;
+        }
+        Ok(())
+    }
+
     /// Deletes `agent` (terminating it first if it is not); answers with the `agent_deleted`
     /// event's seq.
     pub async fn delete_agent(
@@ -286,7 +305,10 @@ impl Shell {
         let decision = self
             .execute(Command::DeleteAgent { agent }, when_full)
             .await?;
-        let deleted = decision.events.last().expect("a delete records agent_deleted");
+        let deleted = decision
+            .events
+            .last()
+            .expect("a delete records agent_deleted");
         self.pulses().forget(agent);
         Ok(deleted.seq)
     }

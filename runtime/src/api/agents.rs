@@ -275,9 +275,7 @@ pub struct RotatedOperatorToken {
 
 /// `POST /v1/operator/token` (operator only): replaces the caller's own operator token. The old
 /// one stops working at once; a restart with the same configuration keeps the new one.
-pub async fn rotate_operator_token(
-    caller: Caller,
-) -> Result<Json<RotatedOperatorToken>, ApiError> {
+pub async fn rotate_operator_token(caller: Caller) -> Result<Json<RotatedOperatorToken>, ApiError> {
     let tenant = caller.operator()?.to_string();
     let (token, seq) = caller
         .shell

@@ -321,7 +321,7 @@ impl Session {
     /// How a wakeup (or an input's wakeup) came out, for humans or as JSON.
     fn wake_answer(&self, id: u64, answer: &serde_json::Value) -> Result<Printed, CliError> {
         if self.json() {
-            return Ok(Printed::out(format!("{}\n", safe_json_line(&answer))));
+            return Ok(Printed::out(format!("{}\n", safe_json_line(answer))));
         }
         let what = match answer["outcome"].as_str() {
             Some("queued") => format!("queued run {}", cell(&answer["run"])),

@@ -7,7 +7,9 @@
 mod agents;
 mod events;
 mod format;
+mod fleet;
 mod interval;
+mod lifecycle;
 mod runs;
 mod runs_log;
 mod sessions;
@@ -25,7 +27,9 @@ use crate::api::client::{ApiClient, ClientError, REQUEST_TIMEOUT_MS};
 pub use agents::{AgentCreate, SpecSource, Wake};
 pub use events::EVENTS_RECONNECTS_MAX;
 pub use format::{escape_controls, safe_json_line};
+pub use fleet::FleetFile;
 pub use interval::{format_interval, parse_interval};
+pub use lifecycle::AgentUpdate;
 pub use runs::RunFilter;
 pub use wakeups::WakeupFilter;
 pub use runs_log::{entry_line, RUN_LOG_POLL_MS, RUN_LOG_TEXT_CHARS_MAX};
@@ -126,6 +130,8 @@ pub enum TokenSource {
     Flag,
     /// The operator-token file `vigil serve` wrote in its data directory.
     File(PathBuf),
+    /// The environment variable a fleet file names for a tenant's token.
+    Variable(String),
 }
 
 impl std::fmt::Display for TokenSource {
@@ -133,6 +139,7 @@ impl std::fmt::Display for TokenSource {
         match self {
             TokenSource::Flag => write!(f, "--token / VIGIL_TOKEN"),
             TokenSource::File(path) => write!(f, "{}", path.display()),
+            TokenSource::Variable(name) => write!(f, "environment variable {name}"),
         }
     }
 }
@@ -167,6 +174,25 @@ pub fn resolve_token(token: Option<&str>, data_dir: &Path) -> Result<Token, CliE
     }
 }
 
+/// Mode of the operator-token file: the owner only.
+#[cfg(unix)]
+const TOKEN_FILE_MODE: u32 = 0o600;
+
+/// Writes an operator token where the CLI looks for it (`vigil serve` on first start, `vigil
+/// operator rotate-token` after a rotation), readable by the owner only.
+pub fn write_token_file(path: &Path, token: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, TOKEN_FILE_MODE);
+    let mut file = options.open(path)?;
+    // An older file keeps its mode through `open`; tighten it before the token goes in.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(TOKEN_FILE_MODE))?;
+    file.write_all(format!("{token}\n").as_bytes())
+}
+
 /// One node, as the operator named it, with the token the CLI sends it.
 #[derive(Debug, Clone)]
 pub struct Session {
@@ -188,6 +214,14 @@ impl Session {
         })
     }
 
+    /// The same node, with another token (a fleet file's other tenants).
+    fn with_token(&self, token: Token) -> Session {
+        Session {
+            token,
+            ..self.clone()
+        }
+    }
+
     fn client(&self) -> ApiClient {
         ApiClient::with_token(self.addr, self.token.secret.clone())
     }
@@ -199,6 +233,17 @@ impl Session {
     /// `GET path`, expecting a 2xx JSON answer.
     async fn get(&self, path: &str) -> Result<Value, CliError> {
         self.call(Method::GET, path, None).await
+    }
+
+    /// `PATCH path` with a JSON body, expecting a 2xx JSON answer.
+    async fn patch(&self, path: &str, body: &Value) -> Result<Value, CliError> {
+        self.call(Method::PATCH, path, Some(body.to_string().into_bytes()))
+            .await
+    }
+
+    /// `DELETE path`, expecting a 2xx JSON answer.
+    async fn delete(&self, path: &str) -> Result<Value, CliError> {
+        self.call(Method::DELETE, path, None).await
     }
 
     /// `POST path` with a JSON body (or none), expecting a 2xx JSON answer.

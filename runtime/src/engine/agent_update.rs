@@ -30,7 +30,7 @@ pub enum SpecChange {
     /// `null` removes a key (its default applies again), anything else replaces.
     Merge(Value),
     /// The whole new spec (a fleet file's declaration).
-    Replace(AgentSpec),
+    Replace(Box<AgentSpec>),
 }
 
 // A patch is JSON from a request: never a float NaN, so equality is an equivalence.
@@ -39,7 +39,7 @@ impl Eq for SpecChange {}
 /// The spec `change` makes of `current`, validated like a create's.
 pub fn changed_spec(current: &AgentSpec, change: &SpecChange) -> Result<AgentSpec, FieldError> {
     let spec = match change {
-        SpecChange::Replace(spec) => spec.clone(),
+        SpecChange::Replace(spec) => (**spec).clone(),
         SpecChange::Merge(patch) => merged(current, patch)?,
     };
     spec.validate()?;
@@ -79,6 +79,34 @@ fn merge_patch(target: &mut Value, patch: &Value) {
             merge_patch(fields.entry(key.clone()).or_insert(Value::Null), change);
         }
     }
+}
+
+/// The merge patch that turns `old` into `new` (both specs as JSON): what `vigil fleet apply`
+/// sends to replace a spec through `PATCH`. A key `new` lacks, or holds as `null`, is removed
+/// (its default applies, which for an optional field is that `null`).
+pub fn patch_between(old: &Value, new: &Value) -> Value {
+    let (Value::Object(old_fields), Value::Object(new_fields)) = (old, new) else {
+        return new.clone();
+    };
+    let mut patch = serde_json::Map::new();
+    for (key, before) in old_fields {
+        let removed = new_fields.get(key).is_none_or(Value::is_null);
+        if removed && !before.is_null() {
+            patch.insert(key.clone(), Value::Null);
+        }
+    }
+    for (key, after) in new_fields.iter().filter(|(_, v)| !v.is_null()) {
+        match old_fields.get(key) {
+            Some(before) if before == after => {}
+            Some(before) if before.is_object() && after.is_object() => {
+                patch.insert(key.clone(), patch_between(before, after));
+            }
+            _ => {
+                patch.insert(key.clone(), after.clone());
+            }
+        }
+    }
+    Value::Object(patch)
 }
 
 /// The field a spec error is about: serde's path, or the name quoted in "unknown field `x`".
@@ -195,6 +223,29 @@ mod tests {
         let not_an_object = json!(["name"]);
         let error = changed_spec(&current, &SpecChange::Merge(not_an_object)).unwrap_err();
         assert_eq!(error.field, "body");
+    }
+
+    #[test]
+    fn the_patch_between_two_specs_makes_the_second_of_the_first() {
+        let old = spec(json!({
+            "name": "a",
+            "heartbeat": {"interval_ms": 60_000, "idle_after_ms": 600_000},
+            "limits": {"daily_cap": 5, "cooldown_ms": 1_000},
+            "adapter": {"type": "scripted", "steps": [{"duration_ms": 10, "outcome": "failed"}]},
+        }));
+        let new = spec(json!({
+            "name": "b",
+            "heartbeat": {"interval_ms": 120_000},
+            "time_zone": "Europe/Paris",
+        }));
+        for (from, to) in [(&old, &new), (&new, &old), (&old, &old)] {
+            let patch = patch_between(
+                &serde_json::to_value(from).unwrap(),
+                &serde_json::to_value(to).unwrap(),
+            );
+            let made = changed_spec(from, &SpecChange::Merge(patch.clone())).unwrap();
+            assert_eq!(&made, to, "patch {patch}");
+        }
     }
 
     #[test]

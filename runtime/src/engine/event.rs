@@ -10,8 +10,8 @@ use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
 use super::pulse_report::PulseReport;
 use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
-use super::usage::{MicroUsd, Usage};
 use super::tenant::{TenantName, TokenHash, TokenSetBy};
+use super::usage::{MicroUsd, Usage};
 use super::wakeup::{RefusalReason, RequestedBy, WakeupId, WakeupSource};
 
 /// One durable fact with its place in the log.
@@ -264,7 +264,7 @@ pub enum EventKind {
     },
     /// An operator changed the agent's spec (storage format 3). `spec` is the whole new spec,
     /// `changed` the dotted paths of what changed; when `heartbeat.interval_ms` changed, the
-    /// grid starts again at `first_fire_at_ms` (none: the timer was removed) (ADR 0017).
+    /// grid starts again at `first_fire_at_ms` (none: the timer was removed) (ADR 0019).
     AgentUpdated {
         agent: AgentId,
         spec: AgentSpec,

@@ -189,7 +189,7 @@ fn a_change_that_changes_nothing_records_nothing() {
     let declared = AgentSpec::with_interval("a", Some(60_000));
     let replace = Command::UpdateAgent {
         agent: a,
-        change: SpecChange::Replace(declared),
+        change: SpecChange::Replace(Box::new(declared)),
     };
     assert!(engine.decide(&replace, 5).unwrap().events.is_empty());
 }
