@@ -71,6 +71,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::node_bounds::ANSWER_EXCERPTS_KEPT_PER_NODE),
         limit!(engine::run::DETAIL_CHARS_MAX),
         limit!(engine::agent::AGENT_NAME_CHARS_MAX),
+        limit!(engine::agent_update::CHANGED_FIELDS_MAX),
         limit!(engine::agent::INTERVAL_MS_MIN),
         limit!(engine::agent::INTERVAL_MS_MAX),
         limit!(engine::agent::AGENTS_MAX),
