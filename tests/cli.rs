@@ -1154,3 +1154,86 @@ fn fleet_plan_shows_and_apply_makes_the_difference() {
         "updated in place, not re-created"
     );
 }
+
+/// Every event of the database at `path`, read with the runtime's own store.
+fn stored_events(path: &Path) -> Vec<vigil::engine::event::Event> {
+    let store = vigil::store::Store::open(vigil::io::storage::StorageLocation::File(path.into()))
+        .expect("the database opens");
+    let mut events = Vec::new();
+    loop {
+        let page = store.events_after(events.len() as u64, 1_000).unwrap();
+        if page.is_empty() {
+            return events;
+        }
+        events.extend(page);
+    }
+}
+
+#[test]
+fn a_backup_taken_while_serving_is_a_consistent_database_a_node_restores_from() {
+    let mut server = Server::start("backup", &[], &[]);
+    server.wait_for_fleet(None);
+    // The ticker commits every second; a few wakeups more, so the log moves during the copy.
+    for _ in 0..3 {
+        server.ok(&["agent", "wake", "worker"]);
+    }
+    let answer = server.json(&["backup"]);
+    let path = PathBuf::from(answer["path"].as_str().unwrap());
+    let head = answer["head_seq"].as_u64().unwrap();
+    assert_eq!(
+        path.parent().unwrap(),
+        server.data_dir().join("backups"),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["events"].as_u64(),
+        Some(head),
+        "every event up to the head"
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        answer["bytes"].as_u64().unwrap()
+    );
+    let human = server.ok(&["backup"]);
+    assert!(
+        human.starts_with("backup of ") && human.contains("written on the server to"),
+        "{human}"
+    );
+    // Only tenant default's operator.
+    let agent_token = server
+        .ok(&["agent", "rotate-token", "worker"])
+        .trim()
+        .to_string();
+    let refused = server.fails(&["backup", "--token", &agent_token]);
+    assert!(
+        refused.contains("403") || refused.contains("operator"),
+        "{refused}"
+    );
+    std::thread::sleep(Duration::from_millis(1_500)); // the ticker writes past the backup
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let live = stored_events(&server.data_dir().join("vigil.redb"));
+    let backed_up = stored_events(&path);
+    assert!(live.len() as u64 > head, "the log went on after the backup");
+    assert_eq!(
+        backed_up.as_slice(),
+        &live[..head as usize],
+        "the backup is the log's prefix"
+    );
+    // Restore: a node started on the backup holds the fleet as it was, ids and all.
+    let restored = server.dir.join("restored");
+    std::fs::create_dir_all(&restored).unwrap();
+    std::fs::copy(&path, restored.join("vigil.redb")).unwrap();
+    std::fs::copy(
+        server.data_dir().join("operator-token"),
+        restored.join("operator-token"),
+    )
+    .unwrap();
+    let mut command = serve_command(&restored, &server.dir);
+    command.env_remove("VIGIL_TOKEN");
+    (server.child, server._stdout, server.url) = spawn_serve(command);
+    let token = std::fs::read_to_string(restored.join("operator-token")).unwrap();
+    server.wait_for_fleet(Some(token.trim()));
+    let listing = server.json(&["agent", "list", "--token", token.trim()]);
+    assert_eq!(listing["agents"].as_array().unwrap().len(), 3, "{listing}");
+}

@@ -72,6 +72,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::run::DETAIL_CHARS_MAX),
         limit!(engine::agent::AGENT_NAME_CHARS_MAX),
         limit!(engine::agent_update::CHANGED_FIELDS_MAX),
+        limit!(store::backup::BACKUP_CHUNK_EVENTS),
         limit!(engine::agent::INTERVAL_MS_MIN),
         limit!(engine::agent::INTERVAL_MS_MAX),
         limit!(engine::agent::AGENTS_MAX),

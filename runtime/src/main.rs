@@ -70,6 +70,12 @@ enum CliCommand {
         #[command(subcommand)]
         command: FleetCommand,
     },
+    /// Write a consistent copy of the node's database beside it while it serves (operator of
+    /// tenant default); prints where. docs/operations.md, "Backup and restore".
+    Backup {
+        #[command(flatten)]
+        connection: Connection,
+    },
     /// The operator's own token.
     Operator {
         #[command(flatten)]
@@ -397,6 +403,9 @@ fn main() -> ExitCode {
             connection,
             command,
         } => runtime.block_on(operate(connection, Operation::Operator(command))),
+        CliCommand::Backup { connection } => {
+            runtime.block_on(operate(connection, Operation::Backup))
+        }
         CliCommand::Wakeups {
             connection,
             command,
@@ -443,6 +452,7 @@ enum Operation {
     Agent(AgentCommand),
     Fleet(FleetCommand),
     Operator(OperatorCommand),
+    Backup,
     Runs(RunsCommand),
     Events(EventsCommand),
     Wakeups(WakeupsCommand),
@@ -546,6 +556,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
         Operation::Operator(OperatorCommand::RotateToken) => {
             session.operator_rotate_token().await?
         }
+        Operation::Backup => session.backup().await?,
         Operation::Runs(command) => match command {
             RunsCommand::List {
                 agent,

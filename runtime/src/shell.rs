@@ -123,6 +123,17 @@ pub struct Shell {
     draining: std::sync::atomic::AtomicBool,
     /// What `GET /metrics` shows (docs/operations.md, "Metrics").
     metrics: crate::metrics::Metrics,
+    /// Set while a backup is being written: one at a time.
+    backing_up: std::sync::atomic::AtomicBool,
+}
+
+/// Why no backup was written.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupRefused {
+    #[error("a backup is already being written; retry when it is done")]
+    InProgress,
+    #[error(transparent)]
+    Failed(#[from] StoreError),
 }
 
 impl Shell {
@@ -166,6 +177,7 @@ impl Shell {
             liveness_changed: tokio::sync::Notify::new(),
             draining: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Metrics::new(),
+            backing_up: std::sync::atomic::AtomicBool::new(false),
         });
         // Why weak: the writer must not keep a stopped node's shell (and its database) alive;
         // it ends when the shell is dropped and its queue closes.
@@ -293,6 +305,24 @@ impl Shell {
             answer.answer().await?;
         }
         Ok(())
+    }
+
+    /// Writes a consistent copy of the database beside it (`store::backup`), on a blocking
+    /// thread, while the node goes on serving and writing. One at a time.
+    pub async fn backup(&self) -> Result<crate::store::backup::Backup, BackupRefused> {
+        use std::sync::atomic::Ordering;
+        if self.backing_up.swap(true, Ordering::AcqRel) {
+            return Err(BackupRefused::InProgress);
+        }
+        let store = self.store.clone();
+        // A blocking thread, as for the writer's fsyncs (madsim marks it deprecated).
+        #[allow(deprecated)]
+        let written = tokio::task::spawn_blocking(move || store.backup()).await;
+        self.backing_up.store(false, Ordering::Release);
+        match written {
+            Ok(backup) => Ok(backup?),
+            Err(join) => Err(StoreError::Backup(format!("the copy stopped: {join}")).into()),
+        }
     }
 
     /// Deletes `agent` (terminating it first if it is not); answers with the `agent_deleted`

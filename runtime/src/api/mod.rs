@@ -74,6 +74,7 @@ pub fn router(gate: Gate) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
+        .route("/v1/backup", post(backup))
         .route("/v1/agents", get(agents::list).post(agents::create))
         .route(
             "/v1/agents/{id}",
@@ -164,13 +165,7 @@ async fn health(State(gate): State<Gate>) -> Response {
 /// "Metrics"). They count every tenant's agents, so only the operator of tenant `default` (the
 /// node's own) may read them.
 async fn metrics(caller: auth::Caller) -> Result<Response, ApiError> {
-    let tenant = caller.operator()?;
-    if tenant != crate::engine::tenant::DEFAULT_TENANT {
-        return Err(ApiError::forbidden(
-            "the node's metrics count every tenant: they need the operator token of tenant \
-             \"default\"",
-        ));
-    }
+    node_operator(&caller, "the node's metrics count every tenant")?;
     let text = caller.shell.scrape_metrics();
     Ok((
         [(
@@ -180,6 +175,43 @@ async fn metrics(caller: auth::Caller) -> Result<Response, ApiError> {
         text,
     )
         .into_response())
+}
+
+/// Refuses every caller but tenant `default`'s operator: what the node does for all tenants at
+/// once (`why` says what) is the node operator's.
+fn node_operator(caller: &auth::Caller, why: &str) -> Result<(), ApiError> {
+    let tenant = caller.operator()?;
+    if tenant != crate::engine::tenant::DEFAULT_TENANT {
+        return Err(ApiError::forbidden(format!(
+            "{why}: it needs the operator token of tenant \"default\""
+        )));
+    }
+    Ok(())
+}
+
+/// `POST /v1/backup` (operator of tenant `default`): a consistent copy of the database, written
+/// beside it while the node serves (docs/operations.md, "Backup and restore").
+async fn backup(
+    caller: auth::Caller,
+) -> Result<axum::Json<crate::store::backup::Backup>, ApiError> {
+    node_operator(&caller, "a backup holds every tenant's data")?;
+    match caller.shell.backup().await {
+        Ok(backup) => Ok(axum::Json(backup)),
+        Err(crate::shell::BackupRefused::InProgress) => Err(ApiError {
+            status: StatusCode::CONFLICT,
+            code: "backup_in_progress",
+            message: crate::shell::BackupRefused::InProgress.to_string(),
+            field: None,
+            retry_after_s: None,
+        }),
+        Err(failed) => Err(ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "backup_failed",
+            message: failed.to_string(),
+            field: None,
+            retry_after_s: None,
+        }),
+    }
 }
 
 /// Accepts connections forever, one task per connection.

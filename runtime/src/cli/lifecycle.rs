@@ -1,4 +1,4 @@
-//! `vigil agent update|delete` and `vigil operator rotate-token`: changing what exists.
+//! `vigil agent update|delete`, `vigil operator rotate-token` and `vigil backup`.
 
 use serde_json::{Map, Value};
 
@@ -127,6 +127,23 @@ impl Session {
             false => format!("{}\n", escape_controls(&token)),
         };
         Ok(Printed { stdout, stderr })
+    }
+}
+
+impl Session {
+    /// `backup`: where the copy is, and what it holds.
+    pub async fn backup(&self) -> Result<Printed, CliError> {
+        let backup = self.post("/v1/backup", None).await?;
+        if self.json() {
+            return Ok(Printed::out(format!("{}\n", safe_json_line(&backup))));
+        }
+        Ok(Printed::out(format!(
+            "backup of {} events (up to seq {}, {} bytes) written on the server to {}\n",
+            cell(&backup["events"]),
+            cell(&backup["head_seq"]),
+            cell(&backup["bytes"]),
+            cell(&backup["path"]),
+        )))
     }
 }
 

@@ -4,6 +4,7 @@
 //! store has accepted survives any crash (invariant 4). The engine's state is not stored beside
 //! the log: it is rebuilt by replaying the log (`recovery`), so the two can never disagree.
 
+pub mod backup;
 pub mod record;
 pub mod recovery;
 
@@ -65,6 +66,8 @@ pub enum StoreError {
         event_type: String,
         reason: String,
     },
+    #[error("backup failed: {0}")]
+    Backup(String),
 }
 
 /// Mode of the database file: the owner only. It holds every agent's spec, reasons, payloads
@@ -96,6 +99,8 @@ fn owner_only(path: &std::path::Path) -> std::io::Result<()> {
 #[derive(Debug)]
 pub struct Store {
     db: Database,
+    /// The database's file, when it is one (backups are written beside it).
+    file: Option<std::path::PathBuf>,
     /// The storage format the database recorded when it was opened (an older one is read as
     /// it is and stamped with the current format at open).
     found_format: u64,
@@ -105,6 +110,10 @@ impl Store {
     /// Opens (creating if needed) the database at `location`. redb repairs an image left by a
     /// crash here, before any read.
     pub fn open(location: StorageLocation) -> Result<Store, StoreError> {
+        let file = match &location {
+            StorageLocation::File(path) => Some(path.clone()),
+            StorageLocation::Backend(_) => None,
+        };
         let db = match location {
             StorageLocation::File(path) => {
                 owner_only(&path)
@@ -119,7 +128,11 @@ impl Store {
         }
         .map_err(StoreError::Open)?;
         let found_format = settle_format(&db)?;
-        Ok(Store { db, found_format })
+        Ok(Store {
+            db,
+            file,
+            found_format,
+        })
     }
 
     /// The storage format the database is in: the current one once it is open.
