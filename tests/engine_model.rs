@@ -3,7 +3,7 @@
 //!
 //! Random sequences of wakeups, run ends (success, LLM and tool failures, timeouts), cancels,
 //! pauses (until resumed, timed by the operator, the agent's own `pause_heartbeats`), resumes,
-//! terminations, breaker resets, error-state resets (with runs dying in crash loops and probes
+//! terminations, daily caps changed by an operator (`agent_updated`), breaker resets, error-state resets (with runs dying in crash loops and probes
 //! failing at the breaker's longest cooldown, the two ways into `error`), clock moves (past the 24 h idempotency TTL, across local
 //! midnights, and backwards) and crashes run through the engine and through `Model`, written
 //! from the rules alone (coordinator.rs header, docs/api.md "Semantics", docs/invariants.md 1,
@@ -201,6 +201,12 @@ enum Op {
     ResetError {
         agent: usize,
     },
+    /// An operator changes the agent's daily cap (`PATCH` with `limits.daily_cap`; `None`
+    /// removes it): the day's count is kept, the new cap applies from the next decision.
+    SetCap {
+        agent: usize,
+        cap: Option<u32>,
+    },
     /// Move the wall clock by this much (negative: back).
     Advance {
         delta_ms: i64,
@@ -297,6 +303,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => agent.clone().prop_map(|agent| Op::Terminate { agent }),
         2 => agent.clone().prop_map(|agent| Op::ResetBreaker { agent }),
         4 => agent.clone().prop_map(|agent| Op::ResetError { agent }),
+        1 => (agent.clone(), prop::option::of(1u32..=4))
+            .prop_map(|(agent, cap)| Op::SetCap { agent, cap }),
         20 => prop::sample::select(vec![
             1,
             1_000,
@@ -876,6 +884,17 @@ impl Model {
 
     /// Pause until resumed (`to == Paused`) or terminate: the running run, then the queued ones
     /// in start order, are cancelled. A timed pause's instant is left as it was.
+    /// A new daily cap: refused for a terminated agent; otherwise in force from now, the day's
+    /// count kept (docs/api.md, "Changing an agent").
+    fn set_cap(&mut self, agent: usize, cap: Option<u32>) -> Result<(), Refusal> {
+        let a = &mut self.agents[agent];
+        if a.status == AgentStatus::Terminated {
+            return Err(Refusal::AgentTerminated(a.id));
+        }
+        a.setup.daily_cap = cap;
+        Ok(())
+    }
+
     fn stop(&mut self, agent: usize, to: AgentStatus) -> Result<(), Refusal> {
         let a = &self.agents[agent];
         let id = a.id;
@@ -1422,6 +1441,15 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
                 let command = Command::ResetAgentError { agent: id(agent) };
                 model.reset_error(agent % agents);
                 Some(compare(step, node.execute(&command, now_ms), Ok(())))
+            }
+            Op::SetCap { agent, cap } => {
+                let patch = serde_json::json!({"limits": {"daily_cap": cap}});
+                let command = Command::UpdateAgent {
+                    agent: id(agent),
+                    change: vigil::engine::agent_update::SpecChange::Merge(patch),
+                };
+                let expected = model.set_cap(agent % agents, *cap);
+                Some(compare(step, node.execute(&command, now_ms), expected))
             }
             Op::Advance { delta_ms } => {
                 model.now_ms = now_ms.saturating_add_signed(*delta_ms);
