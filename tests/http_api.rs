@@ -1983,15 +1983,20 @@ async fn an_operator_rotates_an_agent_token_and_only_the_new_one_works_across_a_
     assert!(has_event(&events, "agent_token_rotated"), "{events}");
     assert!(!events.to_string().contains(&new_token));
 
+    let f = restart(f).await;
+    assert_eq!(get(&f.as_token(&old_token), &own).await.0, 401);
+    assert_eq!(get(&f.as_token(&new_token), &own).await.0, 200);
+    f.node.stop();
+}
+
+/// Stops the fixture's node and starts another on the same file and clock.
+async fn restart(f: Fixture) -> Fixture {
     let Fixture {
         node, path, clock, ..
     } = f;
     node.stop();
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let f = start_on(path, clock).await;
-    assert_eq!(get(&f.as_token(&old_token), &own).await.0, 401);
-    assert_eq!(get(&f.as_token(&new_token), &own).await.0, 200);
-    f.node.stop();
+    start_on(path, clock).await
 }
 
 async fn call(client: &ApiClient, method: hyper::Method, path: &str, body: &str) -> (u16, Value) {
@@ -2096,15 +2101,7 @@ async fn a_deleted_agent_is_forgotten_across_a_restart_and_its_events_stay() {
     assert_eq!(call(&f.acme, delete, &path, "").await.0, 404);
     let (_, listing) = get(&f.acme, "/v1/agents").await;
     assert_eq!(listing["agents"], json!([]));
-    let Fixture {
-        node,
-        path: file,
-        clock,
-        ..
-    } = f;
-    node.stop();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let f = start_on(file, clock).await;
+    let f = restart(f).await;
     assert_eq!(get(&f.acme, &path).await.0, 404);
     let (_, events) = get(&f.acme, "/v1/events").await;
     for kind in ["agent_created", "agent_terminated", "agent_deleted"] {
@@ -2143,15 +2140,7 @@ async fn an_operator_rotates_their_own_token() {
         "the token itself is never shown again"
     );
     // A restart configuring the same tokens keeps the rotated one.
-    let Fixture {
-        node,
-        path: file,
-        clock,
-        ..
-    } = f;
-    node.stop();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    let f = start_on(file, clock).await;
+    let f = restart(f).await;
     assert_eq!(get(&f.acme, "/v1/agents").await.0, 401);
     assert_eq!(get(&f.as_token(&token), "/v1/agents").await.0, 200);
     f.node.stop();

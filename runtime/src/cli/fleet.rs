@@ -55,12 +55,7 @@ impl Session {
                 }
                 Action::Update { id, spec, .. } => {
                     let updated = session.update_to(*id, spec).await?;
-                    let changed: Vec<String> = updated["changed"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(cell)
-                        .collect();
+                    let changed = super::lifecycle::changed_of(&updated);
                     (
                         format!("~ updated {who}, id {id}: {}", changed.join(", ")),
                         updated,

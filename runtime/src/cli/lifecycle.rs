@@ -47,6 +47,16 @@ impl AgentUpdate {
     }
 }
 
+/// The `changed` paths of a `PATCH` answer, as table cells.
+pub(super) fn changed_of(updated: &Value) -> Vec<String> {
+    updated["changed"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(cell)
+        .collect()
+}
+
 /// The object at `key` of `patch`, made one if it is absent or not an object.
 fn nested<'a>(patch: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
     let entry = patch
@@ -77,12 +87,7 @@ impl Session {
             return Ok(Printed { stdout, stderr });
         }
         let name = cell(&updated["agent"]["name"]);
-        let changed: Vec<String> = updated["changed"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(cell)
-            .collect();
+        let changed = changed_of(&updated);
         let stdout = match changed.is_empty() {
             true => format!("agent {id} {name}: unchanged (the spec already said so)\n"),
             false => format!("updated agent {id} {name}: {}\n", changed.join(", ")),
