@@ -18,7 +18,7 @@ use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
 
 /// Answer to a successful create: the agent, its token (shown only here) and the event's seq.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Created {
     pub agent: Agent,
     pub token: String,
@@ -28,7 +28,8 @@ pub struct Created {
 }
 
 /// Answer to a list: the agents and the node's wall clock when it was read.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = AgentList)]
 pub struct Listing {
     pub now_ms: u64,
     pub agents: Vec<AgentView>,
@@ -38,6 +39,19 @@ pub struct Listing {
     pub next_after: Option<AgentId>,
 }
 
+/// The query of `GET /v1/agents` (the handler parses it with `Query`, refusing any other key).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct AgentsQuery {
+    /// Agents with ids above this one (the previous page's `next_after`).
+    after: Option<u64>,
+    /// Page size, 1 to `AGENTS_PAGE_MAX` (default `AGENTS_PAGE_DEFAULT`).
+    limit: Option<u64>,
+    /// Only the agent of this name (at most one).
+    name: Option<String>,
+}
+
 /// Agents per page of `GET /v1/agents` when `limit` is not given.
 pub const AGENTS_PAGE_DEFAULT: usize = 1_000;
 /// Largest page of `GET /v1/agents`.
@@ -45,7 +59,7 @@ pub const AGENTS_PAGE_MAX: usize = 1_000;
 
 /// An agent as `GET /v1/agents[/{id}]` shows it: the agent, and its latest pulse since the node
 /// started (memory only: absent before the first pulse after a restart).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AgentView {
     #[serde(flatten)]
     pub agent: Agent,
@@ -64,7 +78,7 @@ impl AgentView {
 }
 
 /// Answer to a wakeup.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WakeAnswer {
     #[serde(flatten)]
     pub wakeup: WakeupRecord,
@@ -73,6 +87,19 @@ pub struct WakeAnswer {
     pub seq: u64,
 }
 
+/// `POST /v1/agents` (operator only): registers an agent from its spec; the answer holds its
+/// token, shown this once.
+#[utoipa::path(
+    post,
+    path = "/v1/agents",
+    tag = "agents",
+    request_body(content = AgentSpec, description = "The agent's spec; only `name` is required"),
+    security(("operator_token" = [])),
+    responses(
+        (status = 201, description = "Created; the token is shown only here", body = Created),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn create(
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
@@ -96,6 +123,19 @@ pub async fn create(
     ))
 }
 
+/// `GET /v1/agents` (operator only): the tenant's agents by id, in pages, or the one named.
+#[utoipa::path(
+    get,
+    path = "/v1/agents",
+    tag = "agents",
+    params(AgentsQuery),
+    operation_id = "list_agents",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "A page of the tenant's agents, by id", body = Listing),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
     let mut query = Query::parse(query.as_deref(), &["after", "limit", "name"])?;
@@ -136,15 +176,60 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
     }))
 }
 
+/// `GET /v1/agents/{id}` (its operator, or the agent itself): the agent and its latest pulse.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}",
+    operation_id = "show_agent",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = AgentView),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentView>, ApiError> {
     let id = AgentId(parse_id("id", &id)?);
     let agent = caller.agent(id)?;
     Ok(Json(AgentView::of(agent, &caller)))
 }
 
+/// `POST /v1/agents/{id}/resume` (operator only): ends any pause.
+#[utoipa::path(post, path = "/v1/agents/{id}/resume", tag = "agents",
+    params(super::openapi::AgentPath), security(("operator_token" = [])),
+    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+pub async fn resume(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::Resume).await
+}
+
+/// `POST /v1/agents/{id}/terminate` (operator only): stops the agent for good.
+#[utoipa::path(post, path = "/v1/agents/{id}/terminate", tag = "agents",
+    params(super::openapi::AgentPath), security(("operator_token" = [])),
+    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+pub async fn terminate(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::Terminate).await
+}
+
+/// `POST /v1/agents/{id}/breaker/reset` (operator only): closes the circuit breaker.
+#[utoipa::path(post, path = "/v1/agents/{id}/breaker/reset", tag = "agents",
+    params(super::openapi::AgentPath), security(("operator_token" = [])),
+    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+pub async fn reset_breaker(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::ResetBreaker).await
+}
+
+/// `POST /v1/agents/{id}/error/reset` (operator only): takes the agent out of the error state.
+#[utoipa::path(post, path = "/v1/agents/{id}/error/reset", tag = "agents",
+    params(super::openapi::AgentPath), security(("operator_token" = [])),
+    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+pub async fn reset_error(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::ResetError).await
+}
+
 /// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset|error/reset}` does.
 #[derive(Debug, Clone, Copy)]
-pub enum Control {
+enum Control {
     Resume,
     Terminate,
     ResetBreaker,
@@ -154,7 +239,7 @@ pub enum Control {
 /// Resumes or terminates an agent, or resets its breaker or its error state (operator only);
 /// answers with the
 /// agent.
-pub async fn control(
+async fn control(
     caller: Caller,
     Path(id): Path<String>,
     action: Control,
@@ -172,7 +257,7 @@ pub async fn control(
 }
 
 /// The answer to a token rotation: the agent's new token, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RotatedToken {
     pub agent: AgentId,
     pub token: String,
@@ -181,6 +266,17 @@ pub struct RotatedToken {
 
 /// `POST /v1/agents/{id}/token` (operator only): replaces the agent's token. The old token stops
 /// working at once; the new one is in this answer only (the node keeps its hash).
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/token",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The new token, shown only here", body = RotatedToken),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn rotate_token(
     caller: Caller,
     Path(id): Path<String>,
@@ -195,7 +291,7 @@ pub async fn rotate_token(
 }
 
 /// The optional body of the pause endpoints.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PauseRequest {
     #[serde(default)]
@@ -214,6 +310,18 @@ pub(super) fn optional_body<T: DeserializeOwned + Default>(
 
 /// `POST /v1/agents/{id}/pause` (operator only): `{"minutes": N}` pauses for N minutes
 /// (1..=10080); no body pauses until resumed. Answers with the agent.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/pause",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(content = Option<PauseRequest>, description = "`{\"minutes\": N}` (1..=10080), or no body: until resumed"),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn pause(
     caller: Caller,
     Path(id): Path<String>,
@@ -233,6 +341,18 @@ pub async fn pause(
 
 /// `POST /v1/agents/{id}/pause_heartbeats` (the agent itself, or an operator): the agent's own
 /// rest, `{"minutes": N}` clamped to 1..=60, 2 when absent. Answers with the agent.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/pause_heartbeats",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(content = Option<PauseRequest>, description = "`{\"minutes\": N}`, clamped to 1..=60; 2 when absent"),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn pause_heartbeats(
     caller: Caller,
     Path(id): Path<String>,
@@ -250,6 +370,20 @@ pub async fn pause_heartbeats(
     caller.agent(agent).map(Json)
 }
 
+/// `POST /v1/agents/{id}/wakeup` (its operator, or the agent itself): the one wakeup entry
+/// point; the answer says whether it queued, coalesced, was refused, or is a replay.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/wakeup",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(content = WakeupRequest),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The wakeup: queued, coalesced, refused, or replayed", body = WakeAnswer),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn wakeup(
     caller: Caller,
     Path(id): Path<String>,
