@@ -196,33 +196,65 @@ pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentVi
 }
 
 /// `POST /v1/agents/{id}/resume` (operator only): ends any pause.
-#[utoipa::path(post, path = "/v1/agents/{id}/resume", tag = "agents",
-    params(super::openapi::AgentPath), security(("operator_token" = [])),
-    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/resume",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn resume(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
     control(caller, id, Control::Resume).await
 }
 
 /// `POST /v1/agents/{id}/terminate` (operator only): stops the agent for good.
-#[utoipa::path(post, path = "/v1/agents/{id}/terminate", tag = "agents",
-    params(super::openapi::AgentPath), security(("operator_token" = [])),
-    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/terminate",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn terminate(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
     control(caller, id, Control::Terminate).await
 }
 
 /// `POST /v1/agents/{id}/breaker/reset` (operator only): closes the circuit breaker.
-#[utoipa::path(post, path = "/v1/agents/{id}/breaker/reset", tag = "agents",
-    params(super::openapi::AgentPath), security(("operator_token" = [])),
-    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/breaker/reset",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn reset_breaker(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
     control(caller, id, Control::ResetBreaker).await
 }
 
 /// `POST /v1/agents/{id}/error/reset` (operator only): takes the agent out of the error state.
-#[utoipa::path(post, path = "/v1/agents/{id}/error/reset", tag = "agents",
-    params(super::openapi::AgentPath), security(("operator_token" = [])),
-    responses((status = 200, description = "The agent", body = Agent), super::openapi::ErrorAnswers))]
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/error/reset",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn reset_error(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
     control(caller, id, Control::ResetError).await
 }
@@ -315,7 +347,10 @@ pub(super) fn optional_body<T: DeserializeOwned + Default>(
     path = "/v1/agents/{id}/pause",
     tag = "agents",
     params(super::openapi::AgentPath),
-    request_body(content = Option<PauseRequest>, description = "`{\"minutes\": N}` (1..=10080), or no body: until resumed"),
+    request_body(
+        content = Option<PauseRequest>,
+        description = "`{\"minutes\": N}` (1..=10080), or no body: until resumed"
+    ),
     security(("operator_token" = [])),
     responses(
         (status = 200, description = "The agent", body = Agent),
@@ -346,7 +381,10 @@ pub async fn pause(
     path = "/v1/agents/{id}/pause_heartbeats",
     tag = "agents",
     params(super::openapi::AgentPath),
-    request_body(content = Option<PauseRequest>, description = "`{\"minutes\": N}`, clamped to 1..=60; 2 when absent"),
+    request_body(
+        content = Option<PauseRequest>,
+        description = "`{\"minutes\": N}`, clamped to 1..=60; 2 when absent"
+    ),
     security(("operator_token" = []), ("agent_token" = [])),
     responses(
         (status = 200, description = "The agent", body = Agent),
@@ -380,7 +418,7 @@ pub async fn pause_heartbeats(
     request_body(content = WakeupRequest),
     security(("operator_token" = []), ("agent_token" = [])),
     responses(
-        (status = 200, description = "The wakeup: queued, coalesced, refused, or replayed", body = WakeAnswer),
+        (status = 200, description = "Queued, coalesced, refused, or replayed", body = WakeAnswer),
         super::openapi::ErrorAnswers,
     )
 )]

@@ -229,7 +229,7 @@ pub(super) struct ReportAccepted {
 }
 
 /// The document as JSON, built once: it is the same for every node of this build.
-pub fn document() -> &'static str {
+fn document() -> &'static str {
     static DOCUMENT: OnceLock<String> = OnceLock::new();
     DOCUMENT.get_or_init(|| {
         let (_, document) = super::routes().split_for_parts();
