@@ -239,6 +239,8 @@ async fn the_node_listens_and_answers_recovering_before_it_is_ready() {
     );
     let acme = ApiClient::with_token(node.local_addr(), ACME);
     assert_error(&get(&acme, "/v1/agents").await, 503, "recovering", None);
+    // The API's description takes no token but waits for readiness like the rest.
+    assert_error(&get(&anonymous, "/v1/openapi.json").await, 503, "recovering", None);
     {
         let (lock, opened) = &*open;
         *lock.lock().unwrap() = true;
@@ -249,6 +251,7 @@ async fn the_node_listens_and_answers_recovering_before_it_is_ready() {
     assert_eq!(status, 200);
     assert_eq!(health["status"], "ok");
     assert_eq!(get(&acme, "/v1/agents").await.0, 200);
+    assert_eq!(get(&anonymous, "/v1/openapi.json").await.0, 200);
     node.stop();
 }
 

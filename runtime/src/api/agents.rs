@@ -21,7 +21,7 @@ use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
 
 /// Answer to a successful create: the agent, its token (shown only here) and the event's seq.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Created {
     pub agent: Agent,
     pub token: String,
@@ -31,7 +31,8 @@ pub struct Created {
 }
 
 /// Answer to a list: the agents and the node's wall clock when it was read.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = AgentList)]
 pub struct Listing {
     pub now_ms: u64,
     pub agents: Vec<AgentView>,
@@ -41,6 +42,19 @@ pub struct Listing {
     pub next_after: Option<AgentId>,
 }
 
+/// The query of `GET /v1/agents` (the handler parses it with `Query`, refusing any other key).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct AgentsQuery {
+    /// Agents with ids above this one (the previous page's `next_after`).
+    after: Option<u64>,
+    /// Page size, 1 to `AGENTS_PAGE_MAX` (default `AGENTS_PAGE_DEFAULT`).
+    limit: Option<u64>,
+    /// Only the agent of this name (at most one).
+    name: Option<String>,
+}
+
 /// Agents per page of `GET /v1/agents` when `limit` is not given.
 pub const AGENTS_PAGE_DEFAULT: usize = 1_000;
 /// Largest page of `GET /v1/agents`.
@@ -48,7 +62,7 @@ pub const AGENTS_PAGE_MAX: usize = 1_000;
 
 /// An agent as `GET /v1/agents[/{id}]` shows it: the agent, and its latest pulse since the node
 /// started (memory only: absent before the first pulse after a restart).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AgentView {
     #[serde(flatten)]
     pub agent: Agent,
@@ -67,7 +81,7 @@ impl AgentView {
 }
 
 /// Answer to a wakeup.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WakeAnswer {
     #[serde(flatten)]
     pub wakeup: WakeupRecord,
@@ -76,6 +90,19 @@ pub struct WakeAnswer {
     pub seq: u64,
 }
 
+/// `POST /v1/agents` (operator only): registers an agent from its spec; the answer holds its
+/// token, shown this once.
+#[utoipa::path(
+    post,
+    path = "/v1/agents",
+    tag = "agents",
+    request_body(content = AgentSpec, description = "The agent's spec; only `name` is required"),
+    security(("operator_token" = [])),
+    responses(
+        (status = 201, description = "Created; the token is shown only here", body = Created),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn create(
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
@@ -99,6 +126,19 @@ pub async fn create(
     ))
 }
 
+/// `GET /v1/agents` (operator only): the tenant's agents by id, in pages, or the one named.
+#[utoipa::path(
+    get,
+    path = "/v1/agents",
+    tag = "agents",
+    params(AgentsQuery),
+    operation_id = "list_agents",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "A page of the tenant's agents, by id", body = Listing),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
     let mut query = Query::parse(query.as_deref(), &["after", "limit", "name"])?;
@@ -139,15 +179,92 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
     }))
 }
 
+/// `GET /v1/agents/{id}` (its operator, or the agent itself): the agent and its latest pulse.
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}",
+    operation_id = "show_agent",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = AgentView),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<AgentView>, ApiError> {
     let id = AgentId(parse_id("id", &id)?);
     let agent = caller.agent(id)?;
     Ok(Json(AgentView::of(agent, &caller)))
 }
 
+/// `POST /v1/agents/{id}/resume` (operator only): ends any pause.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/resume",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
+pub async fn resume(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::Resume).await
+}
+
+/// `POST /v1/agents/{id}/terminate` (operator only): stops the agent for good.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/terminate",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
+pub async fn terminate(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::Terminate).await
+}
+
+/// `POST /v1/agents/{id}/breaker/reset` (operator only): closes the circuit breaker.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/breaker/reset",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
+pub async fn reset_breaker(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::ResetBreaker).await
+}
+
+/// `POST /v1/agents/{id}/error/reset` (operator only): takes the agent out of the error state.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/error/reset",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
+pub async fn reset_error(caller: Caller, id: Path<String>) -> Result<Json<Agent>, ApiError> {
+    control(caller, id, Control::ResetError).await
+}
+
 /// What `POST /v1/agents/{id}/{resume|terminate|breaker/reset|error/reset}` does.
 #[derive(Debug, Clone, Copy)]
-pub enum Control {
+enum Control {
     Resume,
     Terminate,
     ResetBreaker,
@@ -157,7 +274,7 @@ pub enum Control {
 /// Resumes or terminates an agent, or resets its breaker or its error state (operator only);
 /// answers with the
 /// agent.
-pub async fn control(
+async fn control(
     caller: Caller,
     Path(id): Path<String>,
     action: Control,
@@ -175,7 +292,7 @@ pub async fn control(
 }
 
 /// The answer to a token rotation: the agent's new token, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RotatedToken {
     pub agent: AgentId,
     pub token: String,
@@ -184,6 +301,17 @@ pub struct RotatedToken {
 
 /// `POST /v1/agents/{id}/token` (operator only): replaces the agent's token. The old token stops
 /// working at once; the new one is in this answer only (the node keeps its hash).
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/token",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The new token, shown only here", body = RotatedToken),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn rotate_token(
     caller: Caller,
     Path(id): Path<String>,
@@ -199,7 +327,7 @@ pub async fn rotate_token(
 
 /// The answer to a change: the agent as it is now, what changed, and the change's seq (absent
 /// when the change left the spec as it was: nothing was recorded).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Updated {
     pub agent: Agent,
     pub changed: Vec<String>,
@@ -212,6 +340,22 @@ pub struct Updated {
 /// `PATCH /v1/agents/{id}` (operator only): a JSON merge patch on the agent's spec, validated
 /// like a create; see docs/api.md, "Changing an agent", for what it does to timers, queued runs,
 /// pause, cap and breaker.
+#[utoipa::path(
+    patch,
+    path = "/v1/agents/{id}",
+    tag = "agents",
+    operation_id = "update_agent",
+    params(super::openapi::AgentPath),
+    request_body(
+        content = serde_json::Value,
+        description = "A JSON merge patch (RFC 7396) on the agent's spec (docs/api.md, Changing an agent)"
+    ),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent as it is now and what changed", body = Updated),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn update(
     caller: Caller,
     Path(id): Path<String>,
@@ -246,7 +390,7 @@ pub async fn update(
 }
 
 /// The answer to a delete.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Deleted {
     pub agent: AgentId,
     pub name: String,
@@ -255,6 +399,18 @@ pub struct Deleted {
 
 /// `DELETE /v1/agents/{id}` (operator only): terminates the agent if it is not, then forgets
 /// it; its events stay in the log, its name is free again, its id is never reused.
+#[utoipa::path(
+    delete,
+    path = "/v1/agents/{id}",
+    tag = "agents",
+    operation_id = "delete_agent",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "Terminated (if it was not) and forgotten", body = Deleted),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn delete(caller: Caller, Path(id): Path<String>) -> Result<Json<Deleted>, ApiError> {
     let agent = AgentId(parse_id("id", &id)?);
     let name = caller.operated_agent(agent)?.name;
@@ -266,7 +422,7 @@ pub async fn delete(caller: Caller, Path(id): Path<String>) -> Result<Json<Delet
 }
 
 /// The answer to an operator token rotation: the tenant's new token, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RotatedOperatorToken {
     pub tenant: String,
     pub token: String,
@@ -275,6 +431,16 @@ pub struct RotatedOperatorToken {
 
 /// `POST /v1/operator/token` (operator only): replaces the caller's own operator token. The old
 /// one stops working at once; a restart with the same configuration keeps the new one.
+#[utoipa::path(
+    post,
+    path = "/v1/operator/token",
+    tag = "agents",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The new operator token, shown only here", body = RotatedOperatorToken),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn rotate_operator_token(caller: Caller) -> Result<Json<RotatedOperatorToken>, ApiError> {
     let tenant = caller.operator()?.to_string();
     let (token, seq) = caller
@@ -285,7 +451,7 @@ pub async fn rotate_operator_token(caller: Caller) -> Result<Json<RotatedOperato
 }
 
 /// The optional body of the pause endpoints.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PauseRequest {
     #[serde(default)]
@@ -304,6 +470,21 @@ pub(super) fn optional_body<T: DeserializeOwned + Default>(
 
 /// `POST /v1/agents/{id}/pause` (operator only): `{"minutes": N}` pauses for N minutes
 /// (1..=10080); no body pauses until resumed. Answers with the agent.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/pause",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(
+        content = Option<PauseRequest>,
+        description = "`{\"minutes\": N}` (1..=10080), or no body: until resumed"
+    ),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn pause(
     caller: Caller,
     Path(id): Path<String>,
@@ -323,6 +504,21 @@ pub async fn pause(
 
 /// `POST /v1/agents/{id}/pause_heartbeats` (the agent itself, or an operator): the agent's own
 /// rest, `{"minutes": N}` clamped to 1..=60, 2 when absent. Answers with the agent.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/pause_heartbeats",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(
+        content = Option<PauseRequest>,
+        description = "`{\"minutes\": N}`, clamped to 1..=60; 2 when absent"
+    ),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent", body = Agent),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn pause_heartbeats(
     caller: Caller,
     Path(id): Path<String>,
@@ -340,6 +536,20 @@ pub async fn pause_heartbeats(
     caller.agent(agent).map(Json)
 }
 
+/// `POST /v1/agents/{id}/wakeup` (its operator, or the agent itself): the one wakeup entry
+/// point; the answer says whether it queued, coalesced, was refused, or is a replay.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/wakeup",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    request_body(content = WakeupRequest),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "Queued, coalesced, refused, or replayed", body = WakeAnswer),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn wakeup(
     caller: Caller,
     Path(id): Path<String>,

@@ -26,15 +26,20 @@ pub struct ApiError {
 /// soon enough that a client retrying by the header does not wait long after the node is back.
 pub const RETRY_AFTER_DEFAULT_S: u64 = 1;
 
-#[derive(Serialize)]
-struct Body<'a> {
-    error: Inner<'a>,
+/// The body of every error answer (and its schema in the OpenAPI document).
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ErrorBody<'a> {
+    error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
-struct Inner<'a> {
+#[derive(Serialize, utoipa::ToSchema)]
+pub(super) struct ErrorDetail<'a> {
+    /// Stable and machine-readable: `invalid_field`, `unauthenticated`, `forbidden`,
+    /// `not_found`, `rate_limited`, `busy`, … (docs/api.md, Errors).
     code: &'a str,
+    /// For humans; it may change between versions.
     message: &'a str,
+    /// The request field at fault, when one is (`agents[2].status`).
     #[serde(skip_serializing_if = "Option::is_none")]
     field: Option<&'a str>,
 }
@@ -117,8 +122,8 @@ impl IntoResponse for ApiError {
             .field
             .as_deref()
             .map(|f| bounded(f, ERROR_FIELD_CHARS_MAX));
-        let body = Body {
-            error: Inner {
+        let body = ErrorBody {
+            error: ErrorDetail {
                 code: self.code,
                 message: &message,
                 field: field.as_deref(),

@@ -35,7 +35,8 @@ pub const SSE_KEEPALIVE_MS: u64 = 15_000;
 const SSE_BUFFER_FRAMES: usize = 64;
 
 /// A page of the caller's events after `after`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = EventPage)]
 pub struct Page {
     pub events: Vec<Event>,
     /// The log's head when the page was read.
@@ -45,7 +46,35 @@ pub struct Page {
     pub next_after: u64,
 }
 
+/// The query of `GET /v1/events`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct EventsQuery {
+    /// Events after this sequence number (a stream: `Last-Event-ID` wins over it).
+    after: Option<u64>,
+    /// Page size, 1 to `EVENTS_PAGE_MAX` (default `EVENTS_PAGE_DEFAULT`); pages only.
+    limit: Option<u64>,
+}
+
 /// `GET /v1/events`: JSON pages, or SSE when the client sends `Accept: text/event-stream`.
+#[utoipa::path(
+    get,
+    path = "/v1/events",
+    operation_id = "list_events",
+    tag = "history",
+    params(EventsQuery),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "A page of the caller's events, or with \
+            `Accept: text/event-stream` a live stream of them (docs/api.md, SSE framing)",
+            content(
+                (Page = "application/json"),
+                (String = "text/event-stream"),
+            )),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(
     caller: Caller,
     headers: HeaderMap,

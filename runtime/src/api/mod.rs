@@ -11,6 +11,7 @@ pub mod client;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod in_flight;
+mod openapi;
 mod pulses;
 mod query;
 pub(crate) mod rate_limit;
@@ -30,11 +31,13 @@ use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::net::WrittenFlush;
 
@@ -68,58 +71,46 @@ pub const HEADER_READ_TIMEOUT_MS: u64 = 30_000;
 /// Pause after a failed `accept` (e.g. out of file descriptors) before trying again.
 const ACCEPT_RETRY_MS: u64 = 100;
 
-/// All routes of the API.
+/// All routes of the API, each registered once for both the router and the OpenAPI document
+/// (`openapi.rs`, ADR 0017): a handler's `#[utoipa::path]` says its method and path, `routes!`
+/// serves it there. Handlers on one path go in one `routes!`.
+fn routes() -> OpenApiRouter<Gate> {
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(health))
+        .routes(routes!(openapi::openapi_json))
+        .routes(routes!(metrics))
+        .routes(routes!(backup))
+        .routes(routes!(agents::list, agents::create))
+        .routes(routes!(agents::show, agents::update, agents::delete))
+        .routes(routes!(agents::rotate_operator_token))
+        .routes(routes!(agents::pause))
+        .routes(routes!(agents::pause_heartbeats))
+        .routes(routes!(agents::resume))
+        .routes(routes!(agents::terminate))
+        .routes(routes!(agents::wakeup))
+        .routes(routes!(agents::rotate_token))
+        .routes(routes!(pulses::input))
+        .routes(routes!(pulses::pulse))
+        .routes(routes!(pulses::batch))
+        .routes(routes!(agents::reset_breaker))
+        .routes(routes!(agents::reset_error))
+        .routes(routes!(usage::history))
+        .routes(routes!(sessions::list))
+        .routes(routes!(sessions::reset))
+        .routes(routes!(usage::tenant))
+        .routes(routes!(runs::list))
+        .routes(routes!(runs::show))
+        .routes(routes!(runs::log))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(run_result::report))
+        .routes(routes!(events::list))
+        .routes(routes!(wakeups::list))
+}
+
+/// The router serving `routes()`, with the fallbacks and the body limits.
 pub fn router(gate: Gate) -> Router {
-    use agents::Control;
-    Router::new()
-        .route("/v1/health", get(health))
-        .route("/metrics", get(metrics))
-        .route("/v1/backup", post(backup))
-        .route("/v1/agents", get(agents::list).post(agents::create))
-        .route(
-            "/v1/agents/{id}",
-            get(agents::show)
-                .patch(agents::update)
-                .delete(agents::delete),
-        )
-        .route("/v1/operator/token", post(agents::rotate_operator_token))
-        .route("/v1/agents/{id}/pause", post(agents::pause))
-        .route(
-            "/v1/agents/{id}/pause_heartbeats",
-            post(agents::pause_heartbeats),
-        )
-        .route(
-            "/v1/agents/{id}/resume",
-            post(|c, p| agents::control(c, p, Control::Resume)),
-        )
-        .route(
-            "/v1/agents/{id}/terminate",
-            post(|c, p| agents::control(c, p, Control::Terminate)),
-        )
-        .route("/v1/agents/{id}/wakeup", post(agents::wakeup))
-        .route("/v1/agents/{id}/token", post(agents::rotate_token))
-        .route("/v1/agents/{id}/input", post(pulses::input))
-        .route("/v1/agents/{id}/pulse", post(pulses::pulse))
-        .route("/v1/pulses", post(pulses::batch))
-        .route(
-            "/v1/agents/{id}/breaker/reset",
-            post(|c, p| agents::control(c, p, Control::ResetBreaker)),
-        )
-        .route(
-            "/v1/agents/{id}/error/reset",
-            post(|c, p| agents::control(c, p, Control::ResetError)),
-        )
-        .route("/v1/agents/{id}/history", get(usage::history))
-        .route("/v1/agents/{id}/sessions", get(sessions::list))
-        .route("/v1/agents/{id}/sessions/{task_key}/reset", post(sessions::reset))
-        .route("/v1/usage", get(usage::tenant))
-        .route("/v1/runs", get(runs::list))
-        .route("/v1/runs/{id}", get(runs::show))
-        .route("/v1/runs/{id}/log", get(runs::log))
-        .route("/v1/runs/{id}/cancel", post(runs::cancel))
-        .route("/v1/runs/{id}/result", post(run_result::report))
-        .route("/v1/events", get(events::list))
-        .route("/v1/wakeups", get(wakeups::list))
+    let (router, _document) = routes().split_for_parts();
+    router
         .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
         .method_not_allowed_fallback(|| async {
             ApiError {
@@ -139,6 +130,16 @@ pub fn router(gate: Gate) -> Router {
 /// Unauthenticated: `recovering` (503) before the node is ready, `ok` once it is, `draining`
 /// (503) once it is stopping: it still answers, but a load balancer's readiness check should
 /// send new work elsewhere. Every 503 carries `Retry-After`.
+#[utoipa::path(
+    get,
+    path = "/v1/health",
+    tag = "node",
+    security(()),
+    responses(
+        (status = 200, description = "Ready", body = openapi::Health),
+        (status = 503, description = "Recovering or draining", body = openapi::Health),
+    )
+)]
 async fn health(State(gate): State<Gate>) -> Response {
     match gate.shell() {
         Ok(shell) if shell.draining() => (
@@ -164,6 +165,17 @@ async fn health(State(gate): State<Gate>) -> Response {
 /// `GET /metrics`: the node's metrics in the OpenMetrics text format (docs/operations.md,
 /// "Metrics"). They count every tenant's agents, so only the operator of tenant `default` (the
 /// node's own) may read them.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "node",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "OpenMetrics text (docs/operations.md, Metrics)",
+            body = String, content_type = "application/openmetrics-text"),
+        openapi::ErrorAnswers,
+    )
+)]
 async fn metrics(caller: auth::Caller) -> Result<Response, ApiError> {
     node_operator(&caller, "the node's metrics count every tenant")?;
     let text = caller.shell.scrape_metrics();
@@ -191,6 +203,16 @@ fn node_operator(caller: &auth::Caller, why: &str) -> Result<(), ApiError> {
 
 /// `POST /v1/backup` (operator of tenant `default`): a consistent copy of the database, written
 /// beside it while the node serves (docs/operations.md, "Backup and restore").
+#[utoipa::path(
+    post,
+    path = "/v1/backup",
+    tag = "node",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "Where the copy is and what it holds", body = crate::store::backup::Backup),
+        openapi::ErrorAnswers,
+    )
+)]
 async fn backup(
     caller: auth::Caller,
 ) -> Result<axum::Json<crate::store::backup::Backup>, ApiError> {

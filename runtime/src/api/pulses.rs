@@ -20,7 +20,7 @@ use crate::engine::pulse_report::{PulseReport, ReportedStatus};
 use crate::engine::wakeup::{WakeupRequest, WakeupSource};
 
 /// A single pulse: empty, or what the agent says of itself.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PulseRequest {
     /// `active`, `busy`, `idle` or `shutting_down`; kept until a pulse says otherwise.
@@ -29,6 +29,7 @@ pub struct PulseRequest {
     /// A small JSON object (at most `PULSE_METADATA_BYTES_MAX` bytes, `PULSE_METADATA_KEYS_MAX`
     /// keys, `PULSE_METADATA_DEPTH_MAX` levels); kept until a pulse sends another.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
 }
 
@@ -48,7 +49,7 @@ impl PulseRequest {
 
 /// An agent's pulse as the API shows it: when it came, until when the agent is safe without
 /// another, and what its pulses say.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PulseView {
     /// The node's wall clock when the latest pulse came.
     pub heartbeat_at_ms: u64,
@@ -61,6 +62,7 @@ pub struct PulseView {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<ReportedStatus>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
 }
 
@@ -78,7 +80,7 @@ impl PulseView {
 }
 
 /// The answer to a pulse: the agent's liveness after it, and its pulse as the node keeps it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PulseAnswer {
     pub agent: AgentId,
     pub liveness: LivenessStatus,
@@ -89,6 +91,18 @@ pub struct PulseAnswer {
 }
 
 /// `POST /v1/agents/{id}/pulse`, by the agent itself or its tenant's operator.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/pulse",
+    tag = "pulses",
+    params(super::openapi::AgentPath),
+    request_body(content = Option<PulseRequest>, description = "No body: a bare pulse"),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent's liveness after the pulse", body = PulseAnswer),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn pulse(
     caller: Caller,
     Path(id): Path<String>,
@@ -118,7 +132,7 @@ pub async fn pulse(
 
 /// A host's batch: the agents it runs that are alive, each an id or an object
 /// `{"id": N, "status": .., "metadata": {..}}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BatchRequest {
     pub agents: Vec<BatchEntry>,
@@ -131,14 +145,36 @@ pub struct BatchEntry {
     pub request: PulseRequest,
 }
 
+/// A batch entry's schema: what its `Deserialize` takes, an id or an object.
+impl utoipa::PartialSchema for BatchEntry {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::OneOfBuilder::new()
+            .item(u64::schema())
+            .item(utoipa::openapi::Ref::from_schema_name("BatchEntryObject"))
+            .description(Some("An agent id, or an object with `id`, `status`, `metadata`"))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for BatchEntry {
+    fn schemas(
+        schemas: &mut Vec<(String, utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>)>,
+    ) {
+        use utoipa::PartialSchema;
+        schemas.push(("BatchEntryObject".into(), BatchEntryObject::schema()));
+        <BatchEntryObject as utoipa::ToSchema>::schemas(schemas);
+    }
+}
+
 /// An entry with what the agent says.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct BatchEntryObject {
+pub(super) struct BatchEntryObject {
     id: u64,
     #[serde(default)]
     status: Option<ReportedStatus>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
 }
 
@@ -180,7 +216,7 @@ impl<'de> Deserialize<'de> for BatchEntry {
 }
 
 /// One agent's line in a batch's answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchPulse {
     pub agent: AgentId,
     pub next_deadline_ms: u64,
@@ -189,7 +225,7 @@ pub struct BatchPulse {
 }
 
 /// The answer to a batch.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchAnswer {
     /// Pulses taken (one per distinct agent).
     pub accepted: usize,
@@ -205,6 +241,17 @@ pub struct BatchAnswer {
 /// `POST /v1/pulses` (operator only): `{"agents": [id or {"id", "status", "metadata"}, ...]}`,
 /// 1 to `PULSE_BATCH_MAX` agents of the caller's tenant. All or nothing: one unknown or
 /// terminated agent, or one bad entry, refuses the batch and names it.
+#[utoipa::path(
+    post,
+    path = "/v1/pulses",
+    tag = "pulses",
+    request_body = BatchRequest,
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "Every pulse taken (all or nothing)", body = BatchAnswer),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn batch(
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
@@ -271,7 +318,7 @@ pub async fn batch(
 }
 
 /// User input for an agent.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputRequest {
     /// What the user wrote; handed to the run as `payload.text`.
@@ -284,6 +331,18 @@ pub struct InputRequest {
 
 /// `POST /v1/agents/{id}/input`: records user input (the idle chamber counts again from now)
 /// and wakes the agent on demand. Answers like a wakeup.
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/input",
+    tag = "pulses",
+    params(super::openapi::AgentPath),
+    request_body = InputRequest,
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The on-demand wakeup it made", body = WakeAnswer),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn input(
     caller: Caller,
     Path(id): Path<String>,

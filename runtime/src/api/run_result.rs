@@ -20,6 +20,18 @@ use crate::engine::tenant::TokenHash;
 use crate::exec::run_tokens::{ReportOrBody, ReportRefusal, WebhookResult};
 
 /// Takes one report: `{status: "succeeded"|"failed", output?, usage?}`.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/result",
+    tag = "runs",
+    params(super::openapi::RunPath),
+    request_body = WebhookResult,
+    security(("run_token" = [])),
+    responses(
+        (status = 202, description = "The report is taken", body = super::openapi::ReportAccepted),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn report(
     State(gate): State<Gate>,
     Path(id): Path<String>,

@@ -24,7 +24,7 @@ pub const RUN_LOG_PAGE_DEFAULT: usize = 100;
 pub const RUN_LOG_PAGE_MAX: usize = 1_000;
 
 /// A page of a run's transcript.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct LogPage {
     pub run: RunId,
     pub entries: Vec<TranscriptEntry>,
@@ -35,13 +35,50 @@ pub struct LogPage {
     pub complete: bool,
 }
 
+/// The query of `GET /v1/runs` (the handler parses it with `Query`, refusing any other key).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct RunsQuery {
+    /// Only this agent's runs (an agent token: its own only).
+    agent: Option<u64>,
+    /// Only runs in this status.
+    status: Option<RunStatus>,
+    /// Page size, 1 to `RUNS_PAGE_MAX` (default `RUNS_PAGE_DEFAULT`).
+    limit: Option<u64>,
+}
+
+/// The query of `GET /v1/runs/{id}/log`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct LogQuery {
+    /// The first entry to read (the previous page's `next_offset`); 0 when absent.
+    offset: Option<u64>,
+    /// Page size, 1 to `RUN_LOG_PAGE_MAX` (default `RUN_LOG_PAGE_DEFAULT`).
+    limit: Option<u64>,
+}
+
 /// A list of runs, newest first.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[schema(as = RunList)]
 pub struct Listing {
     pub runs: Vec<Run>,
 }
 
 /// `GET /v1/runs?agent=&status=&limit=`: the caller's runs held in memory, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/runs",
+    operation_id = "list_runs",
+    tag = "runs",
+    params(RunsQuery),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The caller's runs, newest first", body = Listing),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
     let mut query = Query::parse(query.as_deref(), &["agent", "status", "limit"])?;
     let agent = query.number("agent")?.map(AgentId);
@@ -92,6 +129,18 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
 }
 
 /// `GET /v1/runs/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}",
+    operation_id = "show_run",
+    tag = "runs",
+    params(super::openapi::RunPath),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The run", body = Run),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, ApiError> {
     let run = RunId(parse_id("id", &id)?);
     visible_run(&caller, run).map(Json)
@@ -99,6 +148,17 @@ pub async fn show(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, A
 
 /// `GET /v1/runs/{id}/log?offset=&limit=`: a page of the run's transcript. Visible to whoever
 /// may read the run.
+#[utoipa::path(
+    get,
+    path = "/v1/runs/{id}/log",
+    tag = "runs",
+    params(super::openapi::RunPath, LogQuery),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "A page of the run's transcript", body = LogPage),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn log(
     caller: Caller,
     Path(id): Path<String>,
@@ -125,6 +185,17 @@ pub async fn log(
 }
 
 /// `POST /v1/runs/{id}/cancel` (operator only): answers with the run as it ended.
+#[utoipa::path(
+    post,
+    path = "/v1/runs/{id}/cancel",
+    tag = "runs",
+    params(super::openapi::RunPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The run as it ended", body = Run),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn cancel(caller: Caller, Path(id): Path<String>) -> Result<Json<Run>, ApiError> {
     let run = RunId(parse_id("id", &id)?);
     caller.operator()?;

@@ -14,7 +14,7 @@ use crate::engine::wakeup::KEY_CHARS_MAX;
 use crate::engine::Command;
 
 /// `GET /v1/agents/{id}/sessions`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SessionList {
     pub agent: AgentId,
     /// By task key.
@@ -22,7 +22,7 @@ pub struct SessionList {
 }
 
 /// `POST /v1/agents/{id}/sessions/{task_key}/reset`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SessionReset {
     pub agent: AgentId,
     pub task_key: String,
@@ -31,6 +31,18 @@ pub struct SessionReset {
 }
 
 /// The agent's task sessions (its operator, or the agent itself).
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/sessions",
+    operation_id = "list_sessions",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent's task sessions", body = SessionList),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(caller: Caller, Path(id): Path<String>) -> Result<Json<SessionList>, ApiError> {
     let agent = AgentId(parse_id("id", &id)?);
     caller.agent(agent)?;
@@ -45,6 +57,18 @@ pub async fn list(caller: Caller, Path(id): Path<String>) -> Result<Json<Session
 }
 
 /// Forgets the session of one task (operator only).
+#[utoipa::path(
+    post,
+    path = "/v1/agents/{id}/sessions/{task_key}/reset",
+    operation_id = "reset_session",
+    tag = "agents",
+    params(super::openapi::SessionPath),
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "Whether there was a session to forget", body = SessionReset),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn reset(
     caller: Caller,
     Path((id, task_key)): Path<(String, String)>,

@@ -14,7 +14,7 @@ use crate::engine::tenant::TENANT_BUDGET_TIME_ZONE;
 use crate::engine::usage::Usage;
 
 /// `GET /v1/agents/{id}/history`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HistoryView {
     pub agent: AgentId,
     pub messages: Vec<HistoryMessage>,
@@ -24,6 +24,17 @@ pub struct HistoryView {
 }
 
 /// The agent's history (its operator, or the agent itself).
+#[utoipa::path(
+    get,
+    path = "/v1/agents/{id}/history",
+    tag = "agents",
+    params(super::openapi::AgentPath),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The agent's conversation history", body = HistoryView),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn history(caller: Caller, Path(id): Path<String>) -> Result<Json<HistoryView>, ApiError> {
     let id = AgentId(parse_id("id", &id)?);
     caller.agent(id)?;
@@ -39,7 +50,7 @@ pub async fn history(caller: Caller, Path(id): Path<String>) -> Result<Json<Hist
 }
 
 /// One agent's line of `GET /v1/usage`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AgentUsage {
     pub agent: AgentId,
     pub name: String,
@@ -55,7 +66,7 @@ pub struct AgentUsage {
 }
 
 /// `GET /v1/usage`: the tenant's model usage, per agent and summed.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TenantUsage {
     pub tenant: String,
     /// Sum of the agents' `today` (each on its own local day).
@@ -71,6 +82,17 @@ pub struct TenantUsage {
 }
 
 /// The tenant's usage (operator only).
+#[utoipa::path(
+    get,
+    path = "/v1/usage",
+    operation_id = "tenant_usage",
+    tag = "agents",
+    security(("operator_token" = [])),
+    responses(
+        (status = 200, description = "The tenant's model usage", body = TenantUsage),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn tenant(caller: Caller) -> Result<Json<TenantUsage>, ApiError> {
     let tenant = caller.operator()?;
     let engine = caller.shell.engine();

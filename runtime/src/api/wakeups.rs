@@ -28,7 +28,7 @@ pub const WAKEUPS_PAGE_DEFAULT: usize = 100;
 pub const WAKEUPS_PAGE_MAX: usize = EVENTS_PAGE_MAX;
 
 /// Where a wakeup stands now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WakeupStatus {
     /// Refused; nothing was queued (`refusal` says why).
@@ -64,7 +64,7 @@ impl WakeupStatus {
 }
 
 /// One wakeup as the history shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct WakeupView {
     /// The log position of its event: `GET /v1/events` has its payload.
     pub seq: u64,
@@ -97,13 +97,29 @@ pub struct WakeupView {
 }
 
 /// A page of the wakeup history.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WakeupPage {
     pub wakeups: Vec<WakeupView>,
     /// The log's head when the page was read.
     pub head_seq: u64,
     /// Where the next page starts: pass it back as `after`.
     pub next_after: u64,
+}
+
+/// The query of `GET /v1/wakeups`.
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // Why: describes the query only.
+pub struct WakeupsQuery {
+    /// Only this agent's wakeups (an agent token: its own only).
+    agent: Option<u64>,
+    source: Option<WakeupSource>,
+    status: Option<WakeupStatus>,
+    requested_by: Option<RequestedBy>,
+    /// Wakeups logged after this sequence number (the previous page's `next_after`).
+    after: Option<u64>,
+    /// Page size, 1 to `WAKEUPS_PAGE_MAX` (default `WAKEUPS_PAGE_DEFAULT`).
+    limit: Option<u64>,
 }
 
 /// What the caller asked to see.
@@ -128,6 +144,18 @@ impl Filter {
 
 /// `GET /v1/wakeups?agent=&source=&status=&requested_by=&after=&limit=`: the caller's
 /// wakeups after log position `after`, oldest first.
+#[utoipa::path(
+    get,
+    path = "/v1/wakeups",
+    operation_id = "list_wakeups",
+    tag = "history",
+    params(WakeupsQuery),
+    security(("operator_token" = []), ("agent_token" = [])),
+    responses(
+        (status = 200, description = "The caller's wakeups, oldest first", body = WakeupPage),
+        super::openapi::ErrorAnswers,
+    )
+)]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<WakeupPage>, ApiError> {
     let mut query = Query::parse(
         query.as_deref(),

@@ -44,6 +44,7 @@ pub const TIME_ZONE_CHARS_MAX: usize = 64;
 
 /// Identifies an agent within one runtime. Assigned by the engine, in creation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct AgentId(pub u64);
 

@@ -11,6 +11,7 @@ pub const DAILY_CAP_MAX: u32 = 10_000;
 
 /// A local calendar day, as days since 1970-01-01 in the agent's zone (ordered, cheap).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct LocalDay(pub i32);
 

@@ -201,6 +201,7 @@ pub fn phi(silent_ms: u64, gaps: &VecDeque<u64>, pulse_interval_ms: u64) -> f64 
 
 /// An agent's liveness as the log knows it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LivenessStatus {
     /// Never pulsed: not watched.

@@ -22,6 +22,7 @@ pub const PULSE_METADATA_DEPTH_MAX: usize = 4;
 
 /// The status an agent reports of itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ReportedStatus {
     Active,

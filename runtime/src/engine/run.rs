@@ -20,6 +20,7 @@ pub const CONTROL_PLANE_RESTART: &str = "control_plane_restart";
 
 /// Identifies a run within one runtime, in creation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct RunId(pub u64);
 
@@ -31,6 +32,7 @@ impl std::fmt::Display for RunId {
 
 /// Where a run is in its lifecycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
     Queued,
@@ -62,6 +64,7 @@ impl RunStatus {
 
 /// Why a run stopped, typed: control flow and the oracle read this, never the detail text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     /// The model ended its turn (or a non-LLM adapter finished its work).
@@ -122,6 +125,7 @@ impl StopReason {
 /// Why a run that did not succeed failed, as a class a dashboard or an alert can group by.
 /// Recorded on every unsuccessful `run_finished` (the adapter's word, or what the stop implies).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ErrorClass {
     /// The adapter's program (a coding CLI, a process's command) is not installed.

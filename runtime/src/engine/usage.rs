@@ -50,6 +50,7 @@ impl<'de> Deserialize<'de> for MicroUsd {
 
 /// Tokens and money of one or more model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 pub struct Usage {
     /// Model calls made (a ghost run's call counts too).
     #[serde(default)]

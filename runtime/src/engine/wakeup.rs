@@ -22,6 +22,7 @@ pub const TRIGGER_DETAIL_BYTES_MAX: usize = 2 * 1024;
 
 /// Identifies a wakeup within one runtime, in arrival order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(transparent)]
 pub struct WakeupId(pub u64);
 
@@ -33,6 +34,7 @@ impl std::fmt::Display for WakeupId {
 
 /// What triggered a wakeup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum WakeupSource {
     Timer,
@@ -86,6 +88,7 @@ impl WakeupSource {
 /// The caller cannot choose it: the API sets `operator` or `agent` from the bearer token, the
 /// coordinator `timer` and `idle` for its own chambers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RequestedBy {
     /// A tenant's operator token (`POST /v1/agents/{id}/wakeup` or `/input`).
@@ -138,6 +141,7 @@ pub enum Priority {
 
 /// A request to wake an agent, from the API or an internal trigger.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WakeupRequest {
     pub source: WakeupSource,
@@ -244,6 +248,7 @@ impl WakeupRequest {
 
 /// Why a wakeup was refused. Every refusal is recorded as an event, never silently dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum RefusalReason {
     /// The agent is paused.

@@ -32,6 +32,7 @@ pub type SharedRunTokens = Arc<RunTokens>;
 /// What a webhook reports (the body of `POST /v1/runs/{id}/result`), and what a synchronous
 /// webhook answers, in one schema: `{status, output?, usage?}`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookResult {
     /// `succeeded` or `failed` (required in a report; a sync answer without one succeeded).
@@ -45,6 +46,7 @@ pub struct WebhookResult {
 
 /// A webhook's verdict on its run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ResultStatus {
     Succeeded,
@@ -53,6 +55,7 @@ pub enum ResultStatus {
 
 /// Model use a webhook reports, recorded on the run and the agent's day like an LLM's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[derive(utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResultUsage {
     #[serde(default)]
@@ -63,6 +66,7 @@ pub struct ResultUsage {
     pub output_tokens: u64,
     /// Dollars, when the webhook knows its cost.
     #[serde(default)]
+    #[schema(value_type = Option<f64>)]
     pub cost_usd: Option<crate::engine::usage::MicroUsd>,
 }
 

@@ -21,9 +21,10 @@ pub const BACKUP_DIR: &str = "backups";
 pub const BACKUP_CHUNK_EVENTS: usize = 10_000;
 
 /// A backup written.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Backup {
     /// The backup file: a whole Vigil database, openable by `vigil serve` as it is.
+    #[schema(value_type = String)]
     pub path: PathBuf,
     /// The newest event it holds; it holds every event up to this one.
     pub head_seq: u64,

@@ -1,0 +1,256 @@
+//! `GET /v1/openapi.json` against the router that serves it and against docs/api.md's route
+//! table. axum cannot list its routes, so the test asks a real node: every (method, path) the
+//! document lists is served (not the "no such route" fallback, not 405); every other usual
+//! method on those paths is refused 405; paths the document lacks get the fallback; and the
+//! table in docs/api.md lists exactly the document's routes.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use serde_json::Value;
+use vigil::api::client::ApiClient;
+use vigil::io::clock::SystemClock;
+use vigil::io::entropy::SeededEntropy;
+use vigil::io::storage::StorageLocation;
+use vigil::node::{Node, NodeConfig, TenantToken};
+
+/// The route table under test.
+const API_DOC: &str = include_str!("../docs/api.md");
+const OPERATOR: &str = "acme-operator-token";
+/// The methods probed on every documented path (HEAD follows GET in axum; OPTIONS and TRACE
+/// are not routed at all).
+const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
+
+/// A ready node on an in-memory database with one tenant, `acme`.
+async fn start() -> Node {
+    let config = NodeConfig {
+        listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        storage: StorageLocation::Backend(Box::new(redb::backends::InMemoryBackend::new())),
+        clock: SystemClock::shared(),
+        entropy: SeededEntropy::shared(7),
+        tenants: vec![TenantToken {
+            tenant: "acme".into(),
+            token: OPERATOR.into(),
+        }],
+        on_commit: None,
+        on_replayed: None,
+        adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        run_services: vigil::exec::host::RunServices::guarded(
+            &vigil::net::TlsOptions::default(),
+            Default::default(),
+            vigil::net::OutboundPolicy::default(),
+        )
+        .unwrap(),
+        transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
+    };
+    let mut node = Node::start(config).await.expect("node starts");
+    node.ready().await.expect("node recovers");
+    node
+}
+
+/// The document as the node serves it, to a caller without a token.
+async fn served_document(node: &Node) -> Value {
+    let answer = ApiClient::new(node.local_addr())
+        .get("/v1/openapi.json")
+        .await
+        .unwrap();
+    assert_eq!(answer.status.as_u16(), 200);
+    assert_eq!(answer.headers["content-type"], "application/json");
+    let document = answer.json().expect("the document is JSON");
+    let version = document["openapi"].as_str().expect("an openapi version");
+    assert!(version.starts_with("3.1."), "{version}");
+    document
+}
+
+/// Every (method, path) the document describes.
+fn documented(document: &Value) -> BTreeSet<(String, String)> {
+    let paths = document["paths"].as_object().expect("paths");
+    let mut routes = BTreeSet::new();
+    for (path, item) in paths {
+        for method in item.as_object().expect("a path item").keys() {
+            if method != "parameters" {
+                routes.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    routes
+}
+
+/// The rows of docs/api.md's route table: `| GET | [`/v1/agents`](#…) | …`.
+fn doc_table() -> BTreeSet<(String, String)> {
+    let table = API_DOC
+        .split("## Endpoints")
+        .nth(1)
+        .expect("docs/api.md has an Endpoints section");
+    let mut routes = BTreeSet::new();
+    for line in table.lines().skip_while(|l| !l.starts_with('|')) {
+        let Some(row) = line.strip_prefix('|') else {
+            break;
+        };
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        if METHODS.contains(&cells[0]) {
+            let path = cells[1].split('`').nth(1).expect("a path in backticks");
+            routes.insert((cells[0].to_string(), path.to_string()));
+        }
+    }
+    routes
+}
+
+/// `path` with its parameters filled in.
+fn concrete(path: &str) -> String {
+    path.replace("{id}", "1").replace("{task_key}", "t")
+}
+
+/// Status and body of `method path` with the operator's token and no body.
+async fn ask(client: &ApiClient, method: &str, path: &str) -> (u16, Value) {
+    let method = hyper::Method::from_bytes(method.as_bytes()).unwrap();
+    let answer = client.request(method, path, None).await.unwrap();
+    let body = answer.json().unwrap_or(Value::Null);
+    (answer.status.as_u16(), body)
+}
+
+/// Whether an answer is the router's own 404 for a path it does not route.
+fn no_such_route(answer: &(u16, Value)) -> bool {
+    let message = answer.1["error"]["message"].as_str().unwrap_or("");
+    answer.0 == 404 && message.starts_with("no such route")
+}
+
+#[tokio::test]
+async fn the_document_lists_exactly_the_routes_the_node_serves_and_the_docs_table() {
+    let node = start().await;
+    let document = served_document(&node).await;
+    let routes = documented(&document);
+    let table = doc_table();
+    assert_eq!(
+        routes,
+        table,
+        "the document and docs/api.md's route table differ: only in the document {:?}, only in \
+         the table {:?}",
+        routes.difference(&table).collect::<Vec<_>>(),
+        table.difference(&routes).collect::<Vec<_>>(),
+    );
+    let client = ApiClient::with_token(node.local_addr(), OPERATOR);
+    let paths: BTreeSet<&String> = routes.iter().map(|(_, path)| path).collect();
+    for path in paths {
+        for method in METHODS {
+            let answer = ask(&client, method, &concrete(path)).await;
+            if routes.contains(&(method.to_string(), path.clone())) {
+                assert!(
+                    !no_such_route(&answer) && answer.0 != 405,
+                    "{method} {path} is documented but not served: {answer:?}"
+                );
+            } else {
+                assert_eq!(
+                    (answer.0, &answer.1["error"]["code"]),
+                    (405, &Value::from("method_not_allowed")),
+                    "{method} {path} is served but not documented"
+                );
+            }
+        }
+    }
+    node.stop();
+}
+
+#[tokio::test]
+async fn paths_the_document_lacks_get_the_fallback() {
+    let node = start().await;
+    let routes = documented(&served_document(&node).await);
+    let client = ApiClient::with_token(node.local_addr(), OPERATOR);
+    let strays = [
+        "/",
+        "/v1",
+        "/v1/agent",
+        "/v1/agents/1/nope",
+        "/v1/agents/1/sessions/t",
+        "/v1/runs/1/result/x",
+        "/v1/openapi.yaml",
+        "/v2/agents",
+    ];
+    for path in strays {
+        assert!(!routes.iter().any(|(_, p)| concrete(p) == path), "{path}");
+        for method in ["GET", "POST"] {
+            let answer = ask(&client, method, path).await;
+            assert!(no_such_route(&answer), "{method} {path}: {answer:?}");
+        }
+    }
+    node.stop();
+}
+
+/// Every `$ref` string anywhere in `value`.
+fn refs(value: &Value, found: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, inner) in map {
+                match (key.as_str(), inner) {
+                    ("$ref", Value::String(target)) => found.push(target.clone()),
+                    _ => refs(inner, found),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| refs(item, found)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn every_reference_and_security_scheme_resolves_and_operation_ids_are_unique() {
+    let node = start().await;
+    let document = served_document(&node).await;
+    let mut found = Vec::new();
+    refs(&document, &mut found);
+    assert!(!found.is_empty());
+    for target in found {
+        let name = target
+            .strip_prefix("#/components/schemas/")
+            .unwrap_or_else(|| panic!("{target} is not a component schema"));
+        assert!(
+            document["components"]["schemas"].get(name).is_some(),
+            "{target} is not defined"
+        );
+    }
+    let schemes = &document["components"]["securitySchemes"];
+    let mut operation_ids = BTreeSet::new();
+    for (method, path) in documented(&document) {
+        let operation = &document["paths"][&path][method.to_lowercase()];
+        let id = operation["operationId"].as_str().expect("an operationId");
+        assert!(
+            operation_ids.insert(id.to_string()),
+            "operationId {id} twice"
+        );
+        let security = operation["security"].as_array().expect("security");
+        let names: Vec<&String> = security
+            .iter()
+            .flat_map(|s| s.as_object().expect("a requirement").keys())
+            .collect();
+        for name in &names {
+            assert_eq!(schemes[name]["scheme"], "bearer", "{method} {path}: {name}");
+        }
+        // Only readiness and this document are open to anyone.
+        let open = ["/v1/health", "/v1/openapi.json"].contains(&path.as_str());
+        assert_eq!(names.is_empty(), open, "{method} {path}: {names:?}");
+    }
+    node.stop();
+}
+
+/// The router's source, where `routes()` registers every route.
+const ROUTER_SOURCE: &str = include_str!("../runtime/src/api/mod.rs");
+
+/// A brand-new path added with plain axum calls would be in neither the document nor the table,
+/// and no probe above could guess it: so the router module may not call them at all.
+#[test]
+fn the_router_adds_no_route_outside_the_registration() {
+    for call in [
+        ".route(",
+        ".route_service(",
+        ".nest(",
+        ".nest_service(",
+        ".merge(",
+    ] {
+        assert!(
+            !ROUTER_SOURCE.contains(call),
+            "api/mod.rs calls {call}: register the route with `routes!` (ADR 0017)"
+        );
+    }
+    assert!(ROUTER_SOURCE.contains(".routes(routes!("));
+}
