@@ -464,6 +464,7 @@ async fn run_node(
             run_tokens: vigil::exec::run_tokens::RunTokens::shared(),
         },
         transcripts,
+        alert_sinks: Vec::new(),
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))
