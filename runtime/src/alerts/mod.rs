@@ -224,11 +224,11 @@ pub fn candidate(event: &Event) -> Option<(AlertKind, AgentId)> {
     match &event.kind {
         EventKind::AgentOffline { agent, .. } => Some((AlertKind::AgentOffline, *agent)),
         EventKind::BreakerOpened { agent, .. } => Some((AlertKind::BreakerOpened, *agent)),
-        EventKind::RunFinished { agent, status, .. }
-            if matches!(status, RunStatus::Failed | RunStatus::TimedOut) =>
-        {
-            Some((AlertKind::RunFailed, *agent))
-        }
+        EventKind::RunFinished {
+            agent,
+            status: RunStatus::Failed | RunStatus::TimedOut,
+            ..
+        } => Some((AlertKind::RunFailed, *agent)),
         EventKind::WakeupRefused { agent, refusal, .. } => match refusal {
             RefusalReason::DailyCap => Some((AlertKind::DailyCapReached, *agent)),
             RefusalReason::Budget => Some((AlertKind::BudgetReached, *agent)),
