@@ -324,7 +324,10 @@ async fn read_page(shell: &Arc<Shell>, after: u64) -> Result<Vec<Event>, String>
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, StoreError> + Send + 'static,
 ) -> Result<T, String> {
-    match tokio::task::spawn_blocking(work).await {
+    // Under the simulator madsim deprecates it (it runs as one more task there), as in shell.rs.
+    #[allow(deprecated)]
+    let done = tokio::task::spawn_blocking(work).await;
+    match done {
         Ok(done) => done.map_err(|error| error.to_string()),
         Err(error) => Err(format!("the store task failed: {error}")),
     }
