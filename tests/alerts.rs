@@ -178,6 +178,23 @@ fn expected_alerts(events: &[Value]) -> BTreeSet<String> {
     ids
 }
 
+/// The event feed once it holds `n` alertable events, and their alert ids. Why a wait: a run
+/// reads as ended as soon as the engine decided it, one group commit before its end is durable
+/// (ADR 0012), and the feed shows only the durable log.
+async fn alerts_in_log(api: &ApiClient, n: usize) -> (Vec<Value>, BTreeSet<String>) {
+    let mut last = (Vec::new(), BTreeSet::new());
+    for _ in 0..process_node::WAIT_MS_MAX / process_node::POLL_MS {
+        let (_, all) = events(api).await;
+        let ids = expected_alerts(&all);
+        if ids.len() >= n {
+            return (all, ids);
+        }
+        last = (all, ids);
+        tokio::time::sleep(Duration::from_millis(process_node::POLL_MS)).await;
+    }
+    panic!("the log never held {n} alertable events: {:?}", last.1);
+}
+
 /// Every POST verified, its id header the body's id; duplicates identical.
 fn check_received(received: &[Received]) {
     let mut bodies: BTreeMap<&str, &Value> = BTreeMap::new();
@@ -207,9 +224,8 @@ async fn every_alert_is_delivered_across_a_sigkill_none_lost_duplicates_by_id() 
     for _ in 0..3 {
         wake_and_finish(&api, failing).await;
     }
-    let (_, before) = events(&api).await;
-    let expected_before = expected_alerts(&before);
     // Three runs failed, the breaker opened, the cap was reached once.
+    let (_, expected_before) = alerts_in_log(&api, 5).await;
     assert_eq!(expected_before.len(), 5, "{expected_before:?}");
     // Killed while alerts are pending: one delivered, the next refused at least once.
     poll("a refused delivery", || async { sink.received().iter().any(|r| r.status == 503) }).await;
@@ -260,12 +276,11 @@ async fn a_restart_past_the_catch_up_bound_skips_old_alerts_and_delivers_new_one
     for _ in 0..2 {
         wake_and_finish(&api, failing).await;
     }
-    let (_, old) = events(&api).await;
+    let (_, old_ids) = alerts_in_log(&api, 2).await;
     poll("a refused delivery", || async { !sink.received().is_empty() }).await;
     node.signal(libc::SIGKILL);
     node.exited().await;
     drop(node);
-    let old_ids = expected_alerts(&old);
     assert_eq!(old_ids.len(), 2, "{old_ids:?}");
     tokio::time::sleep(Duration::from_millis(CATCH_UP_S * 1_000 + 500)).await;
 
@@ -273,8 +288,8 @@ async fn a_restart_past_the_catch_up_bound_skips_old_alerts_and_delivers_new_one
     let node = start(&data_dir, &config).await;
     let api = &node.api;
     wake_and_finish(api, failing).await;
-    let (_, all) = events(api).await;
-    let new_ids: BTreeSet<String> = expected_alerts(&all).difference(&old_ids).cloned().collect();
+    let (_, all) = alerts_in_log(api, 3).await;
+    let new_ids: BTreeSet<String> = all.difference(&old_ids).cloned().collect();
     assert_eq!(new_ids.len(), 1, "{new_ids:?}");
     poll("the new alert delivered", || async {
         new_ids.iter().all(|id| sink.delivered().contains_key(id))
