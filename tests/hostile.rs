@@ -95,6 +95,7 @@ async fn start_clocked(test: &str, policy: OutboundPolicy, clock: SharedClock) -
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services: services,
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
+        alert_sinks: Vec::new(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -80,6 +80,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         )
         .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
+        alert_sinks: Vec::new(),
     }
 }
 

@@ -555,6 +555,7 @@ impl World {
             adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
             run_services: self.services(),
             transcripts: FileTranscripts::shared(&self.data_dir()),
+            alert_sinks: Vec::new(),
         }
     }
 

@@ -43,6 +43,7 @@ async fn start() -> Node {
         )
         .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
+        alert_sinks: Vec::new(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -352,6 +352,7 @@ async fn a_panicking_adapter_ends_its_run_failed_with_class_adapter_error() {
         adapters: std::sync::Arc::new(Panicking),
         run_services: vigil::exec::host::RunServices::standard(),
         transcripts: vigil::transcript::FileTranscripts::shared(&data_dir),
+        alert_sinks: Vec::new(),
     })
     .await
     .expect("node starts");

@@ -768,6 +768,7 @@ fn tool_world() -> (Vec<Step>, phases::AgentWorld) {
         },
         tools: Some(ToolScript::default()),
         processes: None,
+        alert_refuse_permille: None,
     };
     (steps, world)
 }

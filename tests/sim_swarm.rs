@@ -33,6 +33,12 @@ fn swarm_sweep(seeds_of: impl Fn(&str) -> u64, start: u64, check_determinism: bo
         if scenario.name == "heart_fleet" {
             continue;
         }
+        // `alerts` judges that no alert is skipped, which holds only without clock jumps (a
+        // forward jump past the catch-up bound skips alerts by design); swarm seeds choose them.
+        // Its designed seeds run in tests/sim_alerts.rs.
+        if scenario.name == "alerts" {
+            continue;
+        }
         let options = SweepOptions {
             start,
             seeds: seeds_of(scenario.name),

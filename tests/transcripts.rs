@@ -65,6 +65,7 @@ async fn start_in(dir: PathBuf) -> Fixture {
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services: vigil::exec::host::RunServices::standard(),
         transcripts: FileTranscripts::shared(&dir),
+        alert_sinks: Vec::new(),
     })
     .await
     .expect("node starts");

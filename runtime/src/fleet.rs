@@ -703,6 +703,7 @@ time_zone = "Europe/Paris"
             adapters: crate::exec::adapter::BuiltinAdapters::shared(),
             run_services: crate::exec::host::RunServices::standard(),
             transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
+            alert_sinks: Vec::new(),
         })
         .await
         .unwrap();

@@ -6,6 +6,7 @@
 //! storage) the simulator substitutes; `transcript` where run transcripts go (another seam),
 //! `redact` what keeps secrets out of them.
 
+pub mod alerts;
 pub mod api;
 pub mod cli;
 pub mod engine;

@@ -144,6 +144,19 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(exec::model::MODEL_ANSWER_BYTES_MAX),
         limit!(exec::pricing::PRICE_USD_PER_MTOK_MAX),
         limit!(node_file::NODE_FILE_BYTES_MAX),
+        limit!(alerts::ALERT_SINKS_MAX),
+        limit!(alerts::ALERT_SINK_NAME_CHARS_MAX),
+        limit!(alerts::ALERT_SINK_TENANTS_MAX),
+        limit!(alerts::ALERT_SECRET_ENV_CHARS_MAX),
+        limit!(alerts::ALERT_CATCH_UP_DEFAULT_S),
+        limit!(alerts::ALERT_CATCH_UP_MIN_S),
+        limit!(alerts::ALERT_CATCH_UP_MAX_S),
+        limit!(alerts::ALERT_RETRY_FIRST_MS),
+        limit!(alerts::ALERT_RETRY_MAX_MS),
+        limit!(alerts::ALERT_POST_TIMEOUT_MS),
+        limit!(alerts::ALERT_ANSWER_BYTES_MAX),
+        limit!(alerts::ALERT_PAGE_EVENTS),
+        limit!(alerts::ALERT_CURSOR_SAVE_EVENTS),
     ]
 }
 

@@ -680,6 +680,16 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
     if let Some(url) = &node_file.webhook.report_base_url {
         run_services.run_tokens.set_base_url(url);
     }
+    let alert_sinks = node_file.alert_sinks();
+    for sink in &alert_sinks {
+        if (run_services.secrets)(&sink.secret_env).is_none() {
+            anyhow::bail!(
+                "alert sink {:?}: its signing key's environment variable {} (secret_env) is not set",
+                sink.name,
+                sink.secret_env
+            );
+        }
+    }
     let fleet = fleet.map(|path| Fleet::load(&path)).transpose()?;
     let tenants = configured_tenants(fleet.as_ref(), operator_token)?;
     create_private_dir(&data_dir)
@@ -697,6 +707,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services,
         transcripts: FileTranscripts::shared(&data_dir),
+        alert_sinks,
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

@@ -76,6 +76,17 @@ struct TenantLabels {
     tenant: String,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AlertLabels {
+    sink: String,
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkLabels {
+    sink: String,
+}
+
 /// Every metric of one node.
 pub struct Metrics {
     /// Encoding walks it; the families inside are shared handles.
@@ -97,6 +108,9 @@ pub struct Metrics {
     writer_queue: Gauge,
     spend_today: Family<TenantLabels, Gauge<f64, AtomicU64>>,
     budget_left: Family<TenantLabels, Gauge<f64, AtomicU64>>,
+    alerts_delivered: Family<AlertLabels, Counter>,
+    alerts_skipped: Family<AlertLabels, Counter>,
+    alert_attempts_failed: Family<SinkLabels, Counter>,
     /// One scrape at a time: the gauges are cleared and refilled by each.
     scrape: Mutex<()>,
 }
@@ -138,6 +152,9 @@ impl Metrics {
             writer_queue: Gauge::default(),
             spend_today: Family::default(),
             budget_left: Family::default(),
+            alerts_delivered: Family::default(),
+            alerts_skipped: Family::default(),
+            alert_attempts_failed: Family::default(),
             scrape: Mutex::new(()),
         };
         metrics.register();
@@ -223,6 +240,39 @@ impl Metrics {
             "What each tenant with a daily budget may still spend today, in dollars",
             self.budget_left.clone(),
         );
+        r.register(
+            "alerts_delivered",
+            "Alerts a sink answered with a 2xx, by sink and kind (docs/operations.md, Alerts)",
+            self.alerts_delivered.clone(),
+        );
+        r.register(
+            "alerts_skipped",
+            "Alerts not sent because their event was older than the sink's catch-up bound",
+            self.alerts_skipped.clone(),
+        );
+        r.register(
+            "alert_attempts_failed",
+            "Alert deliveries that failed and will be retried (no 2xx, or no answer)",
+            self.alert_attempts_failed.clone(),
+        );
+    }
+
+    /// An alert of `kind` reached sink `sink` (a 2xx).
+    pub fn alert_delivered(&self, sink: &str, kind: &'static str) {
+        let labels = AlertLabels { sink: sink.to_string(), kind };
+        self.alerts_delivered.get_or_create(&labels).inc();
+    }
+
+    /// An alert of `kind` for sink `sink` was skipped by the catch-up bound.
+    pub fn alert_skipped(&self, sink: &str, kind: &'static str) {
+        let labels = AlertLabels { sink: sink.to_string(), kind };
+        self.alerts_skipped.get_or_create(&labels).inc();
+    }
+
+    /// One delivery attempt to sink `sink` failed.
+    pub fn alert_attempt_failed(&self, sink: &str) {
+        let labels = SinkLabels { sink: sink.to_string() };
+        self.alert_attempts_failed.get_or_create(&labels).inc();
     }
 
     /// Counts what a durable batch committed.

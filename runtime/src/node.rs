@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+use crate::alerts::{self, AlertSink, Alerting};
 use crate::api::{self, Gate};
 use crate::engine::event::{Event, EventKind};
 use crate::engine::run::RunId;
@@ -78,6 +79,9 @@ pub struct NodeConfig {
     /// Where run transcripts go: [`crate::transcript::FileTranscripts`] in the data directory,
     /// a [`crate::transcript::MemoryTranscripts`] that outlives restarts in the simulator.
     pub transcripts: SharedTranscriptStore,
+    /// Where alerts go (the node file's `[[alerts]]`); reached through `run_services`' poster
+    /// with its secrets.
+    pub alert_sinks: Vec<AlertSink>,
 }
 
 /// Called with every event the start-up replayed, in order, before any new event.
@@ -126,6 +130,7 @@ pub struct Node {
     ready: Option<(Arc<Shell>, Recovered)>,
     tasks: Vec<JoinHandle<()>>,
     transcripts: SharedTranscriptStore,
+    alerting: Alerting,
 }
 
 impl Node {
@@ -144,6 +149,11 @@ impl Node {
         })?;
         let transcripts = config.transcripts.clone();
         config.run_services.run_tokens.default_base_url(local_addr);
+        let alerting = Alerting {
+            sinks: config.alert_sinks.clone(),
+            poster: config.run_services.poster.clone(),
+            secrets: config.run_services.secrets.clone(),
+        };
         let gate = Gate::new(transcripts.clone());
         let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
         let recovery = tokio::spawn(recover(config));
@@ -154,10 +164,12 @@ impl Node {
             ready: None,
             tasks: vec![server],
             transcripts,
+            alerting,
         })
     }
 
-    /// Waits for recovery to finish, then opens the gate and starts the timers. Idempotent.
+    /// Waits for recovery to finish, then opens the gate and starts the timers and the alert
+    /// sinks. Idempotent.
     pub async fn ready(&mut self) -> Result<&Recovered, StartError> {
         if let Some(recovery) = self.recovery.take() {
             let (shell, recovered) = recovery.await.expect("recovery task does not panic")?;
@@ -171,6 +183,7 @@ impl Node {
                     every_ms,
                 )));
             }
+            self.tasks.extend(alerts::spawn_sinks(&shell, &self.alerting));
             shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
             self.gate.open(shell.clone());
             self.ready = Some((shell, recovered));

@@ -1,5 +1,6 @@
 //! The node's own configuration file (`vigil serve --config FILE`, TOML): what the node needs
-//! beyond its agents. Today the outbound transport's extra CA and the model price table.
+//! beyond its agents: the outbound transport's extra CA and allow-list, the webhook report
+//! address, the model price table, and the alert sinks.
 //!
 //! ```toml
 //! [outbound]
@@ -13,12 +14,20 @@
 //! input_usd_per_mtok = 0.15
 //! cached_input_usd_per_mtok = 0.075
 //! output_usd_per_mtok = 0.60
+//!
+//! [[alerts]]                                       # docs/operations.md, "Alerts"
+//! name = "ops"
+//! url = "https://hooks.example.com/vigil"
+//! secret_env = "VIGIL_ALERT_KEY"
+//! kinds = ["agent_offline", "run_failed"]          # absent: all five
+//! tenants = ["acme"]                               # absent: every tenant
 //! ```
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::alerts::{validate_sinks, AlertSink, AlertSinkSpec};
 use crate::exec::pricing::PriceTable;
 use crate::net::{Cidr, OutboundPolicy, TlsOptions, OUTBOUND_ALLOW_ENTRIES_MAX};
 
@@ -36,6 +45,9 @@ pub struct NodeFile {
     pub prices: PriceTable,
     #[serde(default)]
     pub webhook: WebhookSection,
+    /// `[[alerts]]`: where alerts go, as written (checked by [`NodeFile::parse`]).
+    #[serde(default)]
+    pub alerts: Vec<AlertSinkSpec>,
 }
 
 /// `[webhook]`.
@@ -108,6 +120,7 @@ impl NodeFile {
             crate::net::Endpoint::parse(url)
                 .map_err(|error| format!("webhook.report_base_url: {error}"))?;
         }
+        validate_sinks(&file.alerts)?;
         if file.outbound.allow.len() > OUTBOUND_ALLOW_ENTRIES_MAX {
             return Err(format!(
                 "outbound.allow has {} entries; at most {OUTBOUND_ALLOW_ENTRIES_MAX}",
@@ -115,6 +128,11 @@ impl NodeFile {
             ));
         }
         Ok(file)
+    }
+
+    /// The alert sinks, checked (the file was checked when parsed).
+    pub fn alert_sinks(&self) -> Vec<AlertSink> {
+        validate_sinks(&self.alerts).expect("checked by NodeFile::parse")
     }
 
     /// The outbound address policy (the SSRF guard) with this file's allow-list.

@@ -609,6 +609,12 @@ impl Shell {
         &self.head_moved
     }
 
+    /// The store, for the alert sinks' cursors (`crate::alerts`); blocking, so only from a
+    /// blocking thread.
+    pub(crate) fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
     /// A page of the durable log after `after`, and the log's head at the time of reading.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<(Vec<Event>, u64), StoreError> {
         // Head first: a page may then contain events newer than `head`, never the reverse. The

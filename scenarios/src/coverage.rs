@@ -103,6 +103,7 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::ModelCallServed { .. }
             | TraceEvent::ToolCallServed { .. }
             | TraceEvent::ProcessSpawned { .. } => coverage.count("execution_served"),
+            TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
             TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
             TraceEvent::Fault { fault } => match fault {

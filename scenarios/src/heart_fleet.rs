@@ -169,6 +169,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
             provider: provider_script(),
             tools: Some(ToolScript::default()),
             processes: None,
+            alert_refuse_permille: None,
         },
         pinned: Vec::new(),
         scenario: if safety_ms == DAY_SAFETY_MS {

@@ -4,6 +4,8 @@
 pub mod wall_clock;
 
 #[cfg(madsim)]
+pub mod alerts;
+#[cfg(madsim)]
 pub mod breaker;
 #[cfg(madsim)]
 pub mod cli_agents;

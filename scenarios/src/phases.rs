@@ -53,6 +53,9 @@ pub struct AgentWorld {
     pub tools: Option<vigil_world::tool_server::ToolScript>,
     /// How the simulated machine's children behave, for scenarios whose agents spawn them.
     pub processes: Option<vigil_world::processes::ProcessScript>,
+    /// A simulated alert receiver refusing this share of attempts (per mille) in the safety
+    /// phase, for scenarios that judge alerts (`every_alert_delivered`).
+    pub alert_refuse_permille: Option<u32>,
 }
 
 /// What a scenario asks of the shared runner.
@@ -167,6 +170,10 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         lying_fsync,
         entropy_seed,
         processes,
+        setup
+            .agents
+            .alert_refuse_permille
+            .map_or_else(Vec::new, |_| vec![vigil_world::alert_sink::sink()]),
     );
     let end_ms = setup.safety_ms + setup.quiet_ms;
     // Pulse loss (a window fault) drops pulses at the workload, its source.
@@ -220,6 +227,25 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         NetSim::current().add_dns_record(
             vigil_world::tool_server::TOOL_SERVER_HOST,
             vigil_world::tool_server::TOOL_SERVER_IP,
+        );
+        state
+    });
+    // A simulated alert receiver, for scenarios that judge alerts.
+    let alert_sink = setup.agents.alert_refuse_permille.map(|permille| {
+        let state = std::sync::Arc::new(std::sync::Mutex::new(
+            vigil_world::alert_sink::AlertSinkState::new(seed, permille),
+        ));
+        let (serving, recorder) = (state.clone(), recorder.clone());
+        vigil_world::harness::build_node(
+            madsim::runtime::Handle::current()
+                .create_node()
+                .name("alert-sink")
+                .ip(vigil_world::alert_sink::ALERT_SINK_IP)
+                .init(move || vigil_world::alert_sink::serve(serving.clone(), recorder.clone())),
+        );
+        NetSim::current().add_dns_record(
+            vigil_world::alert_sink::ALERT_SINK_HOST,
+            vigil_world::alert_sink::ALERT_SINK_IP,
         );
         state
     });
@@ -448,6 +474,9 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     }
     if !sleep_until_ms(&recorder, safety_ms).await {
         return;
+    }
+    if let Some(sink) = &alert_sink {
+        sink.lock().expect("alert sink lock").heal();
     }
     recorder.record("sim", TraceEvent::QuietPhase);
     sleep_until_ms(&recorder, end_ms).await;

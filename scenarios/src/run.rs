@@ -198,6 +198,12 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::hostile::SAFETY_MS + crate::hostile::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::hostile::run(seed, recorder)),
     },
+    Scenario {
+        name: "alerts",
+        summary: "1 alert sink refusing 30% of attempts; failing runs and breakers, a daily cap, an agent gone silent, crashes and power cuts; every alerted event delivered after the quiet phase; 30 min",
+        virtual_ms: crate::alerts::SAFETY_MS + crate::alerts::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::alerts::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

@@ -166,6 +166,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 flaky_permille: 400,
             }),
             processes: None,
+            alert_refuse_permille: None,
         },
         pinned: Vec::new(),
         scenario: "tool_loop",

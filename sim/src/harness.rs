@@ -154,6 +154,7 @@ impl RuntimeNode {
         lying_fsync: bool,
         entropy_seed: u64,
         processes: Option<SimProcesses>,
+        alert_sinks: Vec<vigil::alerts::AlertSink>,
     ) -> Self {
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
@@ -179,6 +180,7 @@ impl RuntimeNode {
                         transcripts: transcripts.clone(),
                         run_faults: run_faults.clone(),
                         spawner: spawner.clone(),
+                        alert_sinks: alert_sinks.clone(),
                     },
                     recorder.clone(),
                     entropy_seed,
@@ -375,6 +377,8 @@ struct NodeWorld {
     transcripts: Arc<MemoryTranscripts>,
     run_faults: RunFaults,
     spawner: SharedSpawner,
+    /// The simulated alert receiver, in scenarios that have one (crate::alert_sink).
+    alert_sinks: Vec<vigil::alerts::AlertSink>,
 }
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
@@ -393,6 +397,7 @@ async fn run_node(
         transcripts,
         run_faults,
         spawner,
+        alert_sinks,
     } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -457,13 +462,17 @@ async fn run_node(
                 policy: Arc::new(vigil::net::OutboundPolicy::default()),
             }),
             prices: crate::provider::prices(),
-            // The simulated world's secrets: none but what scenarios give their agents.
-            secrets: Arc::new(|_: &str| None),
+            // The simulated world's secrets: only the alert receiver's key.
+            secrets: Arc::new(|name: &str| {
+                (name == crate::alert_sink::ALERT_SECRET_ENV)
+                    .then(|| crate::alert_sink::ALERT_SECRET.to_string())
+            }),
             spawner,
             work_dir: None,
             run_tokens: vigil::exec::run_tokens::RunTokens::shared(),
         },
         transcripts,
+        alert_sinks,
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))

@@ -3,6 +3,7 @@
 //! Pure parts (clock, disk, trace, oracle) build everywhere and are unit-tested in the normal
 //! build; the harness that drives madsim nodes exists only under `--cfg madsim`.
 
+pub mod alert_sink;
 pub mod check;
 pub mod clock;
 pub mod disk;

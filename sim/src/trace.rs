@@ -141,6 +141,10 @@ pub enum TraceEvent {
     },
     /// The hostile node (sim/src/hostile.rs) finished one attack: which, and what it got.
     Hostile { attack: &'static str, outcome: String },
+    /// The simulated alert receiver (sim/src/alert_sink.rs) is up: the run judges alerts.
+    AlertSinkUp,
+    /// The alert receiver accepted (2xx) alert `id` about event `seq`, of `kind`.
+    AlertDelivered { id: String, seq: u64, kind: String },
 }
 
 /// What a `fault` trace record says happened.

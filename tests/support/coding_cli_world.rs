@@ -151,6 +151,7 @@ impl World {
             adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
             run_services: services,
             transcripts: FileTranscripts::shared(&self.data_dir()),
+            alert_sinks: Vec::new(),
         }
     }
 

@@ -81,6 +81,7 @@ pub async fn node(test: &str) -> Running {
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
         run_services: services,
         transcripts: FileTranscripts::shared(&dir),
+        alert_sinks: Vec::new(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

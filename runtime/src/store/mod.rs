@@ -4,6 +4,7 @@
 //! store has accepted survives any crash (invariant 4). The engine's state is not stored beside
 //! the log: it is rebuilt by replaying the log (`recovery`), so the two can never disagree.
 
+pub mod alert_cursors;
 pub mod backup;
 pub mod record;
 pub mod recovery;

@@ -5,6 +5,7 @@
 
 mod agent_error;
 mod agents;
+mod alerts;
 mod breaker_opening;
 mod commits;
 mod contracts;
@@ -97,6 +98,7 @@ pub struct Checker {
     contracts: contracts::ContractOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
+    alerts: alerts::AlertsOracle,
 }
 
 impl Checker {
@@ -230,6 +232,11 @@ impl Checker {
                 self.executions.group_gone(*pgid);
                 Ok(())
             }
+            TraceEvent::AlertSinkUp => {
+                self.alerts.sink_up();
+                Ok(())
+            }
+            TraceEvent::AlertDelivered { id, seq, kind } => self.alerts.delivered(id, *seq, kind),
             TraceEvent::RunStarted { .. }
             | TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. }
@@ -252,7 +259,12 @@ impl Checker {
         if let Some(quiet_since_ms) = self.quiet_since_ms {
             self.runs.finish(quiet_since_ms)?;
         }
-        Ok(())
+        self.alerts.finish()
+    }
+
+    /// (alerts the log called for, deliveries the receiver accepted): zero without a receiver.
+    pub fn alerts(&self) -> (usize, u32) {
+        self.alerts.counts()
     }
 
     /// Runs that ended, by terminal status.
@@ -429,6 +441,7 @@ impl Checker {
         self.spacing.committed(event)?;
         self.refusals.committed(event)?;
         self.contracts.committed(event)?;
+        self.alerts.committed(event);
         self.log.push(event_digest(event));
         Ok(())
     }
