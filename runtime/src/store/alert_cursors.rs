@@ -88,6 +88,43 @@ impl Store {
     }
 }
 
+/// Copies every sink's saved state as `snapshot` sees it into `copy` (a backup, `backup.rs`), so
+/// a node restored from a backup resumes each sink where the backed-up log had it, not from the
+/// start of the log. Nothing is written when no sink ever saved.
+pub(super) fn copy_alert_state(
+    snapshot: &redb::ReadTransaction,
+    copy: &redb::WriteTransaction,
+) -> Result<(), StoreError> {
+    use redb::ReadableTable;
+    match snapshot.open_table(ALERT_CURSORS) {
+        Ok(cursors) => {
+            let mut target = copy.open_table(ALERT_CURSORS).map_err(redb::Error::from)?;
+            for entry in cursors.iter().map_err(redb::Error::from)? {
+                let (sink, seq) = entry.map_err(redb::Error::from)?;
+                target
+                    .insert(sink.value(), seq.value())
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(error) => return Err(redb::Error::from(error).into()),
+    }
+    match snapshot.open_table(ALERT_DAYS) {
+        Ok(days) => {
+            let mut target = copy.open_table(ALERT_DAYS).map_err(redb::Error::from)?;
+            for entry in days.iter().map_err(redb::Error::from)? {
+                let (key, day) = entry.map_err(redb::Error::from)?;
+                target
+                    .insert(key.value(), day.value())
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        Err(TableError::TableDoesNotExist(_)) => {}
+        Err(error) => return Err(redb::Error::from(error).into()),
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

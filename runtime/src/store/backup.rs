@@ -5,7 +5,8 @@
 //! reads one read transaction from start to end and writes its records, unchanged, into a new
 //! database beside the live one. The new file appears under its final name only once complete
 //! and synced (written under a temporary name, then renamed), so a crash or a full disk during a
-//! backup never leaves a file that looks like a backup and is not one.
+//! backup never leaves a file that looks like a backup and is not one. The alert sinks' cursors
+//! (`alert_cursors.rs`) are copied from the same snapshot.
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +58,10 @@ impl Store {
         super::owner_only(&partial).map_err(|e| io_error("create", &partial, e))?;
         let copy = Database::create(&partial).map_err(StoreError::Open)?;
         let copied = copy_events(&events, &copy)?;
+        // The alert sinks' cursors from the same snapshot, so a restored node resumes them there.
+        let tx = copy.begin_write().map_err(redb::Error::from)?;
+        super::alert_cursors::copy_alert_state(&snapshot, &tx)?;
+        tx.commit().map_err(redb::Error::from)?;
         drop(copy);
         std::fs::rename(&partial, &path).map_err(|e| io_error("rename", &partial, e))?;
         std::fs::File::open(&dir)
@@ -170,6 +175,7 @@ mod tests {
         ] {
             let dir = root.join(events.to_string());
             let store = store_with(&dir, events);
+            store.save_alert_cursor("ops", events / 2, &[]).unwrap();
             let backup = store.backup().unwrap();
             assert_eq!((backup.head_seq, backup.events), (events, events));
             assert_eq!(
@@ -180,6 +186,7 @@ mod tests {
             let copy = Store::open(StorageLocation::File(backup.path.clone())).unwrap();
             assert_eq!(copy.found_format(), record::FORMAT_VERSION);
             assert_eq!(all(&copy), all(&store));
+            assert_eq!(copy.alert_cursor("ops").unwrap().seq, events / 2);
             let leftovers: Vec<_> = std::fs::read_dir(dir.join(BACKUP_DIR))
                 .unwrap()
                 .map(|e| e.unwrap().file_name())
