@@ -4,7 +4,7 @@
 //! method on those paths is refused 405; paths the document lacks get the fallback; and the
 //! table in docs/api.md lists exactly the document's routes.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -131,11 +131,19 @@ async fn the_document_lists_exactly_the_routes_the_node_serves_and_the_docs_tabl
         routes.difference(&table).collect::<Vec<_>>(),
         table.difference(&routes).collect::<Vec<_>>(),
     );
-    let client = ApiClient::with_token(node.local_addr(), OPERATOR);
+    let mut client = ApiClient::with_token(node.local_addr(), OPERATOR);
     let paths: BTreeSet<&String> = routes.iter().map(|(_, path)| path).collect();
     for path in paths {
         for method in METHODS {
             let answer = ask(&client, method, &concrete(path)).await;
+            // The probe of `POST /v1/operator/token` rotates the operator's token: go on with
+            // the new one, so the probes after it are still authenticated.
+            if let Some(token) = answer.1["token"]
+                .as_str()
+                .filter(|_| path == "/v1/operator/token")
+            {
+                client = ApiClient::with_token(node.local_addr(), token);
+            }
             if routes.contains(&(method.to_string(), path.clone())) {
                 assert!(
                     !no_such_route(&answer) && answer.0 != 405,
@@ -254,4 +262,66 @@ fn the_router_adds_no_route_outside_the_registration() {
         );
     }
     assert!(ROUTER_SOURCE.contains(".routes(routes!("));
+}
+
+/// The query parameters the document gives each GET operation, by path.
+fn documented_queries(document: &Value) -> BTreeMap<String, BTreeSet<String>> {
+    let mut queries = BTreeMap::new();
+    for (path, item) in document["paths"].as_object().expect("paths") {
+        let parameters = item["get"]["parameters"].as_array().into_iter().flatten();
+        let names: BTreeSet<String> = parameters
+            .filter(|p| p["in"] == "query")
+            .map(|p| p["name"].as_str().expect("a parameter name").to_string())
+            .collect();
+        if !names.is_empty() {
+            queries.insert(path.clone(), names);
+        }
+    }
+    queries
+}
+
+/// The query parameters a GET on `path` accepts, as the node says when given an unknown one
+/// (`unknown query parameter …; accepted: a, b`); empty when it takes none.
+async fn accepted_queries(client: &ApiClient, path: &str) -> BTreeSet<String> {
+    let answer = ask(client, "GET", &format!("{}?zz_unknown=1", concrete(path))).await;
+    let message = answer.1["error"]["message"].as_str().unwrap_or("");
+    match message.split_once("; accepted: ") {
+        Some((_, list)) => list
+            .split(", ")
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect(),
+        None => BTreeSet::new(),
+    }
+}
+
+/// The document's query parameters are exactly the ones each handler parses (`api::query`),
+/// read from what a real node answers to an unknown one.
+#[tokio::test]
+async fn documented_query_parameters_are_exactly_the_accepted_ones() {
+    let node = start().await;
+    let document = served_document(&node).await;
+    let documented = documented_queries(&document);
+    assert!(documented.contains_key("/v1/events"), "{documented:?}");
+    let client = ApiClient::with_token(node.local_addr(), OPERATOR);
+    let mut compared = 0;
+    for (method, path) in documented_routes_of(&document, "GET") {
+        let accepted = accepted_queries(&client, &path).await;
+        let described = documented.get(&path).cloned().unwrap_or_default();
+        assert_eq!(
+            accepted, described,
+            "{method} {path}: accepted vs documented query parameters"
+        );
+        compared += usize::from(!accepted.is_empty());
+    }
+    // Every route that documents parameters was really asked (none answered before parsing).
+    assert_eq!(compared, documented.len(), "{documented:?}");
+    node.stop();
+}
+
+fn documented_routes_of(document: &Value, method: &str) -> Vec<(String, String)> {
+    documented(document)
+        .into_iter()
+        .filter(|(m, path)| m == method && path.starts_with("/v1/") && path != "/v1/openapi.json")
+        .collect()
 }
