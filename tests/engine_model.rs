@@ -11,8 +11,9 @@
 //! (with the local day each counts against) and ended and the pause and breaker events, in log
 //! order; on the running run, the queue in start order and every run's state; and on each
 //! agent's pause, daily count, breaker and error state with its counts. The event log must keep invariants 1, 5 and 11 on its
-//! own. A crash rebuilds the engine from the whole log, which must give the same engine, then
-//! recovers.
+//! own. A crash rebuilds the engine from the whole log, which must give the same engine, and
+//! from the latest snapshot (an image taken at a random earlier step, while the engine went on
+//! changing) and the log after it, which must give the same engine too; then it recovers.
 use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
@@ -24,6 +25,7 @@ use vigil::engine::daily_cap::{DayCount, LocalDay};
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::pause::{PausedBy, WhilePaused};
 use vigil::engine::run::{RunEnd, RunId, RunStatus, CONTROL_PLANE_RESTART};
+use vigil::engine::snapshot::Image;
 use vigil::engine::tenant::TokenHash;
 use vigil::engine::wakeup::{
     Priority, RefusalReason, WakeupId, WakeupOutcome, WakeupRecord, WakeupRequest, WakeupSource,
@@ -219,6 +221,8 @@ enum Op {
         offset_ms: i64,
     },
     Crash,
+    /// The node takes a snapshot: the next crash recovers from it and the log after it.
+    Snapshot,
     /// The timer loop's tick: starts the queued runs whose agent's cooldown is over.
     FireDue,
 }
@@ -331,6 +335,7 @@ fn op() -> impl Strategy<Value = Op> {
             }
         }),
         5 => Just(Op::Crash),
+        3 => Just(Op::Snapshot),
         4 => Just(Op::FireDue),
     ]
 }
@@ -1132,6 +1137,8 @@ struct Node {
     engine: Engine,
     log: Vec<Event>,
     log_check: LogCheck,
+    /// The latest snapshot, if any: the engine's image at its log position.
+    snapshot: Option<Image>,
 }
 
 impl Node {
@@ -1152,7 +1159,23 @@ impl Node {
             rebuilt, self.engine,
             "replaying the log rebuilds the same engine"
         );
-        self.engine = rebuilt;
+        if let Some(image) = self.snapshot.clone() {
+            let after = image.seq as usize;
+            let mut restored = Engine::from_image(image).expect("an engine's image restores");
+            self.log[after..].iter().for_each(|e| restored.apply(e));
+            assert_eq!(
+                restored, self.engine,
+                "the snapshot and the log after it rebuild the same engine"
+            );
+            self.engine = restored;
+        } else {
+            self.engine = rebuilt;
+        }
+    }
+
+    /// Takes a snapshot; the engine goes on changing, the image must not.
+    fn snapshot(&mut self) {
+        self.snapshot = Some(self.engine.image());
     }
 }
 
@@ -1161,6 +1184,7 @@ fn setup(setups: &[AgentSetup]) -> Node {
         engine: Engine::new(),
         log: Vec::new(),
         log_check: LogCheck::default(),
+        snapshot: None,
     };
     let tenant = Command::EnsureTenant {
         tenant: TENANT.into(),
@@ -1468,6 +1492,10 @@ fn check_sequence(setups: &[AgentSetup], ops: &[Op]) -> Vec<Event> {
             Op::FireDue => {
                 model.fire_due();
                 Some(compare(step, node.execute(&Command::FireDueTimers, now_ms), Ok(())))
+            }
+            Op::Snapshot => {
+                node.snapshot();
+                None
             }
             Op::Crash => {
                 node.crash();

@@ -29,6 +29,7 @@ pub mod prompt;
 pub mod run;
 pub mod schedule;
 pub mod session;
+pub mod snapshot;
 pub mod spec_error;
 pub mod tenant;
 pub mod usage;
@@ -36,6 +37,7 @@ pub mod tool_spec;
 pub mod wakeup;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
 use agent_state::AgentState;
@@ -222,10 +224,13 @@ impl Decision {
 pub struct Engine {
     tenants: BTreeMap<TenantName, Tenant>,
     tokens: BTreeMap<TokenHash, Principal>,
-    /// Boxed: an `AgentState` is over a kilobyte, and a B-tree node holds 11 values inline
-    /// while sequential ids leave nodes about half full: unboxed, the map spent about 2 KB of
-    /// node space per agent; boxed, a few pointers.
-    agents: BTreeMap<AgentId, Box<AgentState>>,
+    /// Behind a pointer: an `AgentState` is over a kilobyte, and a B-tree node holds 11 values
+    /// inline while sequential ids leave nodes about half full: inline, the map spent about
+    /// 2 KB of node space per agent; behind a pointer, a few words. Shared (`Arc`), so that a
+    /// snapshot captures the fleet by cloning pointers and is encoded off the writer while
+    /// the writer goes on; an agent changed meanwhile is copied first (`Arc::make_mut`), the
+    /// others are never copied (ADR 0016).
+    agents: BTreeMap<AgentId, Arc<AgentState>>,
     names: BTreeMap<(TenantName, String), AgentId>,
     /// Which agent each run held in memory belongs to.
     run_owner: BTreeMap<RunId, AgentId>,
@@ -895,7 +900,7 @@ impl Engine {
                 );
                 self.next_agent = agent.0 + 1;
                 assert!(
-                    self.agents.insert(*agent, Box::new(state)).is_none(),
+                    self.agents.insert(*agent, Arc::new(state)).is_none(),
                     "agent {agent} created twice"
                 );
                 self.names
@@ -912,6 +917,7 @@ impl Engine {
                 let state = self
                     .agents
                     .get_mut(agent)
+                    .map(Arc::make_mut)
                     .unwrap_or_else(|| panic!("agent_token_rotated for unknown agent {agent}"));
                 assert_eq!(
                     state.agent().tenant,
@@ -941,6 +947,7 @@ impl Engine {
                 let state = self
                     .agents
                     .get_mut(&agent)
+                    .map(Arc::make_mut)
                     .unwrap_or_else(|| panic!("{} for unknown agent {agent}", kind.type_name()));
                 assert_eq!(
                     state.agent().tenant,
@@ -1003,6 +1010,7 @@ impl Engine {
         let state = self
             .agents
             .get_mut(&agent)
+            .map(Arc::make_mut)
             .unwrap_or_else(|| panic!("agent_updated for unknown agent {agent}"));
         assert_eq!(state.agent().tenant, event.tenant, "event filed under the wrong tenant");
         let before = Deadlines::of(state);
@@ -1049,7 +1057,11 @@ impl Engine {
     /// (a log written under a larger cap may evict live ones on replay: memory stays bounded).
     fn enforce_node_bounds(&mut self) {
         while let Some(agent) = self.bounds.key_over_cap() {
-            let state = self.agents.get_mut(&agent).expect("keys of a known agent");
+            let state = self
+                .agents
+                .get_mut(&agent)
+                .map(Arc::make_mut)
+                .expect("keys of a known agent");
             let before = state.key_summary();
             state.evict_oldest_key();
             self.bounds.keys_changed(agent, before, state.key_summary());
@@ -1062,6 +1074,7 @@ impl Engine {
             let evicted = self
                 .agents
                 .get_mut(&owner)
+                .map(Arc::make_mut)
                 .expect("owners are known agents")
                 .evict_oldest_finished();
             assert_eq!(evicted, oldest, "an agent's oldest finished run is the node's");
@@ -1071,6 +1084,7 @@ impl Engine {
             let owner = self.run_owner[&run];
             self.agents
                 .get_mut(&owner)
+                .map(Arc::make_mut)
                 .expect("owners are known agents")
                 .drop_answer_excerpt(run);
         }
