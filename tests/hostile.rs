@@ -96,6 +96,7 @@ async fn start_clocked(test: &str, policy: OutboundPolicy, clock: SharedClock) -
         run_services: services,
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -81,6 +81,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     }
 }
 
@@ -2147,5 +2148,74 @@ async fn an_operator_rotates_their_own_token() {
     let f = restart(f).await;
     assert_eq!(get(&f.acme, "/v1/agents").await.0, 401);
     assert_eq!(get(&f.as_token(&token), "/v1/agents").await.0, 200);
+    f.node.stop();
+}
+
+#[tokio::test]
+async fn the_node_snapshots_as_it_goes_and_a_restart_recovers_from_the_snapshot() {
+    let path = data_file("snapshots");
+    let clock = ManualClock::at(START_MS);
+    let mut configured = config(StorageLocation::File(path.clone()), clock.clone());
+    configured.snapshots = vigil::snapshots::SnapshotPolicy {
+        every_events: 10,
+        every_ms: u64::MAX,
+    };
+    let mut node = Node::start(configured).await.expect("node starts");
+    node.ready().await.expect("node recovers");
+    let acme = ApiClient::with_token(node.local_addr(), ACME);
+    let mut ids = Vec::new();
+    for name in ["a", "b", "c"] {
+        ids.push(create(&acme, json!({"name": name})).await.0);
+    }
+    for round in 0..10 {
+        for id in &ids {
+            let (status, _) = wake(&acme, *id, json!({"reason": format!("round {round}")})).await;
+            assert_eq!(status, 202);
+        }
+    }
+    let written = || async {
+        let metrics = acme.get("/metrics").await.unwrap();
+        let text = String::from_utf8(metrics.body.to_vec()).unwrap();
+        text.lines()
+            .find_map(|line| line.strip_prefix("vigil_snapshots_total "))
+            .map_or(0, |count| count.trim().parse::<u64>().unwrap())
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    while written().await < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no snapshots written"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Quiet: every run has ended (a run going at the stop would be failed by the restart).
+    let mut before = get(&acme, "/v1/agents").await.1;
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = get(&acme, "/v1/agents").await.1;
+        if now == before {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the runs never ended"
+        );
+        before = now;
+    }
+    node.stop();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    {
+        let store = vigil::store::Store::open(StorageLocation::File(path.clone())).unwrap();
+        let seq = store
+            .current_snapshot_seq()
+            .unwrap()
+            .expect("a current snapshot");
+        assert!(seq > 10, "snapshot at {seq}");
+        // Recovering from the snapshot and the log after it gives what the whole log gives.
+        store.recover_observed(&mut |_| {}).unwrap();
+    }
+    let f = start_on(path, clock).await;
+    let (_, after) = get(&f.acme, "/v1/agents").await;
+    assert_eq!(after, before);
     f.node.stop();
 }

@@ -556,6 +556,7 @@ impl World {
             run_services: self.services(),
             transcripts: FileTranscripts::shared(&self.data_dir()),
             alert_sinks: Vec::new(),
+            snapshots: Default::default(),
         }
     }
 

@@ -44,6 +44,7 @@ async fn start() -> Node {
         .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -353,6 +353,7 @@ async fn a_panicking_adapter_ends_its_run_failed_with_class_adapter_error() {
         run_services: vigil::exec::host::RunServices::standard(),
         transcripts: vigil::transcript::FileTranscripts::shared(&data_dir),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     })
     .await
     .expect("node starts");

@@ -66,6 +66,7 @@ async fn start_in(dir: PathBuf) -> Fixture {
         run_services: vigil::exec::host::RunServices::standard(),
         transcripts: FileTranscripts::shared(&dir),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     })
     .await
     .expect("node starts");

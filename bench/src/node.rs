@@ -96,6 +96,21 @@ impl Node {
         body["head_seq"].as_u64().context("head_seq in /v1/health")
     }
 
+    /// The log position of the node's newest snapshot (`vigil_snapshot_seq` in `/metrics`;
+    /// 0 until this process writes one).
+    pub async fn snapshot_seq(&self) -> anyhow::Result<u64> {
+        let mut connection = Connection::open(self.addr).await?;
+        let metrics = connection
+            .send(Method::GET, "/metrics", &self.operator_token, None)
+            .await?;
+        let text = String::from_utf8_lossy(&metrics.body);
+        let value = text
+            .lines()
+            .find_map(|line| line.strip_prefix("vigil_snapshot_seq "))
+            .context("vigil_snapshot_seq in /metrics")?;
+        Ok(value.trim().parse()?)
+    }
+
     /// The node process's resident memory, in bytes (Linux `/proc`).
     pub fn resident_bytes(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;

@@ -704,6 +704,7 @@ time_zone = "Europe/Paris"
             run_services: crate::exec::host::RunServices::standard(),
             transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
             alert_sinks: Vec::new(),
+            snapshots: Default::default(),
         })
         .await
         .unwrap();

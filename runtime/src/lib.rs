@@ -22,6 +22,7 @@ pub mod node;
 pub mod node_file;
 pub mod redact;
 pub mod shell;
+pub mod snapshots;
 pub mod store;
 pub mod transcript;
 pub mod writer;

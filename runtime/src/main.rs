@@ -708,6 +708,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         run_services,
         transcripts: FileTranscripts::shared(&data_dir),
         alert_sinks,
+        snapshots: node_file.snapshot_policy(),
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

@@ -111,6 +111,8 @@ pub struct Metrics {
     alerts_delivered: Family<AlertLabels, Counter>,
     alerts_skipped: Family<AlertLabels, Counter>,
     alert_attempts_failed: Family<SinkLabels, Counter>,
+    snapshots: Counter,
+    snapshot_seq: Gauge,
     /// One scrape at a time: the gauges are cleared and refilled by each.
     scrape: Mutex<()>,
 }
@@ -155,6 +157,8 @@ impl Metrics {
             alerts_delivered: Family::default(),
             alerts_skipped: Family::default(),
             alert_attempts_failed: Family::default(),
+            snapshots: Counter::default(),
+            snapshot_seq: Gauge::default(),
             scrape: Mutex::new(()),
         };
         metrics.register();
@@ -255,6 +259,23 @@ impl Metrics {
             "Alert deliveries that failed and will be retried (no 2xx, or no answer)",
             self.alert_attempts_failed.clone(),
         );
+        r.register(
+            "snapshots",
+            "Snapshots of the engine written (docs/operations.md, Snapshots)",
+            self.snapshots.clone(),
+        );
+        r.register(
+            "snapshot_seq",
+            "The log position of the newest snapshot this process wrote (0: none yet)",
+            self.snapshot_seq.clone(),
+        );
+    }
+
+    /// A snapshot at log position `seq` became current.
+    pub fn snapshot_written(&self, seq: u64) {
+        self.snapshots.inc();
+        self.snapshot_seq
+            .set(i64::try_from(seq).unwrap_or(i64::MAX));
     }
 
     /// An alert of `kind` reached sink `sink` (a 2xx).

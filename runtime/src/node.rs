@@ -82,6 +82,9 @@ pub struct NodeConfig {
     /// Where alerts go (the node file's `[[alerts]]`); reached through `run_services`' poster
     /// with its secrets.
     pub alert_sinks: Vec<AlertSink>,
+    /// When the node snapshots its engine (ADR 0016); the default but in tests and the
+    /// simulator, which take them far more often.
+    pub snapshots: crate::snapshots::SnapshotPolicy,
 }
 
 /// Called with every event the start-up replayed, in order, before any new event.
@@ -315,6 +318,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
         config.run_services,
         config.transcripts.clone(),
     );
+    shell.set_snapshot_policy(config.snapshots);
     let tenant_error = |tenant: &str| {
         let tenant = tenant.to_string();
         move |source| StartError::Tenant { tenant, source }

@@ -30,6 +30,7 @@ use serde::Deserialize;
 use crate::alerts::{validate_sinks, AlertSink, AlertSinkSpec};
 use crate::exec::pricing::PriceTable;
 use crate::net::{Cidr, OutboundPolicy, TlsOptions, OUTBOUND_ALLOW_ENTRIES_MAX};
+use crate::snapshots::SnapshotPolicy;
 
 /// Largest config file read.
 pub const NODE_FILE_BYTES_MAX: u64 = 1024 * 1024;
@@ -48,6 +49,23 @@ pub struct NodeFile {
     /// `[[alerts]]`: where alerts go, as written (checked by [`NodeFile::parse`]).
     #[serde(default)]
     pub alerts: Vec<AlertSinkSpec>,
+    /// `[snapshots]`: when the node snapshots its engine (docs/operations.md, "Snapshots").
+    #[serde(default)]
+    pub snapshots: SnapshotsSection,
+}
+
+/// `[snapshots]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SnapshotsSection {
+    /// Events after the current snapshot that make the next one due (at least the number of
+    /// agents); default `SNAPSHOT_EVERY_EVENTS`.
+    #[serde(default)]
+    pub every_events: Option<u64>,
+    /// Milliseconds after the current snapshot that make the next one due, if an event came
+    /// since; default `SNAPSHOT_EVERY_MS`.
+    #[serde(default)]
+    pub every_ms: Option<u64>,
 }
 
 /// `[webhook]`.
@@ -121,6 +139,14 @@ impl NodeFile {
                 .map_err(|error| format!("webhook.report_base_url: {error}"))?;
         }
         validate_sinks(&file.alerts)?;
+        for (field, value) in [
+            ("snapshots.every_events", file.snapshots.every_events),
+            ("snapshots.every_ms", file.snapshots.every_ms),
+        ] {
+            if value == Some(0) {
+                return Err(format!("{field} must be at least 1"));
+            }
+        }
         if file.outbound.allow.len() > OUTBOUND_ALLOW_ENTRIES_MAX {
             return Err(format!(
                 "outbound.allow has {} entries; at most {OUTBOUND_ALLOW_ENTRIES_MAX}",
@@ -133,6 +159,15 @@ impl NodeFile {
     /// The alert sinks, checked (the file was checked when parsed).
     pub fn alert_sinks(&self) -> Vec<AlertSink> {
         validate_sinks(&self.alerts).expect("checked by NodeFile::parse")
+    }
+
+    /// When the node snapshots its engine.
+    pub fn snapshot_policy(&self) -> SnapshotPolicy {
+        let default = SnapshotPolicy::default();
+        SnapshotPolicy {
+            every_events: self.snapshots.every_events.unwrap_or(default.every_events),
+            every_ms: self.snapshots.every_ms.unwrap_or(default.every_ms),
+        }
     }
 
     /// The outbound address policy (the SSRF guard) with this file's allow-list.
@@ -198,6 +233,14 @@ mod tests {
         assert!(missing.contains("output_usd_per_mtok"), "{missing}");
         let report = NodeFile::parse("[webhook]\nreport_base_url = \"ftp://x\"\n").unwrap_err();
         assert!(report.contains("webhook.report_base_url"), "{report}");
+        let zero = NodeFile::parse("[snapshots]\nevery_events = 0\n").unwrap_err();
+        assert_eq!(zero, "snapshots.every_events must be at least 1");
+        let one = NodeFile::parse("[snapshots]\nevery_events = 1\n").unwrap();
+        assert_eq!(one.snapshot_policy().every_events, 1);
+        assert_eq!(
+            one.snapshot_policy().every_ms,
+            SnapshotPolicy::default().every_ms
+        );
         let fine = NodeFile::parse("[webhook]\nreport_base_url = \"https://v.example\"\n").unwrap();
         assert_eq!(fine.webhook.report_base_url.as_deref(), Some("https://v.example"));
     }

@@ -30,6 +30,7 @@ use crate::io::clock::SharedClock;
 use crate::io::entropy::{new_token, SharedEntropy};
 use crate::store::{Store, StoreError};
 use crate::transcript::SharedTranscriptStore;
+use crate::snapshots::{SnapshotPolicy, Snapshots};
 use crate::writer::{Committed, Decide, Job, WhenFull, WriterQueue, GROUP_COMMIT_COMMANDS_MAX};
 
 /// Prefix of the tokens issued to agents.
@@ -125,6 +126,8 @@ pub struct Shell {
     metrics: crate::metrics::Metrics,
     /// Set while a backup is being written: one at a time.
     backing_up: std::sync::atomic::AtomicBool,
+    /// When the next snapshot is due, and whether one is being written (ADR 0016).
+    snapshots: Mutex<Snapshots>,
 }
 
 /// Why no backup was written.
@@ -160,6 +163,9 @@ impl Shell {
             }
         }
         let (queue, jobs) = WriterQueue::new();
+        // A database that cannot say is treated as holding none: the first snapshot comes
+        // sooner, nothing else changes.
+        let current_snapshot = store.current_snapshot_seq().ok().flatten().unwrap_or(0);
         let shell = Arc::new(Shell {
             engine: Mutex::new(engine),
             store: Arc::new(store),
@@ -178,6 +184,11 @@ impl Shell {
             draining: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Metrics::new(),
             backing_up: std::sync::atomic::AtomicBool::new(false),
+            snapshots: Mutex::new(Snapshots::new(
+                SnapshotPolicy::default(),
+                current_snapshot,
+                mono_ms,
+            )),
         });
         // Why weak: the writer must not keep a stopped node's shell (and its database) alive;
         // it ends when the shell is dropped and its queue closes.
@@ -710,6 +721,70 @@ impl Shell {
     pub fn failure(&self) -> tokio::sync::watch::Receiver<Option<String>> {
         self.failure.subscribe()
     }
+
+    /// Sets when snapshots are taken (the node's configuration; the default until then).
+    pub(crate) fn set_snapshot_policy(&self, policy: SnapshotPolicy) {
+        let mut snapshots = self.snapshots.lock().expect("snapshots lock");
+        *snapshots = Snapshots::new(policy, snapshots.current_seq(), mono_ms(&self.clock));
+    }
+
+    /// Called by the writer between batches, when everything the engine holds is durable:
+    /// if a snapshot is due, captures the engine's image (pointer clones, under the lock) and
+    /// writes it on a blocking thread while the writer goes on (ADR 0016).
+    fn snapshot_if_due(self: &Arc<Self>) {
+        if self.failure.borrow().is_some() {
+            return;
+        }
+        let now_ms = mono_ms(&self.clock);
+        let image = {
+            let engine = self.engine();
+            let mut snapshots = self.snapshots.lock().expect("snapshots lock");
+            if !snapshots.due(engine.last_seq(), engine.agent_count(), now_ms) {
+                return;
+            }
+            snapshots.started();
+            engine.image()
+        };
+        let store = self.store.clone();
+        // Why weak: a snapshot being written must not keep a stopped node's shell alive.
+        let shell = Arc::downgrade(self);
+        tokio::spawn(async move {
+            #[allow(deprecated)]
+            let written = tokio::task::spawn_blocking(move || store.write_snapshot(&image)).await;
+            let Some(shell) = shell.upgrade() else {
+                return;
+            };
+            let written = match written {
+                Ok(result) => result,
+                Err(join) => Err(StoreError::Storage(redb::Error::Io(std::io::Error::other(
+                    format!("the snapshot was lost with its thread: {join}"),
+                )))),
+            };
+            let now_ms = mono_ms(&shell.clock);
+            match written {
+                Ok(written) => {
+                    tracing::info!(
+                        seq = written.seq,
+                        agents = written.agents,
+                        bytes = written.bytes,
+                        "snapshot written"
+                    );
+                    shell.metrics.snapshot_written(written.seq);
+                    let mut snapshots = shell.snapshots.lock().expect("snapshots lock");
+                    snapshots.ended(Some(written.seq), now_ms);
+                }
+                Err(error) => {
+                    shell
+                        .snapshots
+                        .lock()
+                        .expect("snapshots lock")
+                        .ended(None, now_ms);
+                    // A failed write leaves redb to be reopened before it is trusted (ADR 0008).
+                    shell.fail(&error);
+                }
+            }
+        });
+    }
 }
 
 /// The writer (ADR 0012): takes every command waiting, up to [`GROUP_COMMIT_COMMANDS_MAX`], and
@@ -721,6 +796,7 @@ async fn write_loop(shell: Weak<Shell>, mut jobs: tokio::sync::mpsc::Receiver<Jo
             return;
         };
         shell.commit_batch(std::mem::take(&mut batch)).await;
+        shell.snapshot_if_due();
     }
 }
 

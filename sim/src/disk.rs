@@ -145,6 +145,25 @@ impl SimDisk {
         }
     }
 
+    /// A new disk holding this one's image, with nothing unsynced (tests start many runs from
+    /// one prepared image). Panics if this one holds unsynced operations.
+    pub fn duplicate(&self) -> SimDisk {
+        let state = self.state();
+        assert!(
+            state.pending.is_empty(),
+            "duplicate a disk with nothing unsynced"
+        );
+        SimDisk {
+            lying_fsync: self.lying_fsync,
+            state: Mutex::new(State {
+                durable: state.durable.clone(),
+                volatile: state.volatile.clone(),
+                ..State::default()
+            }),
+            injected: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
     /// How many crashes the disk has seen: backends from an older generation are fenced off.
     pub fn generation(&self) -> u64 {
         self.state().generation

@@ -473,6 +473,7 @@ async fn run_node(
         },
         transcripts,
         alert_sinks,
+        snapshots: SIM_SNAPSHOTS,
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))
@@ -516,6 +517,15 @@ pub fn ends_with_report(event: &Event) -> bool {
         }
     )
 }
+
+/// How often simulated nodes snapshot: far more often than production's
+/// (`vigil::snapshots::SNAPSHOT_EVERY_EVENTS`), so that every scenario recovers from snapshots
+/// and its power cuts and crashes fall inside them; each recovery is checked against a replay
+/// of the whole log (`Store::recover_observed`).
+pub const SIM_SNAPSHOTS: vigil::snapshots::SnapshotPolicy = vigil::snapshots::SnapshotPolicy {
+    every_events: 1_000,
+    every_ms: 10 * 60 * 1_000,
+};
 
 /// Records what the node recovered (the whole log it replayed from its disk), before start-up
 /// commits anything new.

@@ -26,3 +26,6 @@ pub mod processes;
 pub mod sse_reader;
 #[cfg(madsim)]
 pub mod workload;
+
+#[cfg(test)]
+mod snapshot_cut_tests;

@@ -152,6 +152,7 @@ impl World {
             run_services: services,
             transcripts: FileTranscripts::shared(&self.data_dir()),
             alert_sinks: Vec::new(),
+            snapshots: Default::default(),
         }
     }
 

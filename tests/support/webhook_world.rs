@@ -82,6 +82,7 @@ pub async fn node(test: &str) -> Running {
         run_services: services,
         transcripts: FileTranscripts::shared(&dir),
         alert_sinks: Vec::new(),
+        snapshots: Default::default(),
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

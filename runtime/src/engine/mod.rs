@@ -317,6 +317,11 @@ impl Engine {
         self.tokens.get(token_hash)
     }
 
+    /// How many agents the engine holds.
+    pub fn agent_count(&self) -> usize {
+        self.agents.len()
+    }
+
     /// All agents, in id order.
     pub fn agents(&self) -> impl Iterator<Item = &Agent> {
         self.agents.values().map(|s| s.agent())

@@ -149,6 +149,8 @@ fn write_story(store: Store) -> Engine {
     let scripted = scripted_agent(&mut story);
     let llm = llm_agent(&mut story);
     cli_agents(&mut story);
+    // Format 4: a snapshot of everything so far; recovery reads it and replays the rest.
+    story.store.write_snapshot(&story.engine.image()).unwrap();
     breaker(&mut story, llm);
     restarts(&mut story, scripted);
     // Format 2: an operator replaces the scripted agent's token.
@@ -510,6 +512,23 @@ fn raw_records(path: &Path) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
+/// The stored bytes of every agent record of the database's snapshots (none before format 4).
+fn raw_snapshot_agents(path: &Path) -> Vec<(u64, Vec<u8>)> {
+    let db = redb::Database::open(path).unwrap();
+    let tx = db.begin_read().unwrap();
+    let Ok(table) = tx.open_table(super::snapshot::SNAPSHOT_AGENTS) else {
+        return Vec::new();
+    };
+    table
+        .iter()
+        .unwrap()
+        .map(|entry| {
+            let (key, value) = entry.unwrap();
+            (key.value().1, value.value().to_vec())
+        })
+        .collect()
+}
+
 /// The recovered state, as the views show it: each agent, its runs, history and sessions.
 fn state_of(engine: &Engine) -> serde_json::Value {
     let agents: Vec<serde_json::Value> = engine
@@ -557,7 +576,16 @@ fn the_story_writes_every_event_type_of_the_current_format() {
         .filter(|name| !events.iter().any(|e| e.kind.type_name() == *name))
         .collect();
     assert!(missing.is_empty(), "the story never writes {missing:?}");
+    let snapshot = store
+        .current_snapshot_seq()
+        .unwrap()
+        .expect("the story snapshots");
+    assert!(
+        snapshot < engine.last_seq(),
+        "events come after the snapshot"
+    );
     assert_eq!(store.recover().unwrap(), engine);
+    assert_eq!(store.recover_observed(&mut |_| {}).unwrap(), engine);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -594,6 +622,13 @@ fn fixture_recovers_byte_for_byte(format: u64) -> String {
             event.kind.type_name()
         );
     }
+    for (id, bytes) in raw_snapshot_agents(&path) {
+        let state = record::decode_agent(format, &bytes).unwrap();
+        assert!(
+            record::encode_agent(&state) == bytes,
+            "agent {id}'s snapshot record does not re-encode to its stored bytes"
+        );
+    }
     let store = Store::open(StorageLocation::File(path.clone())).unwrap();
     assert_eq!(
         store.found_format(),
@@ -601,6 +636,11 @@ fn fixture_recovers_byte_for_byte(format: u64) -> String {
         "stamped at the first open"
     );
     let engine = store.recover().unwrap();
+    assert_eq!(
+        store.recover_observed(&mut |_| {}).unwrap(),
+        engine,
+        "the snapshot and the log after it recover what the whole log does"
+    );
     serde_json::to_string_pretty(&state_of(&engine)).unwrap()
 }
 
@@ -620,4 +660,17 @@ fn format_2_fixture_recovers_byte_for_byte_into_the_same_state() {
 fn format_3_fixture_recovers_byte_for_byte_into_the_same_state() {
     let state = fixture_recovers_byte_for_byte(3);
     insta::assert_snapshot!("format_3_fixture_state", state);
+}
+
+#[test]
+fn format_4_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let path = fixture_copy(4);
+    let store = Store::open(StorageLocation::File(path)).unwrap();
+    assert!(
+        store.current_snapshot_seq().unwrap().is_some(),
+        "the format-4 fixture holds a snapshot"
+    );
+    drop(store);
+    let state = fixture_recovers_byte_for_byte(4);
+    insta::assert_snapshot!("format_4_fixture_state", state);
 }

@@ -8,6 +8,7 @@ pub mod alert_cursors;
 pub mod backup;
 pub mod record;
 pub mod recovery;
+pub mod snapshot;
 
 #[cfg(test)]
 mod fixture_tests;
@@ -69,6 +70,8 @@ pub enum StoreError {
     },
     #[error("backup failed: {0}")]
     Backup(String),
+    #[error("the snapshot at seq {seq} cannot be read: {reason}")]
+    Snapshot { seq: u64, reason: String },
 }
 
 /// Mode of the database file: the owner only. It holds every agent's spec, reasons, payloads
@@ -220,6 +223,7 @@ fn settle_format(db: &Database) -> Result<u64, StoreError> {
     let found = {
         let mut meta = tx.open_table(META).map_err(redb::Error::from)?;
         let events = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        Store::create_snapshot_tables(&tx)?;
         let recorded = meta
             .get(FORMAT_KEY)
             .map_err(redb::Error::from)?

@@ -5,18 +5,53 @@ use crate::engine::event::Event;
 use crate::engine::Engine;
 
 impl Store {
-    /// Replays the whole log into a fresh engine. The log is checked as it is read: a gap or a
-    /// reordering is reported as corruption rather than papered over (invariant 11).
+    /// Rebuilds the engine: the current snapshot (ADR 0016), if the database holds one, then
+    /// every event after it. The log is checked as it is read: a gap or a reordering is
+    /// reported as corruption rather than papered over (invariant 11).
     pub fn recover(&self) -> Result<Engine, StoreError> {
-        self.recover_observed(&mut |_| {})
+        let engine = match self.read_snapshot()? {
+            Some(image) => {
+                let seq = image.seq;
+                Engine::from_image(image).map_err(|error| StoreError::Snapshot {
+                    seq,
+                    reason: error.reason,
+                })?
+            }
+            None => Engine::new(),
+        };
+        self.replay_after(engine, &mut |_| {})
     }
 
-    /// Like [`Store::recover`], handing each page of replayed events to `observe` as it goes.
+    /// Recovery as the simulator checks it: replays the whole log, handing each page to
+    /// `observe`, and recovers from the snapshot too (as [`Store::recover`] does); the two
+    /// engines must be equal, or the snapshot is reported as wrong. Returns the engine the
+    /// snapshot gave, the one a production node runs on.
     pub fn recover_observed(
         &self,
         observe: &mut dyn FnMut(&[Event]),
     ) -> Result<Engine, StoreError> {
-        let mut engine = Engine::new();
+        let replayed = self.replay_after(Engine::new(), observe)?;
+        if self.current_snapshot_seq()?.is_none() {
+            return Ok(replayed);
+        }
+        let restored = self.recover()?;
+        if restored != replayed {
+            return Err(StoreError::Snapshot {
+                seq: self.current_snapshot_seq()?.unwrap_or(0),
+                reason: "recovering from it and the log after it gives another state than \
+                         replaying the whole log"
+                    .into(),
+            });
+        }
+        Ok(restored)
+    }
+
+    /// Folds every event after `engine`'s last into it, handing each page to `observe`.
+    fn replay_after(
+        &self,
+        mut engine: Engine,
+        observe: &mut dyn FnMut(&[Event]),
+    ) -> Result<Engine, StoreError> {
         loop {
             let page = self.events_after(engine.last_seq(), EVENTS_PAGE_MAX)?;
             let Some(last) = page.last() else {

@@ -5,6 +5,7 @@
 //! The JSON of a record is exactly what the log held before the format was recorded (the
 //! engine's own encoding of that time), so a database from then reads as format 1.
 
+pub mod manifest;
 pub mod spec;
 pub mod values;
 

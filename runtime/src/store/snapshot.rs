@@ -1,0 +1,430 @@
+//! Snapshots of the engine in the database (ADR 0016).
+//!
+//! A snapshot is the engine's [`Image`] at one log position `seq`, stored as records: one per
+//! agent in [`SNAPSHOT_AGENTS`], one per tenant in [`SNAPSHOT_TENANTS`], both keyed by `seq`,
+//! and a manifest in [`SNAPSHOTS`]. The agents are written [`SNAPSHOT_CHUNK_AGENTS`] to a
+//! transaction, so the writer's group commits go on between chunks (redb has one writer at a
+//! time), and without an fsync of their own: only the manifest's transaction is durable, and it
+//! makes durable every chunk before it. A snapshot is current once its manifest commits; a power
+//! cut before that leaves the previous one current, and whatever chunks of the new one reached
+//! the disk are removed by [`Store::prune_snapshots`], like the previous snapshot's records once
+//! a newer one is current.
+
+use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::record::current::manifest::SnapshotManifest;
+use super::record::{self, RecordError};
+use super::{Store, StoreError};
+use crate::engine::snapshot::Image;
+
+/// seq -> the manifest of the snapshot at that log position. Holds one entry once pruned.
+pub(super) const SNAPSHOTS: TableDefinition<u64, &[u8]> = TableDefinition::new("snapshots");
+
+/// (snapshot seq, tenant name) -> the tenant's record.
+pub(super) const SNAPSHOT_TENANTS: TableDefinition<(u64, &str), &[u8]> =
+    TableDefinition::new("snapshot_tenants");
+
+/// (snapshot seq, agent id) -> the agent's whole state as a record.
+pub(super) const SNAPSHOT_AGENTS: TableDefinition<(u64, u64), &[u8]> =
+    TableDefinition::new("snapshot_agents");
+
+/// Agents one snapshot transaction writes. Why this size: encoding and writing a chunk takes a
+/// few milliseconds, so a group commit waiting for redb's write lock behind it waits that long
+/// at most, and a million agents still take only a thousand transactions.
+pub const SNAPSHOT_CHUNK_AGENTS: usize = 1_000;
+
+/// Stale snapshot records one pruning transaction deletes, at most (same reason).
+pub const SNAPSHOT_PRUNE_BATCH: usize = 5_000;
+
+/// What writing a snapshot did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Written {
+    pub seq: u64,
+    pub agents: u64,
+    pub bytes: u64,
+}
+
+impl Store {
+    /// Creates the snapshot tables, so that readers never meet a missing one.
+    pub(super) fn create_snapshot_tables(tx: &redb::WriteTransaction) -> Result<(), redb::Error> {
+        tx.open_table(SNAPSHOTS)?;
+        tx.open_table(SNAPSHOT_TENANTS)?;
+        tx.open_table(SNAPSHOT_AGENTS)?;
+        Ok(())
+    }
+
+    /// Writes `image` as the current snapshot, then prunes the ones before it. Blocking, and
+    /// long for a large fleet: call it on a blocking thread, never on an async worker.
+    pub fn write_snapshot(&self, image: &Image) -> Result<Written, StoreError> {
+        let mut bytes = 0_u64;
+        for chunk in image.agents.chunks(SNAPSHOT_CHUNK_AGENTS) {
+            let mut tx = self.db.begin_write().map_err(redb::Error::from)?;
+            tx.set_durability(Durability::None)
+                .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+            {
+                let mut table = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
+                for state in chunk {
+                    let encoded = record::encode_agent(state);
+                    bytes += encoded.len() as u64;
+                    table
+                        .insert((image.seq, state.agent().id.0), encoded.as_slice())
+                        .map_err(redb::Error::from)?;
+                }
+            }
+            tx.commit().map_err(redb::Error::from)?;
+        }
+        let manifest = SnapshotManifest {
+            seq: image.seq,
+            next_agent: image.next_agent,
+            next_wakeup: image.next_wakeup,
+            next_run: image.next_run,
+            tenants: image.tenants.len() as u64,
+            agents: image.agents.len() as u64,
+        };
+        let tx = self.db.begin_write().map_err(redb::Error::from)?;
+        {
+            let mut tenants = tx.open_table(SNAPSHOT_TENANTS).map_err(redb::Error::from)?;
+            for tenant in &image.tenants {
+                let encoded = record::encode_tenant(tenant);
+                bytes += encoded.len() as u64;
+                tenants
+                    .insert((image.seq, tenant.name.as_str()), encoded.as_slice())
+                    .map_err(redb::Error::from)?;
+            }
+            let mut manifests = tx.open_table(SNAPSHOTS).map_err(redb::Error::from)?;
+            manifests
+                .insert(image.seq, manifest.encode().as_slice())
+                .map_err(redb::Error::from)?;
+            // Only the newest manifest stays: the records of the others are pruned next.
+            manifests
+                .retain(|seq, _| seq == image.seq)
+                .map_err(redb::Error::from)?;
+        }
+        tx.commit().map_err(redb::Error::from)?;
+        while self.prune_snapshots()? {}
+        Ok(Written {
+            seq: image.seq,
+            agents: image.agents.len() as u64,
+            bytes,
+        })
+    }
+
+    /// Deletes up to [`SNAPSHOT_PRUNE_BATCH`] records of snapshots that are not current (the
+    /// previous snapshot, or the chunks of one a power cut interrupted); answers whether some
+    /// may remain. Not durable on its own: a crash may bring them back, to be pruned again.
+    pub fn prune_snapshots(&self) -> Result<bool, StoreError> {
+        let current = self.current_snapshot_seq()?;
+        let mut tx = self.db.begin_write().map_err(redb::Error::from)?;
+        tx.set_durability(Durability::None)
+            .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+        let mut budget = SNAPSHOT_PRUNE_BATCH;
+        {
+            // Stale records sort before the current snapshot's (older snapshots) or after them
+            // (a newer one cut short): two ranges, never a walk through the current one.
+            let (before, after) = match current {
+                Some(seq) => (seq, seq.saturating_add(1)),
+                None => (u64::MAX, u64::MAX),
+            };
+            let mut agents = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
+            let mut stale: Vec<(u64, u64)> = Vec::new();
+            for range in [
+                agents.range(..(before, 0)).map_err(redb::Error::from)?,
+                agents.range((after, 0)..).map_err(redb::Error::from)?,
+            ] {
+                for row in range.take(budget - stale.len()) {
+                    stale.push(row.map_err(redb::Error::from)?.0.value());
+                }
+            }
+            budget -= stale.len();
+            for key in stale {
+                agents.remove(key).map_err(redb::Error::from)?;
+            }
+            let mut tenants = tx.open_table(SNAPSHOT_TENANTS).map_err(redb::Error::from)?;
+            let mut stale: Vec<(u64, String)> = Vec::new();
+            for range in [
+                tenants.range(..(before, "")).map_err(redb::Error::from)?,
+                tenants.range((after, "")..).map_err(redb::Error::from)?,
+            ] {
+                for row in range.take(budget - stale.len()) {
+                    let (key, _) = row.map_err(redb::Error::from)?;
+                    let (seq, name) = key.value();
+                    stale.push((seq, name.to_string()));
+                }
+            }
+            budget -= stale.len();
+            for (seq, name) in stale {
+                tenants
+                    .remove((seq, name.as_str()))
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        tx.commit().map_err(redb::Error::from)?;
+        Ok(budget == 0)
+    }
+
+    /// The log position of the current snapshot, if there is one.
+    pub fn current_snapshot_seq(&self) -> Result<Option<u64>, StoreError> {
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let manifests = tx.open_table(SNAPSHOTS).map_err(redb::Error::from)?;
+        let last = manifests.last().map_err(redb::Error::from)?;
+        Ok(last.map(|(seq, _)| seq.value()))
+    }
+
+    /// The current snapshot, read whole and checked against its manifest; `None` when the
+    /// database holds none.
+    pub fn read_snapshot(&self) -> Result<Option<Image>, StoreError> {
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let manifests = tx.open_table(SNAPSHOTS).map_err(redb::Error::from)?;
+        let Some((seq, bytes)) = manifests.last().map_err(redb::Error::from)? else {
+            return Ok(None);
+        };
+        let seq = seq.value();
+        let damaged = |reason: String| StoreError::Snapshot { seq, reason };
+        let manifest = SnapshotManifest::decode(bytes.value())
+            .map_err(|reason| damaged(format!("its manifest does not read: {reason}")))?;
+        if manifest.seq != seq {
+            return Err(damaged(format!(
+                "its manifest is stored under {seq} but says {}",
+                manifest.seq
+            )));
+        }
+        // Only this format's builds write snapshots (a database of an older format holds none).
+        let format = record::FORMAT_VERSION;
+        let mut image = Image {
+            seq,
+            next_agent: manifest.next_agent,
+            next_wakeup: manifest.next_wakeup,
+            next_run: manifest.next_run,
+            tenants: Vec::with_capacity(manifest.tenants as usize),
+            agents: Vec::with_capacity(manifest.agents.min(1 << 20) as usize),
+        };
+        let tenants = tx.open_table(SNAPSHOT_TENANTS).map_err(redb::Error::from)?;
+        for row in tenants.range((seq, "")..).map_err(redb::Error::from)? {
+            let (key, bytes) = row.map_err(redb::Error::from)?;
+            if key.value().0 != seq {
+                break;
+            }
+            let tenant = record::decode_tenant(format, bytes.value())
+                .map_err(|error| damaged(record_problem(&error)))?;
+            image.tenants.push(tenant);
+        }
+        let agents = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
+        for row in agents
+            .range((seq, 0)..=(seq, u64::MAX))
+            .map_err(redb::Error::from)?
+        {
+            let (key, bytes) = row.map_err(redb::Error::from)?;
+            let id = key.value().1;
+            let state = record::decode_agent(format, bytes.value())
+                .map_err(|error| damaged(format!("agent {id}: {}", record_problem(&error))))?;
+            if state.agent().id.0 != id {
+                return Err(damaged(format!(
+                    "agent {id}'s record says it is agent {}",
+                    state.agent().id
+                )));
+            }
+            image.agents.push(std::sync::Arc::new(state));
+        }
+        let counts = (image.tenants.len() as u64, image.agents.len() as u64);
+        if counts != (manifest.tenants, manifest.agents) {
+            return Err(damaged(format!(
+                "it holds {} tenants and {} agents, its manifest says {} and {}",
+                counts.0, counts.1, manifest.tenants, manifest.agents
+            )));
+        }
+        Ok(Some(image))
+    }
+}
+
+fn record_problem(error: &RecordError) -> String {
+    match &error.event_type {
+        Some(kind) => format!("{kind}: {}", error.reason),
+        None => error.reason.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::agent::AgentSpec;
+    use crate::engine::tenant::TokenHash;
+    use crate::engine::wakeup::{WakeupRequest, WakeupSource};
+    use crate::engine::{Command, Engine};
+    use crate::io::storage::StorageLocation;
+
+    fn fresh(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("vigil-snapshot-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("vigil.redb")
+    }
+
+    /// A node's engine and store, driven by commands.
+    struct Node {
+        engine: Engine,
+        store: Store,
+    }
+
+    impl Node {
+        fn open(path: &std::path::Path) -> Node {
+            let store = Store::open(StorageLocation::File(path.to_path_buf())).unwrap();
+            Node {
+                engine: store.recover().unwrap(),
+                store,
+            }
+        }
+
+        fn run(&mut self, command: Command, now_ms: u64) {
+            let events = self.engine.decide(&command, now_ms).unwrap().events;
+            self.store.append(&events).unwrap();
+            events.iter().for_each(|event| self.engine.apply(event));
+        }
+
+        /// A tenant and `agents` agents with timers, each woken once.
+        fn fleet(&mut self, agents: u64) {
+            self.run(
+                Command::EnsureTenant {
+                    tenant: "t".into(),
+                    operator_token_hash: TokenHash::of("op"),
+                },
+                0,
+            );
+            for i in 0..agents {
+                let name = format!("agent-{i}");
+                self.run(
+                    Command::CreateAgent {
+                        tenant: "t".into(),
+                        spec: AgentSpec::with_interval(&name, Some(60_000)),
+                        token_hash: TokenHash::of(&name),
+                    },
+                    i,
+                );
+            }
+            self.wake_all(agents, 1_000);
+        }
+
+        fn wake_all(&mut self, agents: u64, now_ms: u64) {
+            for i in 1..=agents {
+                self.run(
+                    Command::Wake {
+                        agent: crate::engine::agent::AgentId(i),
+                        request: WakeupRequest::new(WakeupSource::OnDemand, "hello"),
+                    },
+                    now_ms,
+                );
+            }
+        }
+
+        fn snapshot(&self) -> Written {
+            self.store.write_snapshot(&self.engine.image()).unwrap()
+        }
+    }
+
+    fn rows<K: redb::Key + 'static>(store: &Store, table: TableDefinition<K, &[u8]>) -> usize {
+        let tx = store.db.begin_read().unwrap();
+        let table = tx.open_table(table).unwrap();
+        table.iter().unwrap().count()
+    }
+
+    /// Replaces event `seq`'s stored record with bytes no build can read.
+    fn spoil_event(store: &Store, seq: u64) {
+        let tx = store.db.begin_write().unwrap();
+        tx.open_table(super::super::EVENTS)
+            .unwrap()
+            .insert(seq, b"not a record".as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+    }
+
+    #[test]
+    fn recovery_reads_the_snapshot_and_replays_only_the_events_after_it() {
+        let path = fresh("tail");
+        let mut node = Node::open(&path);
+        node.fleet(2_500);
+        let written = node.snapshot();
+        assert_eq!(written.agents, 2_500);
+        assert_eq!(written.seq, node.engine.last_seq());
+        node.wake_all(10, 2_000);
+        // An event before the snapshot that no longer reads: a replay of the whole log stops
+        // there, recovery from the snapshot never reads it.
+        spoil_event(&node.store, 2);
+        let expected = node.engine.clone();
+        drop(node);
+        let store = Store::open(StorageLocation::File(path.clone())).unwrap();
+        assert_eq!(store.recover().unwrap(), expected);
+        assert!(matches!(
+            store.recover_observed(&mut |_| {}),
+            Err(StoreError::Corrupt { seq: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_newer_snapshot_replaces_the_older_and_its_records_are_pruned() {
+        let path = fresh("prune");
+        let mut node = Node::open(&path);
+        node.fleet(1_200);
+        node.snapshot();
+        node.wake_all(1_200, 2_000);
+        let second = node.snapshot();
+        assert_eq!(node.store.current_snapshot_seq().unwrap(), Some(second.seq));
+        assert_eq!(rows(&node.store, SNAPSHOTS), 1);
+        assert_eq!(rows(&node.store, SNAPSHOT_AGENTS), 1_200);
+        assert_eq!(rows(&node.store, SNAPSHOT_TENANTS), 1);
+        assert_eq!(node.store.recover().unwrap(), node.engine);
+    }
+
+    #[test]
+    fn a_snapshot_cut_short_before_its_manifest_is_never_read_and_is_pruned() {
+        let path = fresh("cut");
+        let mut node = Node::open(&path);
+        node.fleet(1_500);
+        let first = node.snapshot();
+        node.wake_all(5, 3_000);
+        // The chunks of a newer snapshot reach the disk; its manifest never does.
+        let image = node.engine.image();
+        let tx = node.store.db.begin_write().unwrap();
+        {
+            let mut table = tx.open_table(SNAPSHOT_AGENTS).unwrap();
+            for state in &image.agents[..1_000] {
+                let bytes = record::encode_agent(state);
+                table
+                    .insert((image.seq, state.agent().id.0), bytes.as_slice())
+                    .unwrap();
+            }
+        }
+        tx.commit().unwrap();
+        assert_eq!(node.store.current_snapshot_seq().unwrap(), Some(first.seq));
+        assert_eq!(node.store.recover().unwrap(), node.engine);
+        while node.store.prune_snapshots().unwrap() {}
+        assert_eq!(
+            rows(&node.store, SNAPSHOT_AGENTS),
+            1_500,
+            "only the current one's"
+        );
+        assert_eq!(node.store.recover().unwrap(), node.engine);
+    }
+
+    #[test]
+    fn a_snapshot_short_of_its_manifest_count_is_refused_by_name() {
+        let path = fresh("short");
+        let mut node = Node::open(&path);
+        node.fleet(3);
+        let written = node.snapshot();
+        let tx = node.store.db.begin_write().unwrap();
+        tx.open_table(SNAPSHOT_AGENTS)
+            .unwrap()
+            .remove((written.seq, 2))
+            .unwrap();
+        tx.commit().unwrap();
+        let error = node.store.recover().unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "the snapshot at seq {} cannot be read: it holds 1 tenants and 2 agents, its \
+                 manifest says 1 and 3",
+                written.seq
+            )
+        );
+    }
+}
