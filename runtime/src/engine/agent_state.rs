@@ -233,7 +233,10 @@ impl AgentState {
             if !run.status.is_terminal() {
                 return Err(RestoreError::new(
                     "finished",
-                    format!("run {id} is held as finished but is {}", run.status.as_str()),
+                    format!(
+                        "run {id} is held as finished but is {}",
+                        run.status.as_str()
+                    ),
                 ));
             }
             if state.coordinator.live_run(id).is_some() {
@@ -242,7 +245,11 @@ impl AgentState {
                     format!("run {id} is both live and finished"),
                 ));
             }
-            if state.finished_order.back().is_some_and(|(last, _)| *last >= seq) {
+            if state
+                .finished_order
+                .back()
+                .is_some_and(|(last, _)| *last >= seq)
+            {
                 return Err(RestoreError::new(
                     "finished",
                     format!("run {id} finished at seq {seq}, not after the run before it"),

@@ -15,8 +15,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus, Cooldown};
-use super::agent_state::RestoreError;
 use super::agent_error::AgentError;
+use super::agent_state::RestoreError;
 use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
@@ -79,10 +79,7 @@ impl Coordinator {
         for run in live {
             let id = run.id;
             if coordinator.live.contains_key(&id) {
-                return Err(RestoreError::new(
-                    "live",
-                    format!("run {id} is held twice"),
-                ));
+                return Err(RestoreError::new("live", format!("run {id} is held twice")));
             }
             match run.status {
                 RunStatus::Queued => {

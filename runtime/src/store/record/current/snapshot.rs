@@ -470,10 +470,11 @@ fn last_finished_record(state: &agent_state::AgentState, last: &run::Run) -> Las
         .find(|(_, run)| run.id == last.id)
         .map(|(_, run)| run);
     match held {
-        Some(run) if run::Run {
-            payload: last.payload.clone(),
-            ..run.clone()
-        } == *last =>
+        Some(run)
+            if run::Run {
+                payload: last.payload.clone(),
+                ..run.clone()
+            } == *last =>
         {
             LastFinishedRecord::Held {
                 run: last.id.0,
@@ -708,7 +709,12 @@ impl AgentRecord {
             .finished
             .into_iter()
             .enumerate()
-            .map(|(i, held)| Ok((held.seq, held.run.into_engine(id, &format!("finished[{i}]"))?)))
+            .map(|(i, held)| {
+                Ok((
+                    held.seq,
+                    held.run.into_engine(id, &format!("finished[{i}]"))?,
+                ))
+            })
             .collect::<Result<Vec<_>, Problem>>()?;
         let last_finished = match self.last_finished {
             None => None,
@@ -747,7 +753,10 @@ impl AgentRecord {
             .enumerate()
             .map(|(i, s)| {
                 Ok(TaskSession {
-                    updated_at_ms: instant(&format!("sessions[{i}].updated_at_ms"), s.updated_at_ms)?,
+                    updated_at_ms: instant(
+                        &format!("sessions[{i}].updated_at_ms"),
+                        s.updated_at_ms,
+                    )?,
                     task_key: s.task_key,
                     session_id: s.session_id,
                     run: RunId(s.run),

@@ -13,7 +13,9 @@ use crate::engine::breaker::FailureCause;
 use crate::engine::event::Event;
 use crate::engine::history::{HistoryMessage, Role};
 use crate::engine::node_bounds::NodeLimits;
-use crate::engine::run::{ErrorClass, RunEnd, RunId, RunReport, RunStatus, SessionChange, StopReason};
+use crate::engine::run::{
+    ErrorClass, RunEnd, RunId, RunReport, RunStatus, SessionChange, StopReason,
+};
 use crate::engine::tenant::TokenHash;
 use crate::engine::usage::{MicroUsd, Usage};
 use crate::engine::wakeup::{WakeupRequest, WakeupSource, IDEMPOTENCY_TTL_MS};
@@ -145,7 +147,10 @@ fn llm_end(turn: usize, excerpt_bytes: usize) -> RunEnd {
     let report = RunReport {
         history_append: vec![
             HistoryMessage::new(Role::User, &format!("wakeup {turn}")),
-            HistoryMessage::new(Role::Assistant, &format!("answer {turn}: {}", "é".repeat(20))),
+            HistoryMessage::new(
+                Role::Assistant,
+                &format!("answer {turn}: {}", "é".repeat(20)),
+            ),
         ],
         answer_excerpt: Some(format!("answer {turn} {}", "x".repeat(excerpt_bytes))),
         tool_calls: turn as u64 % 3,
@@ -280,11 +285,9 @@ fn busy_llm_agents_round_trip_at_every_step() {
     let held = |agent| d.state(agent).finished_in_order().count();
     assert_eq!(held(a) + held(b), 150);
     // Failures open the breaker; after its cooldown the probe fails again with a cause.
-    let failed = || {
-        RunEnd {
-            cause: Some(FailureCause::Llm),
-            ..RunEnd::new(RunStatus::Failed, "503").classed(ErrorClass::LlmError)
-        }
+    let failed = || RunEnd {
+        cause: Some(FailureCause::Llm),
+        ..RunEnd::new(RunStatus::Failed, "503").classed(ErrorClass::LlmError)
     };
     for _ in 0..2 {
         d.wake(a, json!({"source": "on_demand", "reason": "try"}), now);
@@ -293,7 +296,11 @@ fn busy_llm_agents_round_trip_at_every_step() {
     }
     now += 2 * MINUTE;
     d.wake(a, json!({"source": "on_demand", "reason": "probe"}), now);
-    d.wake(a, json!({"source": "on_demand", "reason": "refused", "task_key": "x"}), now);
+    d.wake(
+        a,
+        json!({"source": "on_demand", "reason": "refused", "task_key": "x"}),
+        now,
+    );
     d.finish(a, failed(), now + 1_000);
     // A restart fails the running run and re-queues it once, payload and all.
     now += 10 * MINUTE;
@@ -348,7 +355,13 @@ fn scripted_and_cli_agents_round_trip_at_every_step() {
             now,
         );
         if let Some(run) = d.active(capped) {
-            d.step(Command::RecordProcessGroup { run, pgid: 100 + i as u32 }, now);
+            d.step(
+                Command::RecordProcessGroup {
+                    run,
+                    pgid: 100 + i as u32,
+                },
+                now,
+            );
             let end = if i % 3 == 1 {
                 RunEnd::new(RunStatus::Failed, "tool").caused_by(FailureCause::Tool)
             } else {
@@ -418,7 +431,11 @@ fn scripted_and_cli_agents_round_trip_at_every_step() {
         },
         now,
     );
-    d.wake(capped, json!({"source": "on_demand", "reason": "paused"}), now);
+    d.wake(
+        capped,
+        json!({"source": "on_demand", "reason": "paused"}),
+        now,
+    );
     d.step(Command::ResumeAgent { agent: capped }, now + 1);
     d.step(
         Command::PauseAgent {
@@ -470,8 +487,16 @@ fn scripted_and_cli_agents_round_trip_at_every_step() {
 fn busy_record() -> serde_json::Value {
     let mut d = Driver::new(NodeLimits::default());
     let a = d.create(llm_spec("busy"), T0);
-    d.wake(a, json!({"source": "on_demand", "reason": "one", "task_key": "t"}), T0);
-    d.wake(a, json!({"source": "on_demand", "reason": "two", "task_key": "t"}), T0);
+    d.wake(
+        a,
+        json!({"source": "on_demand", "reason": "one", "task_key": "t"}),
+        T0,
+    );
+    d.wake(
+        a,
+        json!({"source": "on_demand", "reason": "two", "task_key": "t"}),
+        T0,
+    );
     serde_json::from_slice(&encode_agent(d.state(a))).unwrap()
 }
 
@@ -485,12 +510,20 @@ fn a_bad_instant_is_refused_naming_its_field() {
     record["created_at_ms"] = json!(u64::MAX);
     let error = decode_error(&record);
     assert_eq!(error.event_type.as_deref(), Some("agent_snapshot"));
-    assert!(error.reason.starts_with("created_at_ms: "), "{}", error.reason);
+    assert!(
+        error.reason.starts_with("created_at_ms: "),
+        "{}",
+        error.reason
+    );
 
     let mut record = busy_record();
     record["live"][1]["queued_at_ms"] = json!(253_402_207_200_001u64);
     let error = decode_error(&record);
-    assert!(error.reason.starts_with("live[1].queued_at_ms: "), "{}", error.reason);
+    assert!(
+        error.reason.starts_with("live[1].queued_at_ms: "),
+        "{}",
+        error.reason
+    );
 
     let mut record = busy_record();
     record["spec"]["time_zone"] = json!("Mars/Olympus");
@@ -514,7 +547,11 @@ fn an_inconsistent_run_set_is_refused_naming_its_field() {
     again["id"] = json!(999);
     queued_twice["live"].as_array_mut().unwrap().push(again);
     let error = decode_error(&queued_twice);
-    assert!(error.reason.contains("both queued for task key"), "{}", error.reason);
+    assert!(
+        error.reason.contains("both queued for task key"),
+        "{}",
+        error.reason
+    );
 
     let mut ended_live = record.clone();
     ended_live["live"][1]["status"] = json!("succeeded");
@@ -526,11 +563,15 @@ fn an_inconsistent_run_set_is_refused_naming_its_field() {
 
     let mut dangling = record.clone();
     dangling["last_finished"] = json!({"held": {"run": 12345}});
-    assert!(decode_error(&dangling).reason.starts_with("last_finished: "));
+    assert!(decode_error(&dangling)
+        .reason
+        .starts_with("last_finished: "));
 
     let mut finished_live = record.clone();
     finished_live["finished"] = json!([{"seq": 9, "run": record["live"][1].clone()}]);
-    assert!(decode_error(&finished_live).reason.starts_with("finished: "));
+    assert!(decode_error(&finished_live)
+        .reason
+        .starts_with("finished: "));
 }
 
 #[test]
@@ -547,7 +588,11 @@ fn truncated_or_foreign_json_is_refused() {
 
     let error = decode_tenant(FORMAT_VERSION, br#"{"name": "t"}"#).unwrap_err();
     assert_eq!(error.event_type.as_deref(), Some("tenant_snapshot"));
-    assert!(error.reason.contains("operator_token_hash"), "{}", error.reason);
+    assert!(
+        error.reason.contains("operator_token_hash"),
+        "{}",
+        error.reason
+    );
 
     let error = decode_agent(FORMAT_VERSION + 1, &bytes).unwrap_err();
     assert!(error.reason.contains("newer"), "{}", error.reason);
@@ -557,14 +602,29 @@ fn truncated_or_foreign_json_is_refused() {
 #[test]
 fn an_idle_agent_stores_only_what_it_has() {
     let mut d = Driver::new(NodeLimits::default());
-    let a = d.create(json!({"name": "idle-1", "heartbeat": {"interval_ms": MINUTE}}), T0);
-    let record: serde_json::Value =
-        serde_json::from_slice(&encode_agent(d.state(a))).unwrap();
-    let mut fields: Vec<&str> = record.as_object().unwrap().keys().map(|k| k.as_str()).collect();
+    let a = d.create(
+        json!({"name": "idle-1", "heartbeat": {"interval_ms": MINUTE}}),
+        T0,
+    );
+    let record: serde_json::Value = serde_json::from_slice(&encode_agent(d.state(a))).unwrap();
+    let mut fields: Vec<&str> = record
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|k| k.as_str())
+        .collect();
     fields.sort_unstable();
     assert_eq!(
         fields,
-        ["created_at_ms", "id", "name", "next_fire_at_ms", "spec", "tenant", "token_hash"]
+        [
+            "created_at_ms",
+            "id",
+            "name",
+            "next_fire_at_ms",
+            "spec",
+            "tenant",
+            "token_hash"
+        ]
     );
 }
 
@@ -661,7 +721,14 @@ fn snapshot_sizes_and_speed() {
         .unwrap();
         apply(&mut d.engine, Command::Wake { agent: a, request }, now);
         let run = d.active(a).unwrap();
-        apply(&mut d.engine, Command::RecordUsage { run, usage: usage(1_500) }, now);
+        apply(
+            &mut d.engine,
+            Command::RecordUsage {
+                run,
+                usage: usage(1_500),
+            },
+            now,
+        );
         apply(
             &mut d.engine,
             Command::FinishRun {
