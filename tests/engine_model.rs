@@ -1149,6 +1149,7 @@ impl Node {
             self.log_check.check(event);
         }
         self.log.extend(decision.events.iter().cloned());
+        snapshots_round_trip(&self.engine);
         Ok(decision)
     }
 
@@ -1176,6 +1177,31 @@ impl Node {
     /// Takes a snapshot; the engine goes on changing, the image must not.
     fn snapshot(&mut self) {
         self.snapshot = Some(self.engine.image());
+    }
+}
+
+/// Every agent's state and every tenant come back exactly from their snapshot records.
+fn snapshots_round_trip(engine: &Engine) {
+    use vigil::store::record::{
+        decode_agent, decode_tenant, encode_agent, encode_tenant, FORMAT_VERSION,
+    };
+    for state in engine.agent_states() {
+        let bytes = encode_agent(state);
+        let back = decode_agent(FORMAT_VERSION, &bytes).expect("a snapshot record decodes");
+        assert!(
+            back == *state,
+            "agent {} does not round-trip its snapshot record: {}",
+            state.agent().id,
+            String::from_utf8_lossy(&bytes)
+        );
+    }
+    for tenant in engine.tenants() {
+        let back = decode_tenant(FORMAT_VERSION, &encode_tenant(tenant));
+        assert_eq!(
+            back.as_ref(),
+            Ok(tenant),
+            "a tenant round-trips its snapshot record"
+        );
     }
 }
 

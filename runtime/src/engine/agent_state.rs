@@ -12,6 +12,22 @@ use super::event::{Event, EventKind};
 use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
 use super::wakeup::{WakeupOutcome, WakeupRecord, IDEMPOTENCY_TTL_MS};
 
+/// Why a stored agent state (a snapshot) cannot be restored: the part at fault and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct RestoreError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl RestoreError {
+    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
+        RestoreError {
+            field,
+            message: message.into(),
+        }
+    }
+}
+
 /// One agent's whole state.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentState {
@@ -165,6 +181,89 @@ impl AgentState {
             .expect("a run counted with an excerpt has a report");
         report.answer_excerpt = None;
         report.excerpt_truncated = true;
+    }
+
+    // ---- snapshots (store/record/current/snapshot.rs): what is stored, and the way back ----
+
+    /// The finished runs held, in the order they finished, each with its `run_finished`'s seq.
+    pub(crate) fn finished_in_order(&self) -> impl DoubleEndedIterator<Item = (u64, &Run)> {
+        self.finished_order
+            .iter()
+            .map(|(seq, id)| (*seq, &self.finished[id]))
+    }
+
+    /// The idempotency keys held (expired ones not yet forgotten included), by key.
+    pub(crate) fn idempotency_keys(&self) -> impl Iterator<Item = (&str, &WakeupRecord)> {
+        self.keys.iter().map(|(key, record)| (key.as_str(), record))
+    }
+
+    /// The latest wall time of a keyed wakeup of this agent (0: none yet).
+    pub(crate) fn keys_clock_ms(&self) -> u64 {
+        self.keys_clock_ms
+    }
+
+    /// An agent's state from its stored parts (a snapshot): `finished` in the order the runs
+    /// finished, with their `run_finished`'s seq; `keys` by idempotency key. The indexes
+    /// derived from them (the finish order's map, the keys' ages) are rebuilt here. Refuses,
+    /// naming the part, a state the engine could not have reached: a run both live and
+    /// finished, a finished run held twice or not ended, seqs out of order.
+    pub(crate) fn restore(
+        coordinator: Coordinator,
+        finished: Vec<(u64, Run)>,
+        keys: BTreeMap<String, WakeupRecord>,
+        keys_clock_ms: u64,
+        history: History,
+        sessions: Sessions,
+    ) -> Result<AgentState, RestoreError> {
+        let mut state = AgentState {
+            coordinator,
+            finished: BTreeMap::new(),
+            finished_order: VecDeque::with_capacity(finished.len()),
+            key_ages: keys
+                .iter()
+                .map(|(key, record)| (record.at_ms, key.clone()))
+                .collect(),
+            keys,
+            keys_clock_ms,
+            history,
+            sessions,
+        };
+        for (seq, run) in finished {
+            let id = run.id;
+            if !run.status.is_terminal() {
+                return Err(RestoreError::new(
+                    "finished",
+                    format!(
+                        "run {id} is held as finished but is {}",
+                        run.status.as_str()
+                    ),
+                ));
+            }
+            if state.coordinator.live_run(id).is_some() {
+                return Err(RestoreError::new(
+                    "finished",
+                    format!("run {id} is both live and finished"),
+                ));
+            }
+            if state
+                .finished_order
+                .back()
+                .is_some_and(|(last, _)| *last >= seq)
+            {
+                return Err(RestoreError::new(
+                    "finished",
+                    format!("run {id} finished at seq {seq}, not after the run before it"),
+                ));
+            }
+            if state.finished.insert(id, run).is_some() {
+                return Err(RestoreError::new(
+                    "finished",
+                    format!("run {id} is held twice"),
+                ));
+            }
+            state.finished_order.push_back((seq, id));
+        }
+        Ok(state)
     }
 
     /// Folds one persisted event about this agent into its state. Returns the finished run that

@@ -16,6 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::agent::{Agent, AgentStatus, Cooldown};
 use super::agent_error::AgentError;
+use super::agent_state::RestoreError;
 use super::breaker::{BreakerState, FailureCause};
 use super::draft::Draft;
 use super::event::{Event, EventKind};
@@ -62,6 +63,63 @@ impl Coordinator {
             active: None,
             last_finished: None,
         }
+    }
+
+    /// The coordinator of a snapshot: the agent, its live runs and the run that finished last.
+    /// The indexes (the start queue, the queued run of each task key, the running run) are
+    /// rebuilt from the runs' own status, priority and task key. Refuses, naming the part, a
+    /// set of runs the engine could not have reached: a run held twice or already ended, two
+    /// running runs, two queued runs for one task key (invariants 1, 5 and 6).
+    pub(crate) fn restore(
+        agent: Agent,
+        live: Vec<Run>,
+        last_finished: Option<Run>,
+    ) -> Result<Coordinator, RestoreError> {
+        let mut coordinator = Coordinator::new(agent);
+        for run in live {
+            let id = run.id;
+            if coordinator.live.contains_key(&id) {
+                return Err(RestoreError::new("live", format!("run {id} is held twice")));
+            }
+            match run.status {
+                RunStatus::Queued => {
+                    if let Some(other) = coordinator.queued_by_key.insert(run.task_key.clone(), id)
+                    {
+                        return Err(RestoreError::new(
+                            "live",
+                            format!(
+                                "runs {other} and {id} are both queued for task key {:?} (invariant 6)",
+                                run.task_key
+                            ),
+                        ));
+                    }
+                    coordinator.queue.insert((run.priority, id));
+                }
+                RunStatus::Running => {
+                    if let Some(other) = coordinator.active.replace(id) {
+                        return Err(RestoreError::new(
+                            "live",
+                            format!("runs {other} and {id} are both running (invariant 1)"),
+                        ));
+                    }
+                }
+                ended => {
+                    return Err(RestoreError::new(
+                        "live",
+                        format!("run {id} is live but {}", ended.as_str()),
+                    ))
+                }
+            }
+            coordinator.live.insert(id, run);
+        }
+        coordinator.last_finished = last_finished.map(Box::new);
+        Ok(coordinator)
+    }
+
+    /// The run that finished last, as a `run_requeued` right after would copy it (payload
+    /// included).
+    pub(crate) fn last_finished(&self) -> Option<&Run> {
+        self.last_finished.as_deref()
     }
 
     /// A queued or running run.

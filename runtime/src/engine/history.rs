@@ -74,6 +74,17 @@ impl History {
         debug_assert!(self.messages.len() <= HISTORY_MESSAGES_MAX);
     }
 
+    /// A history holding exactly `messages` (a snapshot's), oldest first; its byte count is
+    /// rebuilt from them. No bound is applied: the history was within the bounds in force when
+    /// it was stored, and the next `append` enforces today's.
+    pub(crate) fn restore(messages: Vec<HistoryMessage>) -> History {
+        let bytes = messages.iter().map(|message| message.text.len()).sum();
+        History {
+            messages: messages.into(),
+            bytes,
+        }
+    }
+
     /// The messages, oldest first.
     pub fn messages(&self) -> impl ExactSizeIterator<Item = &HistoryMessage> {
         self.messages.iter()

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use super::agent_state::RestoreError;
 use super::run::{RunId, SessionChange};
 
 /// Task key of runs woken without one.
@@ -45,6 +46,21 @@ impl Sessions {
     /// Every session, by task key.
     pub fn iter(&self) -> impl Iterator<Item = &TaskSession> {
         self.by_task.values()
+    }
+
+    /// An agent's sessions from a snapshot's list; refuses a task key listed twice.
+    pub(crate) fn restore(sessions: Vec<TaskSession>) -> Result<Sessions, RestoreError> {
+        let mut by_task = BTreeMap::new();
+        for session in sessions {
+            let key = session.task_key.clone();
+            if by_task.insert(key.clone(), session).is_some() {
+                return Err(RestoreError::new(
+                    "sessions",
+                    format!("task key {key:?} has two sessions"),
+                ));
+            }
+        }
+        Ok(Sessions { by_task })
     }
 
     /// Folds a finished run's word on its task's session.

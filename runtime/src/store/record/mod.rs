@@ -15,6 +15,10 @@
 //! - **2**: adds `agent_token_rotated`. Every format-1 record is a format-2 record unchanged.
 //! - **3**: adds `agent_updated`, `agent_deleted` and `operator_token_set`'s `by` (absent:
 //!   `configuration`). Every format-2 record is a format-3 record unchanged.
+//! - **4**: adds snapshots: JSON of a [`current::snapshot::AgentRecord`] per agent (its whole
+//!   state), of a [`current::snapshot::TenantRecord`] per tenant and of a
+//!   [`current::manifest::SnapshotManifest`] per snapshot (`store/snapshot.rs`, ADR 0016). The
+//!   event records are format 3's unchanged.
 //!
 //! How a format changes: a change that only *adds* (an event type, an optional field with a
 //! meaning for its absence) extends the types in [`current`] and bumps [`FORMAT_VERSION`]; older
@@ -28,7 +32,7 @@ pub mod current;
 use crate::engine::event::Event;
 
 /// The format this build writes. A database of a newer format is refused at open; an older one
-/// is read through this module (formats 1 and 2 with the current types: later formats only
+/// is read through this module (formats 1 to 3 with the current types: later formats only
 /// added).
 pub const FORMAT_VERSION: u64 = 4;
 
@@ -70,6 +74,61 @@ pub fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, RecordError>
     })
 }
 
+/// The stored bytes of one agent's whole state (a snapshot chunk entry), current format.
+pub fn encode_agent(state: &crate::engine::agent_state::AgentState) -> Vec<u8> {
+    serde_json::to_vec(&current::snapshot::AgentRecord::from(state))
+        .expect("records always serialize")
+}
+
+/// One agent's state from its stored bytes in format `format` (snapshots exist from format 4;
+/// the current types read every format up to [`FORMAT_VERSION`]).
+pub fn decode_agent(
+    format: u64,
+    bytes: &[u8],
+) -> Result<crate::engine::agent_state::AgentState, RecordError> {
+    const TYPE: &str = "agent_snapshot";
+    let record: current::snapshot::AgentRecord = read_snapshot(TYPE, format, bytes)?;
+    record.into_engine().map_err(|problem| RecordError {
+        event_type: Some(TYPE.into()),
+        reason: format!("{}: {}", problem.field, problem.message),
+    })
+}
+
+/// The stored bytes of one tenant (name, operator token hash, configured token hash, daily
+/// budget, day spend), current format.
+pub fn encode_tenant(tenant: &crate::engine::tenant::Tenant) -> Vec<u8> {
+    serde_json::to_vec(&current::snapshot::TenantRecord::from(tenant))
+        .expect("records always serialize")
+}
+
+/// One tenant from its stored bytes in format `format`.
+pub fn decode_tenant(
+    format: u64,
+    bytes: &[u8],
+) -> Result<crate::engine::tenant::Tenant, RecordError> {
+    let record: current::snapshot::TenantRecord = read_snapshot("tenant_snapshot", format, bytes)?;
+    Ok(record.into_engine())
+}
+
+/// A snapshot record of type `type_name` parsed from `bytes`, or why not (a format newer than
+/// this build's, JSON that is not the record: serde's message names the field and position).
+fn read_snapshot<T: serde::de::DeserializeOwned>(
+    type_name: &str,
+    format: u64,
+    bytes: &[u8],
+) -> Result<T, RecordError> {
+    let refused = |reason: String| RecordError {
+        event_type: Some(type_name.into()),
+        reason,
+    };
+    if format > FORMAT_VERSION {
+        return Err(refused(format!(
+            "format {format} is newer than this build's ({FORMAT_VERSION})"
+        )));
+    }
+    serde_json::from_slice(bytes).map_err(|error| refused(error.to_string()))
+}
+
 /// The `type` a record that does not parse says it has, if it says one.
 fn type_of(bytes: &[u8]) -> Option<String> {
     #[derive(serde::Deserialize)]
@@ -80,24 +139,4 @@ fn type_of(bytes: &[u8]) -> Option<String> {
     serde_json::from_slice::<Typed>(bytes)
         .ok()
         .map(|typed| typed.kind)
-}
-
-// STAND-IN: replaced by the snapshot records (branch snaprec) at merge.
-pub fn encode_agent(_state: &crate::engine::agent_state::AgentState) -> Vec<u8> {
-    todo!()
-}
-pub fn decode_agent(
-    _format: u64,
-    _bytes: &[u8],
-) -> Result<crate::engine::agent_state::AgentState, RecordError> {
-    todo!()
-}
-pub fn encode_tenant(_tenant: &crate::engine::tenant::Tenant) -> Vec<u8> {
-    todo!()
-}
-pub fn decode_tenant(
-    _format: u64,
-    _bytes: &[u8],
-) -> Result<crate::engine::tenant::Tenant, RecordError> {
-    todo!()
 }

@@ -2,10 +2,15 @@
 //! format 2 only added `agent_token_rotated`, format 3 `agent_updated`, `agent_deleted` and
 //! `operator_token_set`'s `by` (absent: `configuration`, the only source before format 3).
 //!
+//! Snapshots (format 4) store one agent's whole state and one tenant as [`snapshot`]'s records.
+//!
 //! The JSON of a record is exactly what the log held before the format was recorded (the
 //! engine's own encoding of that time), so a database from then reads as format 1.
 
 pub mod manifest;
+pub mod snapshot;
+#[cfg(test)]
+mod snapshot_tests;
 pub mod spec;
 pub mod values;
 

@@ -1,4 +1,4 @@
-//! The stored small values (formats 1 and 2): the named states and reasons events carry, a run's report, a
+//! The stored small values (formats 1 to 4): the named states and reasons events carry, a run's report, a
 //! pulse's report, usage. Each mirrors an engine type field for field and name for name, with
 //! conversions both ways; the match in each conversion is exhaustive, so a new engine variant
 //! does not compile until someone decides how it is stored (and bumps the format).
@@ -81,6 +81,10 @@ stored_names!(RefusalReason <=> wakeup::RefusalReason {
     Budget,
     AgentError,
 });
+// Format 4 (snapshots).
+stored_names!(AgentStatus <=> agent::AgentStatus { Active, Paused, Terminated });
+stored_names!(LivenessStatus <=> liveness::LivenessStatus { Unknown, Online, Offline });
+stored_names!(Priority <=> wakeup::Priority { OnDemand, Assignment, Routine });
 stored_names!(RunStatus <=> run::RunStatus {
     Queued,
     Running,
