@@ -17,9 +17,9 @@ use vigil::store::Store;
 
 use crate::disk::SimDisk;
 
-/// Agents in the fleet: enough for several snapshot chunks
-/// (`vigil::store::snapshot::SNAPSHOT_CHUNK_AGENTS`).
-const AGENTS: u64 = 2_300;
+/// Agents in the fleet, and per snapshot transaction: four chunks, then the manifest's.
+const AGENTS: u64 = 40;
+const CHUNK_AGENTS: usize = 10;
 /// Crash seeds per cut point: each draws what of the unsynced data lands.
 const SEEDS_PER_CUT: u64 = 3;
 
@@ -75,7 +75,7 @@ fn a_power_cut_at_any_operation_of_a_snapshot_loses_nothing() {
             let disk = Arc::new(base.duplicate());
             let store = open(&disk);
             disk.arm_power_cut(after_ops, ChaCha8Rng::seed_from_u64(seed));
-            let written = store.write_snapshot(&engine.image());
+            let written = store.write_snapshot_in_chunks(&engine.image(), CHUNK_AGENTS);
             drop(store);
             let cut = disk.take_power_cut().is_some();
             if !cut {

@@ -56,8 +56,18 @@ impl Store {
     /// Writes `image` as the current snapshot, then prunes the ones before it. Blocking, and
     /// long for a large fleet: call it on a blocking thread, never on an async worker.
     pub fn write_snapshot(&self, image: &Image) -> Result<Written, StoreError> {
+        self.write_snapshot_in_chunks(image, SNAPSHOT_CHUNK_AGENTS)
+    }
+
+    /// [`Store::write_snapshot`] with `chunk_agents` agents per transaction (tests cut the
+    /// power inside snapshots of many chunks without a thousand agents in each).
+    pub fn write_snapshot_in_chunks(
+        &self,
+        image: &Image,
+        chunk_agents: usize,
+    ) -> Result<Written, StoreError> {
         let mut bytes = 0_u64;
-        for chunk in image.agents.chunks(SNAPSHOT_CHUNK_AGENTS) {
+        for chunk in image.agents.chunks(chunk_agents.max(1)) {
             let mut tx = self.db.begin_write().map_err(redb::Error::from)?;
             tx.set_durability(Durability::None)
                 .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
