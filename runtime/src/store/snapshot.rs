@@ -15,6 +15,7 @@ use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use super::record::current::manifest::SnapshotManifest;
 use super::record::{self, RecordError};
 use super::{Store, StoreError};
+use crate::engine::agent_state::AgentState;
 use crate::engine::snapshot::Image;
 
 /// seq -> the manifest of the snapshot at that log position. Holds one entry once pruned.
@@ -219,21 +220,21 @@ impl Store {
             image.tenants.push(tenant);
         }
         let agents = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
-        for row in agents
+        let mut rows = agents
             .range((seq, 0)..=(seq, u64::MAX))
-            .map_err(redb::Error::from)?
-        {
-            let (key, bytes) = row.map_err(redb::Error::from)?;
-            let id = key.value().1;
-            let state = record::decode_agent(format, bytes.value())
-                .map_err(|error| damaged(format!("agent {id}: {}", record_problem(&error))))?;
-            if state.agent().id.0 != id {
-                return Err(damaged(format!(
-                    "agent {id}'s record says it is agent {}",
-                    state.agent().id
-                )));
+            .map_err(redb::Error::from)?;
+        loop {
+            let mut batch = Vec::with_capacity(SNAPSHOT_DECODE_BATCH);
+            for row in rows.by_ref().take(SNAPSHOT_DECODE_BATCH) {
+                let (key, bytes) = row.map_err(redb::Error::from)?;
+                batch.push((key.value().1, bytes.value().to_vec()));
             }
-            image.agents.push(std::sync::Arc::new(state));
+            if batch.is_empty() {
+                break;
+            }
+            for decoded in decode_agents(format, &batch) {
+                image.agents.push(std::sync::Arc::new(decoded.map_err(damaged)?));
+            }
         }
         let counts = (image.tenants.len() as u64, image.agents.len() as u64);
         if counts != (manifest.tenants, manifest.agents) {
@@ -244,6 +245,50 @@ impl Store {
         }
         Ok(Some(image))
     }
+}
+
+/// Agent records read from the database before they are decoded together (their memory bound).
+pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
+
+/// Threads that decode a snapshot's agents, at most. Why in parallel: decoding is most of a
+/// large fleet's recovery (several microseconds an agent), and every record decodes alone.
+const DECODE_THREADS_MAX: usize = 8;
+
+/// The agents of `batch` (id, stored bytes), decoded in order, on every core there is (one
+/// thread under the simulator, whose world is a single thread).
+fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<AgentState, String>> {
+    let decode = |(id, bytes): &(u64, Vec<u8>)| {
+        let state = record::decode_agent(format, bytes)
+            .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
+        if state.agent().id.0 != *id {
+            return Err(format!(
+                "agent {id}'s record says it is agent {}",
+                state.agent().id
+            ));
+        }
+        Ok(state)
+    };
+    let threads = if cfg!(madsim) {
+        1
+    } else {
+        std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(DECODE_THREADS_MAX)
+    };
+    if threads <= 1 || batch.len() < 2 * threads {
+        return batch.iter().map(decode).collect();
+    }
+    let share = batch.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let parts: Vec<_> = batch
+            .chunks(share)
+            .map(|part| scope.spawn(move || part.iter().map(decode).collect::<Vec<_>>()))
+            .collect();
+        parts
+            .into_iter()
+            .flat_map(|part| part.join().expect("decoding a record does not panic"))
+            .collect()
+    })
 }
 
 fn record_problem(error: &RecordError) -> String {
