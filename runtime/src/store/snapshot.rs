@@ -233,7 +233,9 @@ impl Store {
                 break;
             }
             for decoded in decode_agents(format, &batch) {
-                image.agents.push(std::sync::Arc::new(decoded.map_err(damaged)?));
+                image
+                    .agents
+                    .push(std::sync::Arc::new(decoded.map_err(damaged)?));
             }
         }
         let counts = (image.tenants.len() as u64, image.agents.len() as u64);
