@@ -2159,6 +2159,7 @@ async fn the_node_snapshots_as_it_goes_and_a_restart_recovers_from_the_snapshot(
     configured.snapshots = vigil::snapshots::SnapshotPolicy {
         every_events: 10,
         every_ms: u64::MAX,
+        keep_events_ms: u64::MAX,
     };
     // The node's metrics are tenant default's operator's to read.
     const NODE_OPERATOR: &str = "default-operator-token";
@@ -2226,4 +2227,70 @@ async fn the_node_snapshots_as_it_goes_and_a_restart_recovers_from_the_snapshot(
     // The runs the manual clock kept going were failed by the restart, as without snapshots.
     assert_eq!(names(&get(&f.acme, "/v1/agents").await.1), before);
     f.node.stop();
+}
+
+#[tokio::test]
+async fn a_read_from_before_the_oldest_kept_event_is_refused_compacted() {
+    let path = data_file("compacted");
+    let clock = ManualClock::at(START_MS);
+    let mut configured = config(StorageLocation::File(path.clone()), clock.clone());
+    configured.snapshots = vigil::snapshots::SnapshotPolicy {
+        every_events: 10,
+        every_ms: u64::MAX,
+        keep_events_ms: 60_000,
+    };
+    let mut node = Node::start(configured).await.expect("node starts");
+    node.ready().await.expect("node recovers");
+    let acme = ApiClient::with_token(node.local_addr(), ACME);
+    let (id, _) = create(&acme, json!({"name": "a"})).await;
+    let wake_some = |round: u64| {
+        let acme = &acme;
+        async move {
+            for i in 0..10 {
+                let body = json!({"source": "on_demand", "reason": format!("{round}.{i}")});
+                let (status, answer) = wake(acme, id, body).await;
+                assert!(status == 202 || status == 200, "{status} {answer}");
+            }
+        }
+    };
+    wake_some(0).await;
+    // An hour on, the next snapshot compacts everything older than a minute that it holds.
+    clock.0.fetch_add(3_600_000, Ordering::SeqCst);
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    let mut round = 1;
+    let refused = loop {
+        wake_some(round).await;
+        round += 1;
+        let (status, answer) = get(&acme, "/v1/events?after=1").await;
+        if status == 410 {
+            break answer;
+        }
+        assert_eq!(status, 200, "{answer}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing was compacted"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(refused["error"]["code"], "compacted");
+    assert_eq!(refused["error"]["field"], "after");
+    let message = refused["error"]["message"].as_str().unwrap();
+    // Without `after`, the feed starts at the oldest kept event, which the refusal named.
+    let (status, page) = get(&acme, "/v1/events").await;
+    assert_eq!(status, 200);
+    let oldest = page["events"][0]["seq"].as_u64().unwrap();
+    assert!(oldest > 2, "events were compacted: {page}");
+    assert!(
+        message.contains(&format!("the oldest kept is seq {oldest}")),
+        "{message}"
+    );
+    let first_at_ms = page["events"][0]["at_ms"].as_u64().unwrap();
+    assert!(
+        first_at_ms >= START_MS + 3_600_000 - 60_000,
+        "{first_at_ms}"
+    );
+    // Reading on from just before it is fine.
+    let (status, _) = get(&acme, &format!("/v1/events?after={}", oldest - 1)).await;
+    assert_eq!(status, 200);
+    node.stop();
 }

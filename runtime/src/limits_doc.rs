@@ -78,6 +78,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(store::snapshot::SNAPSHOT_CHUNK_AGENTS),
         limit!(store::snapshot::SNAPSHOT_PRUNE_BATCH),
         limit!(store::snapshot::SNAPSHOT_DECODE_BATCH),
+        limit!(snapshots::EVENTS_RETENTION_MS),
+        limit!(store::compaction::COMPACT_BATCH_EVENTS),
         limit!(engine::agent::INTERVAL_MS_MIN),
         limit!(engine::agent::INTERVAL_MS_MAX),
         limit!(engine::agent::AGENTS_MAX),

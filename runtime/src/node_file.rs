@@ -66,6 +66,10 @@ pub struct SnapshotsSection {
     /// since; default `SNAPSHOT_EVERY_MS`.
     #[serde(default)]
     pub every_ms: Option<u64>,
+    /// Milliseconds events stay in the log once a snapshot holds them; default
+    /// `EVENTS_RETENTION_MS`.
+    #[serde(default)]
+    pub keep_events_ms: Option<u64>,
 }
 
 /// `[webhook]`.
@@ -142,6 +146,7 @@ impl NodeFile {
         for (field, value) in [
             ("snapshots.every_events", file.snapshots.every_events),
             ("snapshots.every_ms", file.snapshots.every_ms),
+            ("snapshots.keep_events_ms", file.snapshots.keep_events_ms),
         ] {
             if value == Some(0) {
                 return Err(format!("{field} must be at least 1"));
@@ -167,6 +172,10 @@ impl NodeFile {
         SnapshotPolicy {
             every_events: self.snapshots.every_events.unwrap_or(default.every_events),
             every_ms: self.snapshots.every_ms.unwrap_or(default.every_ms),
+            keep_events_ms: self
+                .snapshots
+                .keep_events_ms
+                .unwrap_or(default.keep_events_ms),
         }
     }
 

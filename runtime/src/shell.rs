@@ -626,6 +626,11 @@ impl Shell {
         &self.store
     }
 
+    /// The oldest event the log still holds (events before it were compacted, ADR 0016).
+    pub fn oldest_seq(&self) -> Result<u64, StoreError> {
+        self.store.oldest_seq()
+    }
+
     /// A page of the durable log after `after`, and the log's head at the time of reading.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<(Vec<Event>, u64), StoreError> {
         // Head first: a page may then contain events newer than `head`, never the reverse. The
@@ -736,21 +741,28 @@ impl Shell {
             return;
         }
         let now_ms = mono_ms(&self.clock);
-        let image = {
+        let (image, keep_events_ms) = {
             let engine = self.engine();
             let mut snapshots = self.snapshots.lock().expect("snapshots lock");
             if !snapshots.due(engine.last_seq(), engine.agent_count(), now_ms) {
                 return;
             }
             snapshots.started();
-            engine.image()
+            (engine.image(), snapshots.keep_events_ms())
         };
+        let cutoff_at_ms = self.clock.wall_now_ms().saturating_sub(keep_events_ms);
         let store = self.store.clone();
         // Why weak: a snapshot being written must not keep a stopped node's shell alive.
         let shell = Arc::downgrade(self);
         tokio::spawn(async move {
+            // The snapshot, then the events it holds that are past the retention window.
             #[allow(deprecated)]
-            let written = tokio::task::spawn_blocking(move || store.write_snapshot(&image)).await;
+            let written = tokio::task::spawn_blocking(move || {
+                let written = store.write_snapshot(&image)?;
+                let compacted = store.compact(cutoff_at_ms)?;
+                Ok::<_, StoreError>((written, compacted))
+            })
+            .await;
             let Some(shell) = shell.upgrade() else {
                 return;
             };
@@ -762,11 +774,12 @@ impl Shell {
             };
             let now_ms = mono_ms(&shell.clock);
             match written {
-                Ok(written) => {
+                Ok((written, compacted)) => {
                     tracing::info!(
                         seq = written.seq,
                         agents = written.agents,
                         bytes = written.bytes,
+                        compacted,
                         "snapshot written"
                     );
                     shell.metrics.snapshot_written(written.seq);

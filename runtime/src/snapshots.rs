@@ -14,6 +14,11 @@ pub const SNAPSHOT_EVERY_EVENTS: u64 = 50_000;
 /// come since: a quiet node still gets a recent snapshot.
 pub const SNAPSHOT_EVERY_MS: u64 = 60 * 60 * 1_000;
 
+/// How long events stay in the log once a snapshot holds them: the feed, the wakeup history
+/// and the alert sinks read them back this far (7 days, the longest alert catch-up bound).
+/// Older ones are compacted after each snapshot.
+pub const EVENTS_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1_000;
+
 /// When snapshots are taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SnapshotPolicy {
@@ -23,6 +28,8 @@ pub struct SnapshotPolicy {
     pub every_events: u64,
     /// Milliseconds (monotonic) after the current snapshot that make the next one due.
     pub every_ms: u64,
+    /// Events the current snapshot holds and older than this (wall clock) leave the log.
+    pub keep_events_ms: u64,
 }
 
 impl Default for SnapshotPolicy {
@@ -30,6 +37,7 @@ impl Default for SnapshotPolicy {
         SnapshotPolicy {
             every_events: SNAPSHOT_EVERY_EVENTS,
             every_ms: SNAPSHOT_EVERY_MS,
+            keep_events_ms: EVENTS_RETENTION_MS,
         }
     }
 }
@@ -80,6 +88,11 @@ impl Snapshots {
         }
     }
 
+    /// How long events stay in the log once a snapshot holds them.
+    pub(crate) fn keep_events_ms(&self) -> u64 {
+        self.policy.keep_events_ms
+    }
+
     /// The log position of the current snapshot (0: none).
     pub(crate) fn current_seq(&self) -> u64 {
         self.current_seq
@@ -94,6 +107,7 @@ mod tests {
         SnapshotPolicy {
             every_events: 100,
             every_ms: 1_000,
+            keep_events_ms: EVENTS_RETENTION_MS,
         }
     }
 

@@ -521,10 +521,12 @@ pub fn ends_with_report(event: &Event) -> bool {
 /// How often simulated nodes snapshot: far more often than production's
 /// (`vigil::snapshots::SNAPSHOT_EVERY_EVENTS`), so that every scenario recovers from snapshots
 /// and its power cuts and crashes fall inside them; each recovery is checked against a replay
-/// of the whole log (`Store::recover_observed`).
+/// of the whole log (`Store::recover_observed`), which needs the whole log: nothing is
+/// compacted (a scenario's days are well inside production's retention window anyway).
 pub const SIM_SNAPSHOTS: vigil::snapshots::SnapshotPolicy = vigil::snapshots::SnapshotPolicy {
     every_events: 1_000,
     every_ms: 10 * 60 * 1_000,
+    keep_events_ms: u64::MAX,
 };
 
 /// Records what the node recovered (the whole log it replayed from its disk), before start-up

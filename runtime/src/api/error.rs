@@ -91,6 +91,25 @@ impl ApiError {
 }
 
 impl ApiError {
+    /// A 410: events the caller asked to read after were compacted away (docs/api.md, "The
+    /// event feed").
+    pub fn compacted(oldest_seq: u64) -> Self {
+        ApiError {
+            status: StatusCode::GONE,
+            code: "compacted",
+            message: format!(
+                "events before seq {oldest_seq} are no longer kept (a snapshot holds them and \
+                 they are past the retention window); the oldest kept is seq {oldest_seq}: read \
+                 on with after={}",
+                oldest_seq - 1
+            ),
+            field: Some("after".into()),
+            retry_after_s: None,
+        }
+    }
+}
+
+impl ApiError {
     /// The `Retry-After` this answer carries: its own wait, or the default for any 503.
     pub fn retry_after(&self) -> Option<u64> {
         match self.retry_after_s {

@@ -99,6 +99,9 @@ pub async fn list(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.contains("text/event-stream"));
     if !wants_stream {
+        if let Some(after) = after {
+            still_kept(&caller, after)?;
+        }
         let (events, next_after, head_seq) = visible_page(&caller, after.unwrap_or(0), limit)?;
         return Ok(Json(Page {
             events,
@@ -123,7 +126,11 @@ pub async fn list(
         ),
     };
     // The header is what a reconnecting EventSource sends; it wins over the query.
-    let after = last_event_id.or(after).unwrap_or(0);
+    let resume = last_event_id.or(after);
+    if let Some(after) = resume {
+        still_kept(&caller, after)?;
+    }
+    let after = resume.unwrap_or(0);
     let permit = match caller.streams.try_acquire(&caller.principal) {
         Ok(permit) => permit,
         Err(refusal) => return Ok(stream_refused(refusal)),
@@ -143,6 +150,16 @@ pub async fn list(
     );
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     Ok(response)
+}
+
+/// Refuses a read after `after` when events right after it were compacted away: the caller
+/// would miss them without knowing. Reading without `after` starts at the oldest kept.
+fn still_kept(caller: &Caller, after: u64) -> Result<(), ApiError> {
+    let oldest = caller.shell.oldest_seq()?;
+    if after.saturating_add(1) < oldest {
+        return Err(ApiError::compacted(oldest));
+    }
+    Ok(())
 }
 
 /// A 503 naming the stream cap that refused, with `Retry-After`.

@@ -62,6 +62,8 @@ impl Store {
         let tx = copy.begin_write().map_err(redb::Error::from)?;
         super::alert_cursors::copy_alert_state(&snapshot, &tx)?;
         tx.commit().map_err(redb::Error::from)?;
+        // The engine snapshot of the same instant: with a compacted log, recovery needs it.
+        super::snapshot::copy_current_snapshot(&snapshot, &copy)?;
         drop(copy);
         std::fs::rename(&partial, &path).map_err(|e| io_error("rename", &partial, e))?;
         std::fs::File::open(&dir)

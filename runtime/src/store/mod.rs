@@ -6,6 +6,7 @@
 
 pub mod alert_cursors;
 pub mod backup;
+pub mod compaction;
 pub mod record;
 pub mod recovery;
 pub mod snapshot;

@@ -249,6 +249,62 @@ impl Store {
     }
 }
 
+/// Copies the snapshot current in `from` (one read transaction's view) into `copy`, its agents
+/// [`SNAPSHOT_CHUNK_AGENTS`] per transaction and its manifest last, so the copy holds it whole
+/// or not at all (a backup of a compacted log needs it to recover).
+pub(super) fn copy_current_snapshot(
+    from: &redb::ReadTransaction,
+    copy: &redb::Database,
+) -> Result<(), StoreError> {
+    let manifests = from.open_table(SNAPSHOTS).map_err(redb::Error::from)?;
+    let Some((seq, manifest)) = manifests.last().map_err(redb::Error::from)? else {
+        return Ok(());
+    };
+    let seq = seq.value();
+    let agents = from
+        .open_table(SNAPSHOT_AGENTS)
+        .map_err(redb::Error::from)?;
+    let mut rows = agents
+        .range((seq, 0)..=(seq, u64::MAX))
+        .map_err(redb::Error::from)?
+        .peekable();
+    while rows.peek().is_some() {
+        let tx = copy.begin_write().map_err(redb::Error::from)?;
+        {
+            let mut table = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
+            for row in rows.by_ref().take(SNAPSHOT_CHUNK_AGENTS) {
+                let (key, bytes) = row.map_err(redb::Error::from)?;
+                table
+                    .insert(key.value(), bytes.value())
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        tx.commit().map_err(redb::Error::from)?;
+    }
+    let tx = copy.begin_write().map_err(redb::Error::from)?;
+    {
+        let tenants = from
+            .open_table(SNAPSHOT_TENANTS)
+            .map_err(redb::Error::from)?;
+        let mut copied = tx.open_table(SNAPSHOT_TENANTS).map_err(redb::Error::from)?;
+        for row in tenants.range((seq, "")..).map_err(redb::Error::from)? {
+            let (key, bytes) = row.map_err(redb::Error::from)?;
+            if key.value().0 != seq {
+                break;
+            }
+            copied
+                .insert(key.value(), bytes.value())
+                .map_err(redb::Error::from)?;
+        }
+        tx.open_table(SNAPSHOTS)
+            .map_err(redb::Error::from)?
+            .insert(seq, manifest.value())
+            .map_err(redb::Error::from)?;
+    }
+    tx.commit().map_err(redb::Error::from)?;
+    Ok(())
+}
+
 /// Agent records read from the database before they are decoded together (their memory bound).
 pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 
