@@ -67,6 +67,25 @@ pub struct DueIndex {
 }
 
 impl DueIndex {
+    /// The index of every agent's deadlines at once (a recovered engine's), built from sorted
+    /// entries in one pass instead of an insert per deadline.
+    pub fn of_all(deadlines: Vec<(AgentId, Deadlines)>) -> DueIndex {
+        let mut at: Vec<_> = deadlines
+            .iter()
+            .flat_map(|&(agent, d)| d.entries(agent))
+            .collect();
+        at.sort_unstable();
+        let mut cooldown_from: Vec<_> = deadlines
+            .iter()
+            .filter_map(|&(agent, d)| d.cooldown.map(|(from, _)| (from, agent)))
+            .collect();
+        cooldown_from.sort_unstable();
+        DueIndex {
+            at: at.into_iter().collect(),
+            cooldown_from: cooldown_from.into_iter().collect(),
+        }
+    }
+
     /// Files `agent` under `after` instead of `before`.
     pub fn refile(&mut self, agent: AgentId, before: Deadlines, after: Deadlines) {
         if before == after {

@@ -100,6 +100,27 @@ impl NodeBounds {
         }
     }
 
+    /// The bounds of a whole fleet at once (a recovered engine's), enforcing `limits`: the keys
+    /// held, each agent's oldest key, the finished runs held and those with an excerpt.
+    pub fn of_all(
+        limits: NodeLimits,
+        keys_held: usize,
+        mut oldest_keys: Vec<(u64, AgentId)>,
+        mut finished: Vec<FinishedAt>,
+        mut excerpts: Vec<FinishedAt>,
+    ) -> Self {
+        oldest_keys.sort_unstable();
+        finished.sort_unstable();
+        excerpts.sort_unstable();
+        NodeBounds {
+            limits,
+            keys_held,
+            oldest_keys: oldest_keys.into_iter().collect(),
+            finished: finished.into_iter().collect(),
+            excerpts: excerpts.into_iter().collect(),
+        }
+    }
+
     /// The limits enforced.
     pub fn limits(&self) -> NodeLimits {
         self.limits

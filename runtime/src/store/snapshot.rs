@@ -10,6 +10,8 @@
 //! the disk are removed by [`Store::prune_snapshots`], like the previous snapshot's records once
 //! a newer one is current.
 
+use std::sync::Arc;
+
 use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::record::current::manifest::SnapshotManifest;
@@ -223,20 +225,16 @@ impl Store {
         let mut rows = agents
             .range((seq, 0)..=(seq, u64::MAX))
             .map_err(redb::Error::from)?;
-        loop {
+        let mut read_batch = || -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
             let mut batch = Vec::with_capacity(SNAPSHOT_DECODE_BATCH);
             for row in rows.by_ref().take(SNAPSHOT_DECODE_BATCH) {
                 let (key, bytes) = row.map_err(redb::Error::from)?;
                 batch.push((key.value().1, bytes.value().to_vec()));
             }
-            if batch.is_empty() {
-                break;
-            }
-            for decoded in decode_agents(format, &batch) {
-                image
-                    .agents
-                    .push(std::sync::Arc::new(decoded.map_err(damaged)?));
-            }
+            Ok(batch)
+        };
+        for decoded in decode_while_reading(format, &mut read_batch)? {
+            image.agents.push(decoded.map_err(damaged)?);
         }
         let counts = (image.tenants.len() as u64, image.agents.len() as u64);
         if counts != (manifest.tenants, manifest.agents) {
@@ -312,9 +310,44 @@ pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 /// large fleet's recovery (several microseconds an agent), and every record decodes alone.
 const DECODE_THREADS_MAX: usize = 8;
 
+/// Every batch `read_batch` yields (until an empty one), decoded in order. Why overlapped:
+/// reading a batch is single-threaded work in the database, so the next batch is read while
+/// the last one decodes on the other cores, instead of leaving them idle meanwhile (one
+/// thread under the simulator, whose world is a single thread).
+fn decode_while_reading(
+    format: u64,
+    read_batch: &mut dyn FnMut() -> Result<Vec<(u64, Vec<u8>)>, StoreError>,
+) -> Result<Vec<Result<Arc<AgentState>, String>>, StoreError> {
+    let mut decoded = Vec::new();
+    if cfg!(madsim) {
+        loop {
+            let batch = read_batch()?;
+            if batch.is_empty() {
+                return Ok(decoded);
+            }
+            decoded.extend(decode_agents(format, &batch));
+        }
+    }
+    std::thread::scope(|scope| {
+        let mut decoding: Option<std::thread::ScopedJoinHandle<'_, _>> = None;
+        loop {
+            let batch = read_batch()?;
+            if let Some(done) = decoding.take() {
+                decoded.extend(done.join().expect("decoding a record does not panic"));
+            }
+            if batch.is_empty() {
+                return Ok(decoded);
+            }
+            decoding = Some(scope.spawn(move || decode_agents(format, &batch)));
+        }
+    })
+}
+
 /// The agents of `batch` (id, stored bytes), decoded in order, on every core there is (one
 /// thread under the simulator, whose world is a single thread).
-fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<AgentState, String>> {
+/// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
+/// kilobyte-sized state would be copied once more on the reading thread.
+fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentState>, String>> {
     let decode = |(id, bytes): &(u64, Vec<u8>)| {
         let state = record::decode_agent(format, bytes)
             .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
@@ -324,7 +357,7 @@ fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<AgentState
                 state.agent().id
             ));
         }
-        Ok(state)
+        Ok(Arc::new(state))
     };
     let threads = if cfg!(madsim) {
         1
