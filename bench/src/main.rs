@@ -11,6 +11,7 @@ mod node;
 mod peers;
 mod pulses;
 mod stats;
+mod timers;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -87,6 +88,23 @@ enum Bench {
         #[arg(long, default_value_t = 8)]
         tenants: usize,
     },
+    /// Timer lateness (fire instant minus due slot, from the node's log) in a fleet of agents
+    /// on short intervals, each fire a real run.
+    Timers {
+        #[arg(long, default_value = "target/release/vigil")]
+        vigil: PathBuf,
+        #[arg(long, default_value = "target/bench-data")]
+        data_dir: PathBuf,
+        /// Agents in the fleet.
+        #[arg(long, default_value_t = 100_000)]
+        agents: usize,
+        /// Each agent's timer interval.
+        #[arg(long, default_value_t = 60_000)]
+        interval_ms: u64,
+        /// Seconds the fleet runs once applied (the window measured).
+        #[arg(long, default_value_t = 180)]
+        seconds: u64,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -116,6 +134,13 @@ fn main() -> anyhow::Result<()> {
                 agents,
                 tenants,
             } => pulses::run(&vigil, &data_dir, &clients, seconds, agents, tenants).await,
+            Bench::Timers {
+                vigil,
+                data_dir,
+                agents,
+                interval_ms,
+                seconds,
+            } => timers::run(&vigil, &data_dir, agents, interval_ms, seconds).await,
         }
     })
 }
