@@ -291,16 +291,29 @@ impl Node {
 
 /// The slow part of start-up: replay the log, set up tenants, recover runs.
 async fn recover(config: NodeConfig) -> RecoveryOutcome {
-    let store = Store::open(config.storage)?;
-    let engine = match &config.on_replayed {
-        None => store.recover()?,
-        Some(observe) => {
-            let mut replayed = Vec::new();
-            let engine = store.recover_observed(&mut |page| replayed.extend_from_slice(page))?;
-            observe(&replayed);
-            engine
+    // Why on the blocking pool: opening the database and rebuilding the engine read the disk
+    // and take seconds at a million agents (docs/benchmarks.md); on an async worker they would
+    // hold it from every other task meanwhile (the API answering `503 recovering` among them).
+    let storage = config.storage;
+    let observed = config.on_replayed.is_some();
+    // madsim deprecates it (no thread blocks in its world); there it is a task, as for the
+    // writer's commits.
+    #[allow(deprecated)]
+    let (store, engine, replayed) = tokio::task::spawn_blocking(move || {
+        let store = Store::open(storage)?;
+        if !observed {
+            let engine = store.recover()?;
+            return Ok::<_, StoreError>((store, engine, Vec::new()));
         }
-    };
+        let mut replayed = Vec::new();
+        let engine = store.recover_observed(&mut |page| replayed.extend_from_slice(page))?;
+        Ok((store, engine, replayed))
+    })
+    .await
+    .expect("recovery does not panic")?;
+    if let Some(observe) = &config.on_replayed {
+        observe(&replayed);
+    }
     let events = engine.last_seq();
     tracing::info!(
         events,
