@@ -63,19 +63,13 @@ async fn one_size(
     }
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("fleet.toml");
-    std::fs::write(&file, fleet_file(size))?;
+    std::fs::write(&file, fleet_file("idle", size, IDLE_INTERVAL_MS))?;
     // First without snapshots, so that the first restart replays the whole log.
     let no_snapshots = node_file(&dir, "no-snapshots.toml", NO_SNAPSHOTS_EVERY_EVENTS)?;
     let started = Instant::now();
     let node = Node::start_with(vigil, &dir, Some(&file), &no_snapshots).await?;
     // One event per agent after the tenant's: wait until the last is in the log.
-    let expected = size as u64 + 1;
-    while node.head_seq().await? < expected {
-        if started.elapsed() > APPLY_TIMEOUT {
-            bail!("the fleet of {size} was not applied within {APPLY_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node.wait_for_head(size as u64 + 1, APPLY_TIMEOUT).await?;
     let applied = started.elapsed();
     let events = node.head_seq().await?;
     drop(node);
@@ -137,12 +131,16 @@ fn node_file(dir: &Path, name: &str, every_events: u64) -> anyhow::Result<Vec<(S
     Ok(vec![("VIGIL_CONFIG".into(), path.display().to_string())])
 }
 
-/// A fleet file of `size` idle agents.
-fn fleet_file(size: usize) -> String {
+/// A timer interval that keeps an agent idle while it is measured.
+const IDLE_INTERVAL_MS: u64 = 3_600_000;
+
+/// A fleet file of `size` agents named `<prefix>-<i>`, each with a timer every `interval_ms` and
+/// a scripted run of 100 ms.
+pub fn fleet_file(prefix: &str, size: usize, interval_ms: u64) -> String {
     let mut text = String::with_capacity(size * 160);
     for i in 0..size {
         text.push_str(&format!(
-            "[[agents]]\nname = \"idle-{i}\"\n[agents.heartbeat]\ninterval_ms = 3_600_000\n[agents.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 100, outcome = \"succeeded\" }}]\n\n"
+            "[[agents]]\nname = \"{prefix}-{i}\"\n[agents.heartbeat]\ninterval_ms = {interval_ms}\n[agents.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 100, outcome = \"succeeded\" }}]\n\n"
         ));
     }
     text

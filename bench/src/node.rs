@@ -96,6 +96,19 @@ impl Node {
         body["head_seq"].as_u64().context("head_seq in /v1/health")
     }
 
+    /// Waits until the log head reaches `seq` (a fleet file applied: one event per agent after
+    /// its tenant's), polling; an error past `timeout`.
+    pub async fn wait_for_head(&self, seq: u64, timeout: Duration) -> anyhow::Result<()> {
+        let started = Instant::now();
+        while self.head_seq().await? < seq {
+            if started.elapsed() > timeout {
+                bail!("the log did not reach seq {seq} within {timeout:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        Ok(())
+    }
+
     /// The log position of the node's newest snapshot (`vigil_snapshot_seq` in `/metrics`;
     /// 0 until this process writes one).
     pub async fn snapshot_seq(&self) -> anyhow::Result<u64> {

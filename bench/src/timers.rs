@@ -6,11 +6,12 @@
 //! fire (`at_ms`); the difference is how late the timer loop reached that agent.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use hyper::Method;
 
+use crate::fleet::fleet_file;
 use crate::http::Connection;
 use crate::node::Node;
 use crate::stats::Latencies;
@@ -45,15 +46,9 @@ pub async fn run(
     }
     std::fs::create_dir_all(&dir)?;
     let file = dir.join("fleet.toml");
-    std::fs::write(&file, fleet_file(agents, interval_ms))?;
-    let started = Instant::now();
+    std::fs::write(&file, fleet_file("timer", agents, interval_ms))?;
     let node = Node::start_with(vigil, &dir, Some(&file), &[]).await?;
-    while node.head_seq().await? < agents as u64 + 1 {
-        if started.elapsed() > APPLY_TIMEOUT {
-            bail!("the fleet of {agents} was not applied within {APPLY_TIMEOUT:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    node.wait_for_head(agents as u64 + 1, APPLY_TIMEOUT).await?;
     let from = node.head_seq().await?;
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let to = node.head_seq().await?;
@@ -104,15 +99,4 @@ async fn read_fires(node: &Node, from: u64, to: u64) -> anyhow::Result<Latencies
         after = body["next_after"].as_u64().context("next_after")?;
     }
     Ok(lateness)
-}
-
-/// A fleet file of `size` agents, each with a timer every `interval_ms` and a 100 ms run.
-fn fleet_file(size: usize, interval_ms: u64) -> String {
-    let mut text = String::with_capacity(size * 160);
-    for i in 0..size {
-        text.push_str(&format!(
-            "[[agents]]\nname = \"timer-{i}\"\n[agents.heartbeat]\ninterval_ms = {interval_ms}\n[agents.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 100, outcome = \"succeeded\" }}]\n\n"
-        ));
-    }
-    text
 }

@@ -20,6 +20,7 @@ pub mod net;
 pub mod metrics;
 pub mod node;
 pub mod node_file;
+pub mod parallel;
 pub mod redact;
 pub mod shell;
 pub mod snapshots;

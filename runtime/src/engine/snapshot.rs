@@ -127,20 +127,6 @@ struct Derived {
     excerpts: Vec<FinishedAt>,
 }
 
-/// Threads that gather and sort the indexes, at most: the work is per agent and per index, and
-/// the result does not depend on how it is shared (every index is sorted before it is built).
-/// One under the simulator, whose world is a single thread.
-const REBUILD_THREADS_MAX: usize = 8;
-
-fn rebuild_threads() -> usize {
-    if cfg!(madsim) {
-        return 1;
-    }
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(REBUILD_THREADS_MAX)
-}
-
 impl Derived {
     /// What every index holds of `agents`, gathered on every core there is.
     fn of_agents(
@@ -155,21 +141,9 @@ impl Derived {
             }
             Ok::<_, String>(derived)
         };
-        let threads = rebuild_threads();
-        if threads <= 1 || agents.len() < 2 * threads {
-            return gather(agents);
-        }
-        let share = agents.len().div_ceil(threads);
-        let parts: Vec<Result<Derived, String>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = agents
-                .chunks(share)
-                .map(|part| scope.spawn(move || gather(part)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|handle| handle.join().expect("gathering an index does not panic"))
-                .collect()
-        });
+        // Every index is sorted before it is built, so how the agents are shared out does not
+        // change the engine.
+        let parts = crate::parallel::map_chunks(agents, gather);
         let mut all = Derived::default();
         for part in parts {
             all.append(part?);
@@ -236,7 +210,7 @@ impl Derived {
     fn build(mut self, engine: &mut Engine, limits: NodeLimits) -> Result<(), String> {
         // The two large sorts (a token hash and a name per agent) side by side.
         let (tokens, names) = (&mut self.tokens, &mut self.names);
-        if rebuild_threads() > 1 {
+        if crate::parallel::threads() > 1 {
             std::thread::scope(|scope| {
                 scope.spawn(|| tokens.sort_unstable_by(|a, b| a.0.cmp(&b.0)));
                 names.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -270,7 +244,7 @@ impl Derived {
             ));
         }
         let (tokens, names) = (self.tokens, self.names);
-        if rebuild_threads() > 1 {
+        if crate::parallel::threads() > 1 {
             std::thread::scope(|scope| {
                 let built = scope.spawn(|| tokens.into_iter().collect());
                 engine.names = names.into_iter().collect();

@@ -306,10 +306,6 @@ pub(super) fn copy_current_snapshot(
 /// Agent records read from the database before they are decoded together (their memory bound).
 pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 
-/// Threads that decode a snapshot's agents, at most. Why in parallel: decoding is most of a
-/// large fleet's recovery (several microseconds an agent), and every record decodes alone.
-const DECODE_THREADS_MAX: usize = 8;
-
 /// Every batch `read_batch` yields (until an empty one), decoded in order. Why overlapped:
 /// reading a batch is single-threaded work in the database, so the next batch is read while
 /// the last one decodes on the other cores, instead of leaving them idle meanwhile (one
@@ -319,7 +315,7 @@ fn decode_while_reading(
     read_batch: &mut dyn FnMut() -> Result<Vec<(u64, Vec<u8>)>, StoreError>,
 ) -> Result<Vec<Result<Arc<AgentState>, String>>, StoreError> {
     let mut decoded = Vec::new();
-    if cfg!(madsim) {
+    if crate::parallel::threads() <= 1 {
         loop {
             let batch = read_batch()?;
             if batch.is_empty() {
@@ -359,27 +355,12 @@ fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentS
         }
         Ok(Arc::new(state))
     };
-    let threads = if cfg!(madsim) {
-        1
-    } else {
-        std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(DECODE_THREADS_MAX)
-    };
-    if threads <= 1 || batch.len() < 2 * threads {
-        return batch.iter().map(decode).collect();
-    }
-    let share = batch.len().div_ceil(threads);
-    std::thread::scope(|scope| {
-        let parts: Vec<_> = batch
-            .chunks(share)
-            .map(|part| scope.spawn(move || part.iter().map(decode).collect::<Vec<_>>()))
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|part| part.join().expect("decoding a record does not panic"))
-            .collect()
-    })
+    // Why in parallel: decoding is most of a large fleet's recovery (several microseconds an
+    // agent), and every record decodes alone.
+    crate::parallel::map_chunks(batch, |part| part.iter().map(decode).collect::<Vec<_>>())
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 fn record_problem(error: &RecordError) -> String {
