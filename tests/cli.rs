@@ -680,18 +680,16 @@ fn input_and_pulses_from_the_cli() {
     assert!(err.contains("(field: trigger_detail)"), "{err}");
 }
 
-/// Writes `lines` as run `run`'s transcript, the way the server's store lays it out, in one
-/// rename so that the server never reads half of it.
+/// Writes `lines` as the transcripts of `agent` (run `run`'s, in the tests), where the server's
+/// store keeps them, in one rename so that the server never reads half of it.
 fn write_transcript(server: &Server, agent: u64, run: u64, lines: &[Value]) {
-    let dir = server
-        .data_dir()
-        .join("transcripts")
-        .join(agent.to_string());
-    std::fs::create_dir_all(&dir).unwrap();
+    let store = vigil::transcript::FileTranscripts::new(&server.data_dir());
+    let path = store.path(vigil::engine::agent::AgentId(agent));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     let staged = server.data_dir().join(format!("staged-{run}.ndjson"));
     std::fs::write(&staged, text).unwrap();
-    std::fs::rename(&staged, dir.join(format!("{run}.ndjson"))).unwrap();
+    std::fs::rename(&staged, path).unwrap();
 }
 
 /// A transcript whose model and tool text carries terminal escapes (an OSC title change, a

@@ -191,13 +191,8 @@ async fn a_runs_transcript_reads_back_in_pages_and_completes_when_finished() {
     assert_eq!(head["complete"], false);
     let (_, tail) = get(&f.acme, &format!("/v1/runs/{run}/log?offset=240")).await;
     assert_eq!(tail["complete"], true);
-    let on_disk = std::fs::read_to_string(
-        f.dir
-            .join("transcripts")
-            .join(agent.to_string())
-            .join(format!("{run}.ndjson")),
-    )
-    .unwrap();
+    let on_disk =
+        std::fs::read_to_string(FileTranscripts::new(&f.dir).path(AgentId(agent))).unwrap();
     assert!(!on_disk.contains("sk-test-secret"));
 }
 
@@ -287,19 +282,23 @@ async fn bad_query_parameters_name_their_field() {
 
 #[tokio::test]
 async fn the_node_prunes_expired_transcripts_from_the_start() {
-    // A transcript left by an earlier process, its first entry at the epoch: long expired.
+    // Transcripts left by earlier processes, their first entries at the epoch: long expired.
+    // Agent 1's in the current layout, agent 2's in the one before (a file per run).
     let dir = test_dir("prune");
     let _ = std::fs::remove_dir_all(&dir);
-    let old = dir.join("transcripts").join("1").join("1.ndjson");
-    std::fs::create_dir_all(old.parent().unwrap()).unwrap();
-    std::fs::write(
-        &old,
-        "{\"run\":1,\"seq\":0,\"at_ms\":0,\"kind\":\"note\",\"text\":\"old\"}\n",
-    )
-    .unwrap();
-    let _f = start_in(dir).await;
+    let line = |run: u64| {
+        format!("{{\"run\":{run},\"seq\":0,\"at_ms\":0,\"kind\":\"note\",\"text\":\"old\"}}\n")
+    };
+    let current = FileTranscripts::new(&dir).path(AgentId(1));
+    let legacy = dir.join("transcripts").join("2").join("7.ndjson");
+    for (path, run) in [(&current, 1), (&legacy, 7)] {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, line(run)).unwrap();
+    }
+    let _f = start_in(dir.clone()).await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
-    while old.exists() {
+    let moved = FileTranscripts::new(&dir).path(AgentId(2));
+    while current.exists() || legacy.exists() || moved.exists() {
         assert!(tokio::time::Instant::now() < deadline, "never pruned");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }

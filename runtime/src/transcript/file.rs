@@ -1,27 +1,40 @@
-//! [`FileTranscripts`]: the production store, one NDJSON file per run at
-//! `<data-dir>/transcripts/<agent-id>/<run-id>.ndjson`, directories 0700 and files 0600 (they
-//! hold what models and tools said, redacted but private).
+//! [`FileTranscripts`]: the production store. One NDJSON file per agent holds the lines of all
+//! its runs in the order they were written, at
+//! `<data-dir>/transcripts/shard-XX/<agent-id>.ndjson` (`XX`: the agent id modulo
+//! [`TRANSCRIPT_SHARDS`], in hex); directories 0700 and files 0600 (they hold what models and
+//! tools said, redacted but private). An agent has one active run at a time, so its runs' lines
+//! follow one another; each line names its run, which is how a run is read back.
+//!
+//! Why a file per agent in a few shared directories, not a file per run in a directory per
+//! agent (ADR 0020): a node of 100,000 agents starts about 1,700 runs a second, and creating a
+//! file (and, at an agent's first run, a directory) for each cost most of the node's CPU in the
+//! filesystem's inode allocation; retention had to walk every run's file. Now an agent's file is
+//! created once in its life and a run's lines are appended to it.
 //!
 //! No file I/O on an async worker: every operation runs on tokio's blocking pool
-//! (`spawn_blocking`) while its caller awaits it. We chose that over a writer thread fed by a
-//! bounded channel because the caller (one task per run) awaits each append anyway: at most one
-//! operation per running run is in flight, so the backpressure is natural and nothing has to be
-//! dropped or queued without bound. Operations take one lock for their whole duration, so
-//! appends, the fsync of `finish` and a prune never interleave within the store; a slow disk
-//! slows transcript writers, never the engine or the API's other routes.
+//! (`spawn_blocking`) while its caller awaits it (one operation per running run at most: the
+//! caller awaits each append, so the backpressure is natural). An operation holds the lock of
+//! its agent's shard, never a store-wide one, and `finish` makes a run durable after letting it
+//! go, so the fsyncs of many runs proceed side by side (the filesystem's journal commits them
+//! together). A slow disk slows transcript writers, never the engine or the API's other routes.
 //!
-//! Durability: appends go to the page cache; `finish` fsyncs the run's file and its directory.
-//! A crash may cut a transcript's tail (a partial last line is never read back: only lines
-//! ending in `\n` count). Runs found on disk that this process did not open are over (their
-//! writer was an earlier process), so they read as complete.
+//! Durability: appends go to the page cache; `finish` fsyncs the agent's file (and, the first
+//! time, its directory). A crash may cut a transcript's tail: a partial last line is never read
+//! back, and the next run to open the file ends it first. Runs found on disk that this process
+//! did not open are over (their writer was an earlier process), so they read as complete.
+//! Retention rewrites a file without its expired runs into a temporary file and renames it over
+//! the old one, so a crash leaves either whole.
+
+mod legacy;
+mod lines;
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::budget::{plan_prune, RunBudget, RunMeta};
+use super::budget::{plan_prune, RunBudget};
 use super::{
     prepared, Appended, Pruned, Retention, SharedTranscriptStore, TranscriptEntry, TranscriptError,
     TranscriptFuture, TranscriptPage, TranscriptStore, TRANSCRIPTS_DIR, TRANSCRIPT_EXTENSION,
@@ -30,24 +43,38 @@ use crate::engine::agent::AgentId;
 use crate::engine::run::RunId;
 use crate::redact::Redactor;
 
+/// Directories the agents' files are spread over (256): few enough that each is made once, many
+/// enough that a directory of a million-agent node holds about 4,000 files, and that runs of
+/// different agents rarely wait for one another's lock.
+pub const TRANSCRIPT_SHARDS: u64 = 256;
 /// Mode of transcript directories: the owner only.
-#[cfg(unix)]
 const DIR_MODE: u32 = 0o700;
 /// Mode of transcript files: the owner only.
-#[cfg(unix)]
 const FILE_MODE: u32 = 0o600;
 
 /// A run this process appends to and has not finished.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug)]
 struct OpenRun {
+    agent: AgentId,
     budget: RunBudget,
-    started_at_ms: u64,
+    /// The agent's file, opened for appending (and reading, to check its tail).
+    file: File,
+    /// The file did not exist before this run: `finish` makes its directory entry durable.
+    created: bool,
+}
+
+/// The state behind one shard's lock.
+#[derive(Debug, Default)]
+struct Shard {
+    open: BTreeMap<RunId, OpenRun>,
+    /// Whether this process has made sure the shard's directory exists.
+    dir_made: bool,
 }
 
 struct Inner {
     root: PathBuf,
     retention: Retention,
-    open: Mutex<BTreeMap<RunId, OpenRun>>,
+    shards: Vec<Mutex<Shard>>,
 }
 
 /// Transcripts in files (see the module documentation). Creates nothing until the first append.
@@ -67,7 +94,7 @@ impl FileTranscripts {
             inner: Arc::new(Inner {
                 root: data_dir.join(TRANSCRIPTS_DIR),
                 retention,
-                open: Mutex::default(),
+                shards: (0..TRANSCRIPT_SHARDS).map(|_| Mutex::default()).collect(),
             }),
         }
     }
@@ -77,28 +104,23 @@ impl FileTranscripts {
         Arc::new(Self::new(data_dir))
     }
 
-    /// The directory that holds the agents' directories.
+    /// The directory that holds the shards' directories.
     pub fn root(&self) -> &Path {
         &self.inner.root
     }
 
-    /// Where `run`'s transcript lives.
-    pub fn path(&self, agent: AgentId, run: RunId) -> PathBuf {
-        self.inner.path(agent, run)
+    /// The file that holds `agent`'s transcripts.
+    pub fn path(&self, agent: AgentId) -> PathBuf {
+        self.inner.agent_path(agent)
     }
 
-    /// Runs `op` on the blocking pool, under the store's lock.
+    /// Runs `op` on the blocking pool.
     fn blocking<T: Send + 'static>(
         &self,
-        op: impl FnOnce(&Inner, &mut BTreeMap<RunId, OpenRun>) -> Result<T, TranscriptError>
-            + Send
-            + 'static,
+        op: impl FnOnce(&Inner) -> Result<T, TranscriptError> + Send + 'static,
     ) -> TranscriptFuture<'static, T> {
         let inner = self.inner.clone();
-        let job = move || {
-            let mut open = inner.lock();
-            op(&inner, &mut open)
-        };
+        let job = move || op(&inner);
         Box::pin(async move {
             #[cfg(not(madsim))]
             let done = tokio::task::spawn_blocking(job)
@@ -114,197 +136,225 @@ impl FileTranscripts {
 }
 
 impl Inner {
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<RunId, OpenRun>> {
-        // A panic under the lock leaves the map consistent (it is only ever replaced whole).
-        self.open
+    fn shard_of(agent: AgentId) -> u64 {
+        agent.0 % TRANSCRIPT_SHARDS
+    }
+
+    fn lock(&self, shard: u64) -> MutexGuard<'_, Shard> {
+        // A panic under the lock leaves the shard usable: its map holds whole entries only.
+        self.shards[shard as usize]
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn agent_dir(&self, agent: AgentId) -> PathBuf {
-        self.root.join(agent.to_string())
+    fn shard_dir(&self, shard: u64) -> PathBuf {
+        self.root.join(format!("shard-{shard:02x}"))
     }
 
-    fn path(&self, agent: AgentId, run: RunId) -> PathBuf {
-        self.agent_dir(agent)
-            .join(format!("{run}.{TRANSCRIPT_EXTENSION}"))
+    fn agent_path(&self, agent: AgentId) -> PathBuf {
+        self.shard_dir(Self::shard_of(agent))
+            .join(format!("{agent}.{TRANSCRIPT_EXTENSION}"))
     }
 
     fn append(
         &self,
-        open: &mut BTreeMap<RunId, OpenRun>,
         agent: AgentId,
         run: RunId,
         entries: Vec<TranscriptEntry>,
     ) -> Result<Appended, TranscriptError> {
-        let path = self.path(agent, run);
-        let state = match open.get(&run) {
-            Some(state) => *state,
-            None => self.open_run(agent, &path, &entries)?,
-        };
-        let mut budget = state.budget;
-        let admitted = budget.admit(entries, self.retention.run_bytes_max)?;
+        let mut shard = self.lock(Self::shard_of(agent));
+        if !shard.open.contains_key(&run) {
+            let opened = self.open_run(&mut shard, agent, run)?;
+            shard.open.insert(run, opened);
+        }
+        let state = shard.open.get_mut(&run).expect("opened above");
+        let admitted = state.budget.admit(entries, self.retention.run_bytes_max)?;
         let text: String = admitted
             .kept
             .iter()
             .map(|(_, line)| line.as_str())
             .collect();
-        let written = admitted.kept.len();
-        open.insert(run, OpenRun { budget, ..state });
         if !text.is_empty() {
-            let mut file = open_for_append(&path)?;
-            file.write_all(text.as_bytes()).map_err(io_error(&path))?;
+            let path = self.agent_path(agent);
+            state
+                .file
+                .write_all(text.as_bytes())
+                .map_err(io_error(&path))?;
         }
         Ok(Appended {
-            written,
+            written: admitted.kept.len(),
             dropped: admitted.dropped,
         })
     }
 
-    /// The first append of this process to `run`: makes its directories, and counts what an
-    /// earlier append to the same file left there.
+    /// The first append of this process to `run`: opens (or creates) the agent's file, ends a
+    /// line a crash tore, and counts what an earlier process appended to the same run.
     fn open_run(
         &self,
+        shard: &mut Shard,
         agent: AgentId,
-        path: &Path,
-        entries: &[TranscriptEntry],
+        run: RunId,
     ) -> Result<OpenRun, TranscriptError> {
-        make_private_dir(&self.root)?;
-        make_private_dir(&self.agent_dir(agent))?;
-        let existing = match std::fs::metadata(path) {
-            Ok(meta) => meta.len(),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(error) => return Err(io_error(path)(error)),
-        };
-        let started_at_ms = match existing {
-            0 => entries.first().map_or(0, |e| e.at_ms),
-            _ => first_at_ms(path),
-        };
+        if !shard.dir_made {
+            make_private_dir(&self.root)?;
+            make_private_dir(&self.shard_dir(Self::shard_of(agent)))?;
+            shard.dir_made = true;
+        }
+        let path = self.agent_path(agent);
+        let mut file = open_for_append(&path)?;
+        let opened = (|| {
+            let len = file.metadata()?.len();
+            // Runs are numbered in order, so a file whose last line is of an earlier run holds
+            // nothing of this one; otherwise (a run an earlier process began) count it.
+            let bytes = match lines::last_line_run(&mut file, len)? {
+                _ if len == 0 => 0,
+                Some(last) if last < run => 0,
+                _ => lines::run_bytes(&file, run)?,
+            };
+            if lines::ends_torn(&mut file, len)? {
+                file.write_all(b"\n")?;
+            }
+            Ok((len, bytes))
+        })();
+        let (len, bytes) = opened.map_err(io_error(&path))?;
         Ok(OpenRun {
+            agent,
             budget: RunBudget {
-                bytes: existing,
+                bytes,
                 truncated: false,
             },
-            started_at_ms,
+            file,
+            created: len == 0,
         })
     }
 
-    fn finish(
-        &self,
-        open: &mut BTreeMap<RunId, OpenRun>,
-        agent: AgentId,
-        run: RunId,
-    ) -> Result<(), TranscriptError> {
-        open.remove(&run);
-        let path = self.path(agent, run);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            // Nothing was ever appended: nothing to make durable.
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(error) => return Err(io_error(&path)(error)),
+    fn finish(&self, agent: AgentId, run: RunId) -> Result<(), TranscriptError> {
+        let shard = Self::shard_of(agent);
+        // Nothing appended by this process: nothing to make durable.
+        let Some(state) = self.lock(shard).open.remove(&run) else {
+            return Ok(());
         };
-        file.sync_all().map_err(io_error(&path))?;
-        // The file's directory entry, so that the file itself survives a crash.
-        let dir = self.agent_dir(agent);
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io_error(&dir))
+        // Outside the lock: other runs of the shard append and sync meanwhile.
+        let path = self.agent_path(agent);
+        state.file.sync_data().map_err(io_error(&path))?;
+        if state.created {
+            // The file's directory entry (and the shard's own), so that the file survives a crash.
+            sync_dir(&self.shard_dir(shard))?;
+            sync_dir(&self.root)?;
+        }
+        Ok(())
     }
 
     fn read(
         &self,
-        open: &BTreeMap<RunId, OpenRun>,
         agent: AgentId,
         run: RunId,
         offset: u64,
         limit: usize,
     ) -> Result<TranscriptPage, TranscriptError> {
-        let path = self.path(agent, run);
+        // Whether the run may still grow is decided before the read: lines appended meanwhile
+        // make the page incomplete, never complete too early.
+        let open = self.lock(Self::shard_of(agent)).open.contains_key(&run);
+        let path = self.agent_path(agent);
         let file = match File::open(&path) {
             Ok(file) => file,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(TranscriptPage {
-                    entries: Vec::new(),
-                    next_offset: offset,
-                    total: 0,
-                    complete: false,
-                })
+                return Ok(empty_page(offset));
             }
             Err(error) => return Err(io_error(&path)(error)),
         };
-        let mut reader = BufReader::new(file);
-        let mut line = Vec::new();
-        let (mut total, mut entries) = (0u64, Vec::new());
-        loop {
-            line.clear();
-            let read = reader
-                .read_until(b'\n', &mut line)
-                .map_err(io_error(&path))?;
-            // A line without its newline is being written, or was torn by a crash.
-            if read == 0 || line.last() != Some(&b'\n') {
-                break;
-            }
-            if total >= offset && entries.len() < limit {
-                entries.push(parse_line(&line, run, total));
-            }
-            total += 1;
+        let (entries, total) =
+            lines::read_run(file, run, offset, limit).map_err(io_error(&path))?;
+        if total == 0 {
+            return Ok(empty_page(offset));
         }
         let next_offset = offset + entries.len() as u64;
         Ok(TranscriptPage {
-            complete: !open.contains_key(&run) && next_offset >= total,
+            complete: !open && next_offset >= total,
             entries,
             next_offset,
             total,
         })
     }
 
-    fn prune(
-        &self,
-        open: &mut BTreeMap<RunId, OpenRun>,
-        now_ms: u64,
-    ) -> Result<Pruned, TranscriptError> {
-        let stored = self.stored_runs(open)?;
+    fn prune(&self, now_ms: u64) -> Result<Pruned, TranscriptError> {
+        legacy::migrate(self)?;
         let mut pruned = Pruned::default();
-        for run in plan_prune(&stored, now_ms, &self.retention) {
-            let Some(meta) = stored.iter().find(|m| m.run == run) else {
-                continue;
-            };
-            let path = self.path(meta.agent, run);
-            match std::fs::remove_file(&path) {
-                Ok(()) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-                Err(error) => return Err(io_error(&path)(error)),
+        for shard in 0..TRANSCRIPT_SHARDS {
+            for (agent, path) in self.shard_files(shard)? {
+                let mut guard = self.lock(shard);
+                let step = self.prune_agent(&mut guard, AgentId(agent), &path, now_ms)?;
+                pruned.runs += step.runs;
+                pruned.bytes += step.bytes;
             }
-            open.remove(&run);
-            pruned.runs += 1;
-            pruned.bytes += meta.bytes;
-            // Only succeeds once the agent has no transcript left.
-            let _ = std::fs::remove_dir(self.agent_dir(meta.agent));
         }
         Ok(pruned)
     }
 
-    /// Every transcript on disk, as retention sees it. Names that are not ours are ignored.
-    fn stored_runs(
-        &self,
-        open: &BTreeMap<RunId, OpenRun>,
-    ) -> Result<Vec<RunMeta>, TranscriptError> {
-        let mut runs = Vec::new();
-        for (agent, dir) in numbered_entries(&self.root, None)? {
-            for (run, path) in numbered_entries(&dir, Some(TRANSCRIPT_EXTENSION))? {
-                let run = RunId(run);
-                let bytes = std::fs::metadata(&path).map_err(io_error(&path))?.len();
-                let state = open.get(&run);
-                runs.push(RunMeta {
-                    agent: AgentId(agent),
-                    run,
-                    started_at_ms: state.map_or_else(|| first_at_ms(&path), |s| s.started_at_ms),
-                    bytes,
-                    open: state.is_some(),
-                });
-            }
+    /// The agents' files of `shard`, after removing what a crash during a rewrite left.
+    fn shard_files(&self, shard: u64) -> Result<Vec<(u64, PathBuf)>, TranscriptError> {
+        let dir = self.shard_dir(shard);
+        let _guard = self.lock(shard);
+        for (_, staged) in numbered_entries(&dir, Some("ndjson.tmp"))? {
+            lines::drop_file(&staged).map_err(io_error(&staged))?;
         }
-        Ok(runs)
+        numbered_entries(&dir, Some(TRANSCRIPT_EXTENSION))
+    }
+
+    /// Applies retention to one agent's file: it is read whole only when its first entry is
+    /// past the age limit or the file is past the agent's byte limit.
+    fn prune_agent(
+        &self,
+        shard: &mut Shard,
+        agent: AgentId,
+        path: &Path,
+        now_ms: u64,
+    ) -> Result<Pruned, TranscriptError> {
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Pruned::default())
+            }
+            Err(error) => return Err(io_error(path)(error)),
+        };
+        let len = file.metadata().map_err(io_error(path))?.len();
+        let oldest = lines::first_at_ms(&file);
+        let retention = &self.retention;
+        if len <= retention.agent_bytes_max && now_ms.saturating_sub(oldest) <= retention.age_ms {
+            return Ok(Pruned::default());
+        }
+        let is_open = |run: RunId| shard.open.get(&run).is_some_and(|s| s.agent == agent);
+        let runs = lines::runs_in(&file, agent, is_open).map_err(io_error(path))?;
+        let doomed = plan_prune(&runs, now_ms, retention);
+        if doomed.is_empty() {
+            return Ok(Pruned::default());
+        }
+        let drops = |run: RunId| doomed.binary_search(&run).is_ok();
+        self.replace_agent_file(shard, agent, |out| {
+            lines::copy_lines(File::open(path)?, out, |run| !drops(run))
+        })?;
+        Ok(Pruned {
+            runs: doomed.len(),
+            bytes: runs.iter().filter(|m| drops(m.run)).map(|m| m.bytes).sum(),
+        })
+    }
+
+    /// Replaces `agent`'s file with what `fill` writes (see [`lines::replace_file`]), makes the
+    /// change durable, and points this process's open runs of the agent at the new file.
+    fn replace_agent_file(
+        &self,
+        shard: &mut Shard,
+        agent: AgentId,
+        fill: impl FnOnce(&mut dyn Write) -> std::io::Result<u64>,
+    ) -> Result<(), TranscriptError> {
+        let path = self.agent_path(agent);
+        let kept = lines::replace_file(&path, FILE_MODE, fill).map_err(io_error(&path))?;
+        sync_dir(&self.shard_dir(Self::shard_of(agent)))?;
+        for state in shard.open.values_mut().filter(|s| s.agent == agent) {
+            state.file = open_for_append(&path)?;
+            state.created |= kept == 0;
+        }
+        Ok(())
     }
 }
 
@@ -318,11 +368,11 @@ impl TranscriptStore for FileTranscripts {
     ) -> TranscriptFuture<'a, Appended> {
         // Redacted here, so that nothing secret even crosses to the writer.
         let entries = prepared(entries, redactor);
-        self.blocking(move |inner, open| inner.append(open, agent, run, entries))
+        self.blocking(move |inner| inner.append(agent, run, entries))
     }
 
     fn finish(&self, agent: AgentId, run: RunId) -> TranscriptFuture<'_, ()> {
-        self.blocking(move |inner, open| inner.finish(open, agent, run))
+        self.blocking(move |inner| inner.finish(agent, run))
     }
 
     fn read(
@@ -332,38 +382,22 @@ impl TranscriptStore for FileTranscripts {
         offset: u64,
         limit: usize,
     ) -> TranscriptFuture<'_, TranscriptPage> {
-        self.blocking(move |inner, open| inner.read(open, agent, run, offset, limit))
+        self.blocking(move |inner| inner.read(agent, run, offset, limit))
     }
 
     fn prune(&self, now_ms: u64) -> TranscriptFuture<'_, Pruned> {
-        self.blocking(move |inner, open| inner.prune(open, now_ms))
+        self.blocking(move |inner| inner.prune(now_ms))
     }
 }
 
-/// One stored line as an entry; a line that is not one (a damaged file) reads as a note, so
-/// that offsets stay stable.
-fn parse_line(line: &[u8], run: RunId, index: u64) -> TranscriptEntry {
-    serde_json::from_slice(line).unwrap_or_else(|error| {
-        TranscriptEntry::note(
-            run,
-            index,
-            0,
-            format!("unreadable transcript line: {error}"),
-        )
-    })
-}
-
-/// `at_ms` of a transcript's first entry; 0 when it has none readable (retention then takes
-/// it for the oldest).
-fn first_at_ms(path: &Path) -> u64 {
-    let Ok(file) = File::open(path) else {
-        return 0;
-    };
-    let mut line = Vec::new();
-    if BufReader::new(file).read_until(b'\n', &mut line).is_err() {
-        return 0;
+/// The page of a run with no transcript: empty, and not complete (it may still be written).
+fn empty_page(offset: u64) -> TranscriptPage {
+    TranscriptPage {
+        entries: Vec::new(),
+        next_offset: offset,
+        total: 0,
+        complete: false,
     }
-    serde_json::from_slice::<TranscriptEntry>(&line).map_or(0, |e| e.at_ms)
 }
 
 /// Entries of `dir` named `<number>` (or `<number>.<extension>`), by number; none if `dir`
@@ -407,10 +441,17 @@ fn make_private_dir(dir: &Path) -> Result<(), TranscriptError> {
 
 fn open_for_append(path: &Path) -> Result<File, TranscriptError> {
     let mut options = OpenOptions::new();
-    options.append(true).create(true);
+    options.read(true).append(true).create(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, FILE_MODE);
     options.open(path).map_err(io_error(path))
+}
+
+/// Makes `dir`'s entries durable.
+fn sync_dir(dir: &Path) -> Result<(), TranscriptError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_error(dir))
 }
 
 fn io_error(path: &Path) -> impl FnOnce(std::io::Error) -> TranscriptError + '_ {

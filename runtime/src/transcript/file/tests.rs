@@ -1,8 +1,9 @@
 //! The file store in a temporary directory: append, read and paging, finish, prune by age and by
-//! bytes at their boundaries, permissions, redaction on disk, torn tails.
+//! bytes at their boundaries, permissions, redaction on disk, torn tails, runs of one agent
+//! sharing its file, the old layout moved in.
 
 use super::*;
-use crate::transcript::{EntryBody, TRUNCATION_NOTE_RESERVE_BYTES};
+use crate::transcript::{encode, EntryBody, TRUNCATION_NOTE_RESERVE_BYTES};
 
 /// A fresh directory per test, removed when dropped.
 struct TempDir(PathBuf);
@@ -84,9 +85,12 @@ async fn files_are_0600_and_directories_0700() {
         .unwrap();
     let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(store.root()), 0o700);
-    assert_eq!(mode(&store.root().join("3")), 0o700);
-    assert_eq!(mode(&store.path(A, RunId(1))), 0o600);
-    assert!(store.path(A, RunId(1)).ends_with("transcripts/3/1.ndjson"));
+    assert_eq!(mode(&store.root().join("shard-03")), 0o700);
+    assert_eq!(mode(&store.path(A)), 0o600);
+    assert!(store.path(A).ends_with("transcripts/shard-03/3.ndjson"));
+    assert!(store
+        .path(AgentId(TRANSCRIPT_SHARDS + 0x1f))
+        .ends_with("transcripts/shard-1f/287.ndjson"));
 }
 
 #[tokio::test]
@@ -110,7 +114,7 @@ async fn nothing_secret_reaches_the_disk() {
         .append(A, RunId(1), &[entry], &redactor)
         .await
         .unwrap();
-    let text = std::fs::read_to_string(store.path(A, RunId(1))).unwrap();
+    let text = std::fs::read_to_string(store.path(A)).unwrap();
     assert!(
         !text.contains("sk-live") && !text.contains("other-token"),
         "{text}"
@@ -118,23 +122,69 @@ async fn nothing_secret_reaches_the_disk() {
     assert_eq!(text.matches("[REDACTED]").count(), 2, "{text}");
 }
 
+/// How many entries `run` of `agent` has on disk.
+async fn total(store: &FileTranscripts, agent: AgentId, run: u64) -> u64 {
+    store.read(agent, RunId(run), 0, 1).await.unwrap().total
+}
+
 #[tokio::test]
 async fn a_torn_tail_is_not_read_and_damaged_lines_keep_their_place() {
     let dir = TempDir::new("torn");
     let store = FileTranscripts::new(&dir.0);
+    let none = Redactor::default();
     store
-        .append(A, RunId(1), &notes(1, 2, 0), &Redactor::default())
+        .append(A, RunId(1), &notes(1, 2, 0), &none)
         .await
         .unwrap();
-    let path = store.path(A, RunId(1));
+    store.finish(A, RunId(1)).await.unwrap();
+    let path = store.path(A);
     let mut file = OpenOptions::new().append(true).open(&path).unwrap();
     file.write_all(b"not json\n{\"run\":1,\"seq\":3,\"at_")
         .unwrap();
     let page = store.read(A, RunId(1), 0, 10).await.unwrap();
-    assert_eq!(page.total, 3);
+    assert_eq!(
+        page.total, 3,
+        "the damaged line is run 1's, the torn one is not read"
+    );
     assert!(
         matches!(&page.entries[2].body, EntryBody::Note { text } if text.starts_with("unreadable"))
     );
+    // The agent's next run starts on a line of its own: the torn one is ended first.
+    let next = notes(2, 2, 10);
+    store.append(A, RunId(2), &next, &none).await.unwrap();
+    let page = store.read(A, RunId(2), 0, 10).await.unwrap();
+    assert_eq!(page.entries, next);
+    assert_eq!(
+        total(&store, A, 1).await,
+        4,
+        "the torn line now reads, damaged, in run 1"
+    );
+}
+
+#[tokio::test]
+async fn runs_of_one_agent_share_its_file_and_read_apart() {
+    let dir = TempDir::new("share");
+    let store = FileTranscripts::new(&dir.0);
+    let none = Redactor::default();
+    let (first, second) = (notes(1, 3, 0), notes(2, 2, 100));
+    store.append(A, RunId(1), &first, &none).await.unwrap();
+    store.finish(A, RunId(1)).await.unwrap();
+    store.append(A, RunId(2), &second, &none).await.unwrap();
+    // Another agent of the same shard has its own file.
+    let neighbour = AgentId(A.0 + TRANSCRIPT_SHARDS);
+    store
+        .append(neighbour, RunId(3), &notes(3, 1, 5), &none)
+        .await
+        .unwrap();
+    assert_eq!(store.read(A, RunId(1), 0, 10).await.unwrap().entries, first);
+    let page = store.read(A, RunId(2), 1, 10).await.unwrap();
+    assert_eq!((page.entries.as_slice(), page.total), (&second[1..], 2));
+    assert!(!page.complete, "run 2 is still open");
+    assert_eq!(
+        total(&store, neighbour, 1).await + total(&store, A, 3).await,
+        0
+    );
+    assert_eq!(total(&store, neighbour, 3).await, 1);
 }
 
 #[tokio::test]
@@ -174,8 +224,57 @@ async fn a_run_past_its_byte_cap_ends_in_one_truncation_note() {
     let last = page.entries.last().unwrap();
     assert!(matches!(&last.body, EntryBody::Note { text } if text.starts_with("truncated")));
     assert_eq!(page.total as usize, appended.written);
-    let bytes = std::fs::metadata(store.path(A, RunId(1))).unwrap().len();
+    let bytes = std::fs::metadata(store.path(A)).unwrap().len();
     assert!(bytes <= retention.run_bytes_max, "{bytes}");
+}
+
+#[tokio::test]
+async fn a_run_resumed_by_a_later_process_counts_what_it_wrote_before() {
+    let dir = TempDir::new("resume");
+    let none = Redactor::default();
+    let line = encode(&note(2, 0, 0)).unwrap().len() as u64;
+    // Room for exactly three lines of run 2 before the truncation note.
+    let retention = Retention {
+        run_bytes_max: TRUNCATION_NOTE_RESERVE_BYTES + 3 * line,
+        ..Retention::default()
+    };
+    let before = FileTranscripts::with_retention(&dir.0, retention);
+    before
+        .append(A, RunId(1), &notes(1, 2, 0), &none)
+        .await
+        .unwrap();
+    before
+        .append(A, RunId(2), &notes(2, 2, 0), &none)
+        .await
+        .unwrap();
+    // A later process resumes run 2 (the last run in the file) and then starts run 3.
+    let after = FileTranscripts::with_retention(&dir.0, retention);
+    let resumed = after
+        .append(A, RunId(2), &[note(2, 2, 0), note(2, 3, 0)], &none)
+        .await
+        .unwrap();
+    assert_eq!(
+        (resumed.written, resumed.dropped),
+        (2, 1),
+        "one fits, then the note"
+    );
+    let fresh = after
+        .append(A, RunId(3), &notes(3, 3, 0), &none)
+        .await
+        .unwrap();
+    assert_eq!(
+        (fresh.written, fresh.dropped),
+        (3, 0),
+        "run 3 starts at zero"
+    );
+    // An earlier run resumed after a later one is counted by a scan.
+    let later = FileTranscripts::with_retention(&dir.0, retention);
+    let again = later
+        .append(A, RunId(1), &[note(1, 2, 0), note(1, 3, 0)], &none)
+        .await
+        .unwrap();
+    assert_eq!((again.written, again.dropped), (2, 1));
+    assert_eq!(total(&later, A, 2).await, 4);
 }
 
 #[tokio::test]
@@ -201,11 +300,11 @@ async fn prune_by_age_keeps_the_limit_and_removes_one_ms_more() {
     assert_eq!(store.prune(11_000).await.unwrap(), Pruned::default());
     let pruned = store.prune(11_001).await.unwrap();
     assert_eq!(pruned.runs, 1);
-    assert!(!store.path(A, RunId(1)).exists());
-    assert!(store.path(A, RunId(2)).exists());
-    // The last one goes too, and so does the agent's empty directory.
+    assert_eq!(total(&store, A, 1).await, 0);
+    assert_eq!(total(&store, A, 2).await, 1);
+    // The last one goes too, and so does the agent's file.
     assert_eq!(store.prune(11_501).await.unwrap().runs, 1);
-    assert!(!store.root().join("3").exists());
+    assert!(!store.path(A).exists());
     // A fresh process (nothing open) finds the same ages on disk.
     store
         .append(A, RunId(3), &notes(3, 1, 20_000), &none)
@@ -217,18 +316,43 @@ async fn prune_by_age_keeps_the_limit_and_removes_one_ms_more() {
 }
 
 #[tokio::test]
+async fn a_prune_rewriting_the_file_keeps_the_open_run_writing_to_it() {
+    let dir = TempDir::new("reopen");
+    let retention = Retention {
+        age_ms: 1_000,
+        ..Retention::default()
+    };
+    let store = FileTranscripts::with_retention(&dir.0, retention);
+    let none = Redactor::default();
+    store
+        .append(A, RunId(1), &notes(1, 2, 0), &none)
+        .await
+        .unwrap();
+    store.finish(A, RunId(1)).await.unwrap();
+    store
+        .append(A, RunId(2), &notes(2, 2, 900), &none)
+        .await
+        .unwrap();
+    assert_eq!(store.prune(1_500).await.unwrap().runs, 1);
+    let rest: Vec<_> = (2..4).map(|seq| note(2, seq, 1_600)).collect();
+    store.append(A, RunId(2), &rest, &none).await.unwrap();
+    store.finish(A, RunId(2)).await.unwrap();
+    let page = store.read(A, RunId(2), 0, 10).await.unwrap();
+    assert_eq!((seqs(&page), page.complete), (vec![0, 1, 2, 3], true));
+    assert_eq!(total(&store, A, 1).await, 0);
+}
+
+#[tokio::test]
 async fn prune_by_bytes_removes_oldest_finished_runs_down_to_the_limit() {
     let dir = TempDir::new("bytes");
     let none = Redactor::default();
-    // Measure one run's file, then set the agent limit to exactly two of them.
+    // Measure one run's lines, then set the agent limit to exactly two of them.
     let probe = FileTranscripts::new(&dir.0);
     probe
         .append(AgentId(9), RunId(9), &notes(9, 2, 100), &none)
         .await
         .unwrap();
-    let run_bytes = std::fs::metadata(probe.path(AgentId(9), RunId(9)))
-        .unwrap()
-        .len();
+    let run_bytes = std::fs::metadata(probe.path(AgentId(9))).unwrap().len();
     std::fs::remove_dir_all(probe.root()).unwrap();
     let retention = Retention {
         agent_bytes_max: 2 * run_bytes,
@@ -257,8 +381,15 @@ async fn prune_by_bytes_removes_oldest_finished_runs_down_to_the_limit() {
             bytes: run_bytes
         }
     );
-    assert!(!store.path(A, RunId(1)).exists());
-    assert!(store.path(A, RunId(2)).exists() && store.path(A, RunId(3)).exists());
+    assert_eq!(total(&store, A, 1).await, 0);
+    assert_eq!(
+        (total(&store, A, 2).await, total(&store, A, 3).await),
+        (2, 2)
+    );
+    assert_eq!(
+        std::fs::metadata(store.path(A)).unwrap().len(),
+        2 * run_bytes
+    );
     // Another agent's bytes are its own.
     store
         .append(AgentId(4), RunId(4), &notes(4, 2, 150), &none)
@@ -268,7 +399,7 @@ async fn prune_by_bytes_removes_oldest_finished_runs_down_to_the_limit() {
 }
 
 #[tokio::test]
-async fn names_that_are_not_transcripts_are_left_alone() {
+async fn names_that_are_not_transcripts_are_left_alone_and_staged_rewrites_removed() {
     let dir = TempDir::new("stray");
     let retention = Retention {
         age_ms: 1,
@@ -278,6 +409,53 @@ async fn names_that_are_not_transcripts_are_left_alone() {
     std::fs::create_dir_all(store.root().join("notes")).unwrap();
     std::fs::create_dir_all(store.root().join("3")).unwrap();
     std::fs::write(store.root().join("3").join("README"), "x").unwrap();
+    let shard = store.root().join("shard-03");
+    std::fs::create_dir_all(&shard).unwrap();
+    std::fs::write(shard.join("README"), "x").unwrap();
+    // What a crash in the middle of a rewrite leaves.
+    std::fs::write(shard.join("3.ndjson.tmp"), "{\"run\":1,").unwrap();
     assert_eq!(store.prune(u64::MAX).await.unwrap().runs, 0);
     assert!(store.root().join("3").join("README").exists());
+    assert!(shard.join("README").exists());
+    assert!(!shard.join("3.ndjson.tmp").exists());
+}
+
+#[tokio::test]
+async fn the_old_layout_moves_into_the_agents_file_oldest_first() {
+    let dir = TempDir::new("legacy");
+    let store = FileTranscripts::new(&dir.0);
+    let none = Redactor::default();
+    // A run written in the current layout, then the old layout's files of two earlier runs.
+    store
+        .append(A, RunId(5), &notes(5, 1, 500), &none)
+        .await
+        .unwrap();
+    let old = store.root().join("3");
+    std::fs::create_dir_all(&old).unwrap();
+    let text = |run, count| -> String {
+        notes(run, count, 100 * run)
+            .iter()
+            .map(|e| encode(e).unwrap())
+            .collect()
+    };
+    std::fs::write(old.join("1.ndjson"), text(1, 2)).unwrap();
+    std::fs::write(old.join("2.ndjson"), text(2, 1) + "{\"run\":2,\"se").unwrap();
+    assert_eq!(store.prune(1_000).await.unwrap(), Pruned::default());
+    assert!(!old.exists(), "the old directory is gone");
+    assert_eq!(
+        (
+            total(&store, A, 1).await,
+            total(&store, A, 2).await,
+            total(&store, A, 5).await
+        ),
+        (2, 1, 1)
+    );
+    let on_disk = std::fs::read_to_string(store.path(A)).unwrap();
+    assert_eq!(on_disk, text(1, 2) + &text(2, 1) + &text(5, 1));
+    // The open run 5 still appends to the file that replaced the old one.
+    store
+        .append(A, RunId(5), &[note(5, 1, 600)], &none)
+        .await
+        .unwrap();
+    assert_eq!(total(&store, A, 5).await, 2);
 }
