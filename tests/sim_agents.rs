@@ -459,7 +459,7 @@ fn checker_records() -> Vec<TraceRecord> {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: Some(60_000),
             },

@@ -155,7 +155,7 @@ fn ended_run() -> (Checker, Vec<(u64, u64)>) {
         commit(1, 1_000, EventKind::AgentCreated {
             agent,
             name: "p".into(),
-            spec,
+            spec: Box::new(spec),
             token_hash: TokenHash::of("p"),
             first_fire_at_ms: None,
         }),

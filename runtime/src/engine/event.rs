@@ -46,7 +46,9 @@ pub enum EventKind {
     AgentCreated {
         agent: AgentId,
         name: String,
-        spec: AgentSpec,
+        /// Boxed: a spec is several hundred bytes, and every event (in the writer's batches, the
+        /// feed, the simulator's traces) would otherwise be the size of this one variant.
+        spec: Box<AgentSpec>,
         token_hash: TokenHash,
         /// The first timer slot, when the agent has a timer; the schedule grid is
         /// `first_fire_at_ms + k * interval_ms`.
@@ -267,7 +269,8 @@ pub enum EventKind {
     /// grid starts again at `first_fire_at_ms` (none: the timer was removed) (ADR 0019).
     AgentUpdated {
         agent: AgentId,
-        spec: AgentSpec,
+        /// Boxed, as in `AgentCreated`.
+        spec: Box<AgentSpec>,
         changed: Vec<String>,
         first_fire_at_ms: Option<u64>,
     },

@@ -752,7 +752,7 @@ impl Engine {
             EventKind::AgentUpdated {
                 agent,
                 first_fire_at_ms: agent_update::first_fire_at_ms(agent, &spec, draft.now_ms()),
-                spec,
+                spec: Box::new(spec),
                 changed,
             },
         );
@@ -789,7 +789,7 @@ impl Engine {
             EventKind::AgentCreated {
                 agent: id,
                 name: spec.name.clone(),
-                spec: spec.clone(),
+                spec: Box::new(spec.clone()),
                 token_hash: token_hash.clone(),
                 // The grid is offset by the agent's jitter, so alike agents do not align.
                 first_fire_at_ms: spec.heartbeat.interval_ms.map(|interval_ms| {
@@ -873,7 +873,7 @@ impl Engine {
                     id: *agent,
                     tenant: event.tenant.clone(),
                     name: name.clone(),
-                    spec: spec.clone(),
+                    spec: (**spec).clone(),
                     status: AgentStatus::Active,
                     token_hash: token_hash.clone(),
                     created_at_ms: event.at_ms,

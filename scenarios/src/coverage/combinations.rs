@@ -176,7 +176,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AGENT,
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash(String::new()),
                 first_fire_at_ms: None,
             },

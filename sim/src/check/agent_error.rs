@@ -183,7 +183,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec: AgentSpec::with_interval("a", None),
+                spec: Box::new(AgentSpec::with_interval("a", None)),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: None,
             },

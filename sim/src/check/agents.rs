@@ -335,7 +335,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: Some(60_000),
             },

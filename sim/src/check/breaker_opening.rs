@@ -183,7 +183,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "b".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("b"),
                 first_fire_at_ms: None,
             },

@@ -260,7 +260,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: Default::default(),
                 first_fire_at_ms: None,
             },

@@ -83,7 +83,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "cool".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("cool"),
                 first_fire_at_ms: None,
             },

@@ -267,7 +267,7 @@ mod tests_support {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: Some(60_000),
             },
@@ -427,7 +427,7 @@ mod breaker_tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: None,
             },

@@ -625,7 +625,7 @@ mod tests {
                 kind: EventKind::AgentCreated {
                     agent: AgentId(1),
                     name: "a".into(),
-                    spec: AgentSpec::with_interval("a", Some(1_000)),
+                    spec: Box::new(AgentSpec::with_interval("a", Some(1_000))),
                     token_hash: TokenHash::of("a"),
                     first_fire_at_ms: Some(1_000),
                 },

@@ -149,7 +149,7 @@ mod tests {
             EventKind::AgentCreated {
                 agent: AgentId(1),
                 name: "a".into(),
-                spec,
+                spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
                 first_fire_at_ms: None,
             },

@@ -400,7 +400,7 @@ fn agent_record(kind: &EventKind) -> KindRecord {
         } => KindRecord::AgentCreated {
             agent: agent.0,
             name: name.clone(),
-            spec: Box::new(spec.into()),
+            spec: Box::new(spec.as_ref().into()),
             token_hash: token_hash.0.clone(),
             first_fire_at_ms: *first_fire_at_ms,
         },
@@ -455,7 +455,7 @@ fn agent_record(kind: &EventKind) -> KindRecord {
             first_fire_at_ms,
         } => KindRecord::AgentUpdated {
             agent: agent.0,
-            spec: Box::new(spec.into()),
+            spec: Box::new(spec.as_ref().into()),
             changed: changed.clone(),
             first_fire_at_ms: *first_fire_at_ms,
         },
@@ -726,9 +726,10 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
         } => EventKind::AgentCreated {
             agent: AgentId(agent),
             name,
-            spec: spec
-                .into_engine()
-                .map_err(|(field, message)| Problem::new(field, message))?,
+            spec: Box::new(
+                spec.into_engine()
+                    .map_err(|(field, message)| Problem::new(field, message))?,
+            ),
             token_hash: TokenHash(token_hash),
             first_fire_at_ms: optional_instant("first_fire_at_ms", first_fire_at_ms)?,
         },
@@ -787,9 +788,10 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
             first_fire_at_ms,
         } => EventKind::AgentUpdated {
             agent: AgentId(agent),
-            spec: spec
-                .into_engine()
-                .map_err(|(field, message)| Problem::new(field, message))?,
+            spec: Box::new(
+                spec.into_engine()
+                    .map_err(|(field, message)| Problem::new(field, message))?,
+            ),
             changed,
             first_fire_at_ms: optional_instant("first_fire_at_ms", first_fire_at_ms)?,
         },
