@@ -52,13 +52,13 @@ const DIR_MODE: u32 = 0o700;
 /// Mode of transcript files: the owner only.
 const FILE_MODE: u32 = 0o600;
 
-/// A run this process appends to and has not finished.
-#[derive(Debug)]
+/// A run this process appends to and has not finished. It holds no file handle: every
+/// operation opens the agent's file (about 10 µs), so that thousands of runs in flight never
+/// hold thousands of descriptors.
+#[derive(Debug, Clone, Copy)]
 struct OpenRun {
     agent: AgentId,
     budget: RunBudget,
-    /// The agent's file, opened for appending (and reading, to check its tail).
-    file: File,
     /// The file did not exist before this run: `finish` makes its directory entry durable.
     created: bool,
 }
@@ -176,8 +176,7 @@ impl Inner {
             .collect();
         if !text.is_empty() {
             let path = self.agent_path(agent);
-            state
-                .file
+            open_for_append(&path)?
                 .write_all(text.as_bytes())
                 .map_err(io_error(&path))?;
         }
@@ -223,7 +222,6 @@ impl Inner {
                 bytes,
                 truncated: false,
             },
-            file,
             created: len == 0,
         })
     }
@@ -236,7 +234,13 @@ impl Inner {
         };
         // Outside the lock: other runs of the shard append and sync meanwhile.
         let path = self.agent_path(agent);
-        state.file.sync_data().map_err(io_error(&path))?;
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            // A prune removed every line of it meanwhile: nothing to make durable.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(io_error(&path)(error)),
+        };
+        file.sync_data().map_err(io_error(&path))?;
         if state.created {
             // The file's directory entry (and the shard's own), so that the file survives a crash.
             sync_dir(&self.shard_dir(shard))?;
@@ -339,8 +343,8 @@ impl Inner {
         })
     }
 
-    /// Replaces `agent`'s file with what `fill` writes (see [`lines::replace_file`]), makes the
-    /// change durable, and points this process's open runs of the agent at the new file.
+    /// Replaces `agent`'s file with what `fill` writes (see [`lines::replace_file`]) and makes
+    /// the change durable. (Open runs hold no handle: their next append opens the new file.)
     fn replace_agent_file(
         &self,
         shard: &mut Shard,
@@ -350,8 +354,8 @@ impl Inner {
         let path = self.agent_path(agent);
         let kept = lines::replace_file(&path, FILE_MODE, fill).map_err(io_error(&path))?;
         sync_dir(&self.shard_dir(Self::shard_of(agent)))?;
+        // A file removed whole is created anew by the next append of a run still open.
         for state in shard.open.values_mut().filter(|s| s.agent == agent) {
-            state.file = open_for_append(&path)?;
             state.created |= kept == 0;
         }
         Ok(())

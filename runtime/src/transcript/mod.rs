@@ -2,7 +2,7 @@
 //! and results, timings, why it stopped), one [`TranscriptEntry`] per NDJSON line.
 //!
 //! Where they go is a seam, [`TranscriptStore`]: [`FileTranscripts`] in production
-//! (`<data-dir>/transcripts/<agent>/<run>.ndjson`), [`MemoryTranscripts`] in the simulator and
+//! (`<data-dir>/transcripts/shard-XX/<agent>.ndjson`, a file per agent), [`MemoryTranscripts`] in the simulator and
 //! tests. Both redact every entry with the caller's [`Redactor`] and cap its bulky fields before
 //! anything is kept, bound each run's transcript ([`TRANSCRIPT_RUN_BYTES_MAX`]) and apply the
 //! same retention ([`Retention`]). Neither reads a clock: entries carry the node's wall time as
