@@ -5,7 +5,7 @@
 //! A transcript is not the event log: a line that cannot be written is logged and dropped,
 //! never a reason to fail the run.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::engine::agent::AgentId;
 use crate::engine::run::RunId;
@@ -21,6 +21,8 @@ pub struct RunTranscript {
     clock: SharedClock,
     redactor: Redactor,
     next_seq: AtomicU64,
+    /// Whether `finish` was called; if not when this is dropped, the run was aborted.
+    finished: AtomicBool,
     /// Called after every line: the agent's passive pulse, when its policy asks for one.
     on_activity: Option<Box<dyn Fn() + Send + Sync>>,
 }
@@ -40,6 +42,7 @@ impl RunTranscript {
             clock,
             redactor,
             next_seq: AtomicU64::new(0),
+            finished: AtomicBool::new(false),
             on_activity: None,
         }
     }
@@ -82,8 +85,19 @@ impl RunTranscript {
 
     /// Makes the transcript durable; called before the run's end is reported.
     pub async fn finish(&self) {
+        self.finished.store(true, Ordering::Relaxed);
         if let Err(error) = self.store.finish(self.agent, self.run).await {
             tracing::warn!(run = %self.run, %error, "could not make the run's transcript durable");
+        }
+    }
+}
+
+impl Drop for RunTranscript {
+    /// A run whose task was aborted (cancelled, or the node stopping) never finishes its
+    /// transcript: the store is told, so that it does not keep the run open forever.
+    fn drop(&mut self) {
+        if !self.finished.load(Ordering::Relaxed) {
+            self.store.abandon(self.agent, self.run);
         }
     }
 }

@@ -379,6 +379,21 @@ impl TranscriptStore for FileTranscripts {
         self.blocking(move |inner| inner.finish(agent, run))
     }
 
+    fn abandon(&self, agent: AgentId, run: RunId) {
+        let inner = self.inner.clone();
+        let forget = move || {
+            inner.lock(Inner::shard_of(agent)).open.remove(&run);
+        };
+        // On the blocking pool: the shard's lock may be held across a prune's rewrite, and this
+        // is called from a dropped run on an async worker.
+        #[cfg(not(madsim))]
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(forget);
+            return;
+        }
+        forget();
+    }
+
     fn read(
         &self,
         agent: AgentId,

@@ -148,6 +148,12 @@ pub trait TranscriptStore: Send + Sync {
     /// Ends `run`'s transcript: flushed and made durable (fsync) before this resolves.
     fn finish(&self, agent: AgentId, run: RunId) -> TranscriptFuture<'_, ()>;
 
+    /// `run` will append no more and will not be finished: its task was aborted (the run was
+    /// cancelled, or the node is stopping). The store forgets what it keeps for an open run, so
+    /// that aborted runs do not pile up, and reads the run as complete. Never blocks; what the
+    /// run wrote stays readable.
+    fn abandon(&self, _agent: AgentId, _run: RunId) {}
+
     /// Up to `limit` entries of `run` (an agent's) from entry `offset` on. A run without a
     /// transcript reads as an empty, incomplete page. `agent` is the run's (the caller knows it
     /// from the engine), so the store never searches for the file.

@@ -459,3 +459,25 @@ async fn the_old_layout_moves_into_the_agents_file_oldest_first() {
         .unwrap();
     assert_eq!(total(&store, A, 5).await, 2);
 }
+
+#[tokio::test]
+async fn an_abandoned_run_reads_complete_and_keeps_its_lines() {
+    let dir = TempDir::new("abandon");
+    let store = FileTranscripts::new(&dir.0);
+    store
+        .append(A, RunId(1), &notes(1, 2, 0), &Redactor::default())
+        .await
+        .unwrap();
+    assert!(!store.read(A, RunId(1), 0, 10).await.unwrap().complete);
+    store.abandon(A, RunId(1));
+    // The store forgets the run on the blocking pool: wait for it, boundedly.
+    let mut page = store.read(A, RunId(1), 0, 10).await.unwrap();
+    for _ in 0..500 {
+        if page.complete {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        page = store.read(A, RunId(1), 0, 10).await.unwrap();
+    }
+    assert_eq!((page.total, page.complete), (2, true));
+}
