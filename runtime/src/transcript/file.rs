@@ -32,6 +32,7 @@ use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::budget::{plan_prune, RunBudget};
@@ -47,6 +48,12 @@ use crate::redact::Redactor;
 /// enough that a directory of a million-agent node holds about 4,000 files, and that runs of
 /// different agents rarely wait for one another's lock.
 pub const TRANSCRIPT_SHARDS: u64 = 256;
+/// Most transcript operations on tokio's blocking pool at once (16). Why: that pool also runs
+/// the writer's commits and the snapshots, and a busy fleet asks for thousands of transcript
+/// operations a second (each run appends and syncs). Unbounded, they filled the pool's threads
+/// and the event log's commits queued behind them. Past the bound, callers wait on a
+/// semaphore, holding no thread.
+pub const TRANSCRIPT_IO_THREADS_MAX: usize = 16;
 /// Mode of transcript directories: the owner only.
 const DIR_MODE: u32 = 0o700;
 /// Mode of transcript files: the owner only.
@@ -75,6 +82,11 @@ struct Inner {
     root: PathBuf,
     retention: Retention,
     shards: Vec<Mutex<Shard>>,
+    /// Permits for [`TRANSCRIPT_IO_THREADS_MAX`] operations on the blocking pool.
+    io_permits: Arc<tokio::sync::Semaphore>,
+    /// Operations running on the blocking pool now, and the most there ever were.
+    in_flight: std::sync::atomic::AtomicUsize,
+    in_flight_peak: std::sync::atomic::AtomicUsize,
 }
 
 /// Transcripts in files (see the module documentation). Creates nothing until the first append.
@@ -95,6 +107,9 @@ impl FileTranscripts {
                 root: data_dir.join(TRANSCRIPTS_DIR),
                 retention,
                 shards: (0..TRANSCRIPT_SHARDS).map(|_| Mutex::default()).collect(),
+                io_permits: Arc::new(tokio::sync::Semaphore::new(TRANSCRIPT_IO_THREADS_MAX)),
+                in_flight: Default::default(),
+                in_flight_peak: Default::default(),
             }),
         }
     }
@@ -114,14 +129,31 @@ impl FileTranscripts {
         self.inner.agent_path(agent)
     }
 
-    /// Runs `op` on the blocking pool.
+    /// The most operations that were ever on the blocking pool at once.
+    pub fn in_flight_peak(&self) -> usize {
+        self.inner.in_flight_peak.load(Ordering::Relaxed)
+    }
+
+    /// Runs `op` on the blocking pool, once one of [`TRANSCRIPT_IO_THREADS_MAX`] permits is free.
     fn blocking<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Inner) -> Result<T, TranscriptError> + Send + 'static,
     ) -> TranscriptFuture<'static, T> {
         let inner = self.inner.clone();
-        let job = move || op(&inner);
+        let job = move || {
+            let now = inner.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+            inner.in_flight_peak.fetch_max(now, Ordering::Relaxed);
+            let done = op(&inner);
+            inner.in_flight.fetch_sub(1, Ordering::Relaxed);
+            done
+        };
+        let permits = self.inner.io_permits.clone();
         Box::pin(async move {
+            // Held until the operation is over; the semaphore is never closed.
+            let _permit = permits
+                .acquire_owned()
+                .await
+                .map_err(|error| TranscriptError::Writer(error.to_string()))?;
             #[cfg(not(madsim))]
             let done = tokio::task::spawn_blocking(job)
                 .await

@@ -481,3 +481,28 @@ async fn an_abandoned_run_reads_complete_and_keeps_its_lines() {
     }
     assert_eq!((page.total, page.complete), (2, true));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn at_most_the_bound_of_operations_use_the_blocking_pool_at_once() {
+    let dir = TempDir::new("bound");
+    let store = FileTranscripts::new(&dir.0);
+    // Many runs of many agents at once, each appending and syncing.
+    let runs = (0..256u64).map(|i| {
+        let store = store.clone();
+        tokio::spawn(async move {
+            let none = Redactor::default();
+            let (agent, run) = (AgentId(i), RunId(i));
+            store.append(agent, run, &notes(i, 3, 0), &none).await.unwrap();
+            store.finish(agent, run).await.unwrap();
+        })
+    });
+    for run in runs.collect::<Vec<_>>() {
+        run.await.unwrap();
+    }
+    let peak = store.in_flight_peak();
+    assert!(
+        (1..=TRANSCRIPT_IO_THREADS_MAX).contains(&peak),
+        "{peak} operations at once"
+    );
+    assert_eq!(total(&store, AgentId(255), 255).await, 3);
+}
