@@ -122,6 +122,27 @@ async fn nothing_secret_reaches_the_disk() {
     assert_eq!(text.matches("[REDACTED]").count(), 2, "{text}");
 }
 
+/// A store whose transcripts expire `age_ms` after their first entry.
+fn aged(dir: &TempDir, age_ms: u64) -> FileTranscripts {
+    let retention = Retention {
+        age_ms,
+        ..Retention::default()
+    };
+    FileTranscripts::with_retention(&dir.0, retention)
+}
+
+/// Writes `count` notes of agent `A`'s run `run` from `at_ms` on, and finishes it if asked.
+async fn write(store: &FileTranscripts, run: u64, count: u64, at_ms: u64, finished: bool) {
+    let none = Redactor::default();
+    store
+        .append(A, RunId(run), &notes(run, count, at_ms), &none)
+        .await
+        .unwrap();
+    if finished {
+        store.finish(A, RunId(run)).await.unwrap();
+    }
+}
+
 /// How many entries `run` of `agent` has on disk.
 async fn total(store: &FileTranscripts, agent: AgentId, run: u64) -> u64 {
     store.read(agent, RunId(run), 0, 1).await.unwrap().total
@@ -280,22 +301,9 @@ async fn a_run_resumed_by_a_later_process_counts_what_it_wrote_before() {
 #[tokio::test]
 async fn prune_by_age_keeps_the_limit_and_removes_one_ms_more() {
     let dir = TempDir::new("age");
-    let retention = Retention {
-        age_ms: 1_000,
-        ..Retention::default()
-    };
-    let store = FileTranscripts::with_retention(&dir.0, retention);
-    let none = Redactor::default();
-    store
-        .append(A, RunId(1), &notes(1, 3, 10_000), &none)
-        .await
-        .unwrap();
-    store.finish(A, RunId(1)).await.unwrap();
-    store
-        .append(A, RunId(2), &notes(2, 1, 10_500), &none)
-        .await
-        .unwrap();
-    store.finish(A, RunId(2)).await.unwrap();
+    let store = aged(&dir, 1_000);
+    write(&store, 1, 3, 10_000, true).await;
+    write(&store, 2, 1, 10_500, true).await;
     // Age counts from the first entry (10_000): exactly 1_000 ms old is kept.
     assert_eq!(store.prune(11_000).await.unwrap(), Pruned::default());
     let pruned = store.prune(11_001).await.unwrap();
@@ -306,11 +314,8 @@ async fn prune_by_age_keeps_the_limit_and_removes_one_ms_more() {
     assert_eq!(store.prune(11_501).await.unwrap().runs, 1);
     assert!(!store.path(A).exists());
     // A fresh process (nothing open) finds the same ages on disk.
-    store
-        .append(A, RunId(3), &notes(3, 1, 20_000), &none)
-        .await
-        .unwrap();
-    let fresh = FileTranscripts::with_retention(&dir.0, retention);
+    write(&store, 3, 1, 20_000, false).await;
+    let fresh = aged(&dir, 1_000);
     assert_eq!(fresh.prune(21_000).await.unwrap().runs, 0);
     assert_eq!(fresh.prune(21_001).await.unwrap().runs, 1);
 }
@@ -318,21 +323,10 @@ async fn prune_by_age_keeps_the_limit_and_removes_one_ms_more() {
 #[tokio::test]
 async fn a_prune_rewriting_the_file_keeps_the_open_run_writing_to_it() {
     let dir = TempDir::new("reopen");
-    let retention = Retention {
-        age_ms: 1_000,
-        ..Retention::default()
-    };
-    let store = FileTranscripts::with_retention(&dir.0, retention);
+    let store = aged(&dir, 1_000);
     let none = Redactor::default();
-    store
-        .append(A, RunId(1), &notes(1, 2, 0), &none)
-        .await
-        .unwrap();
-    store.finish(A, RunId(1)).await.unwrap();
-    store
-        .append(A, RunId(2), &notes(2, 2, 900), &none)
-        .await
-        .unwrap();
+    write(&store, 1, 2, 0, true).await;
+    write(&store, 2, 2, 900, false).await;
     assert_eq!(store.prune(1_500).await.unwrap().runs, 1);
     let rest: Vec<_> = (2..4).map(|seq| note(2, seq, 1_600)).collect();
     store.append(A, RunId(2), &rest, &none).await.unwrap();
@@ -492,7 +486,10 @@ async fn at_most_the_bound_of_operations_use_the_blocking_pool_at_once() {
         tokio::spawn(async move {
             let none = Redactor::default();
             let (agent, run) = (AgentId(i), RunId(i));
-            store.append(agent, run, &notes(i, 3, 0), &none).await.unwrap();
+            store
+                .append(agent, run, &notes(i, 3, 0), &none)
+                .await
+                .unwrap();
             store.finish(agent, run).await.unwrap();
         })
     });
