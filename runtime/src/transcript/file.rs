@@ -237,12 +237,13 @@ impl Inner {
             let len = file.metadata()?.len();
             // Runs are numbered in order, so a file whose last line is of an earlier run holds
             // nothing of this one; otherwise (a run an earlier process began) count it.
-            let bytes = match lines::last_line_run(&mut file, len)? {
+            let tail = lines::tail(&mut file, len)?;
+            let bytes = match tail.last_run {
                 _ if len == 0 => 0,
                 Some(last) if last < run => 0,
                 _ => lines::run_bytes(&file, run)?,
             };
-            if lines::ends_torn(&mut file, len)? {
+            if tail.torn {
                 file.write_all(b"\n")?;
             }
             Ok((len, bytes))

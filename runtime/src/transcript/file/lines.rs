@@ -7,6 +7,7 @@
 //! alike, so that it keeps its place in its run. Only lines ending in `\n` count: a line without
 //! one is being written, or was torn by a crash.
 
+use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -100,34 +101,36 @@ pub(super) fn run_bytes(file: &File, run: RunId) -> io::Result<u64> {
     Ok(bytes)
 }
 
-/// The run of the file's last complete line, read from its last [`TAIL_WINDOW_BYTES`]:
-/// `Ok(None)` when the file has no complete line or its last line starts before the window
-/// (or names no run), so the caller cannot tell without a scan.
-pub(super) fn last_line_run(file: &mut File, len: u64) -> io::Result<Option<RunId>> {
-    let window = len.min(TAIL_WINDOW_BYTES);
-    let mut tail = vec![0; window as usize];
-    file.seek(SeekFrom::Start(len - window))?;
-    file.read_exact(&mut tail)?;
-    let Some(body) = tail.strip_suffix(b"\n") else {
-        return Ok(None);
-    };
-    let start = match body.iter().rposition(|&b| b == b'\n') {
-        Some(newline) => newline + 1,
-        None if window == len => 0,
-        None => return Ok(None),
-    };
-    Ok(line_run(&body[start..]))
+/// What the end of a file says, read from its last [`TAIL_WINDOW_BYTES`] in one read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Tail {
+    /// The file ends in the middle of a line (a crash tore its last append).
+    pub torn: bool,
+    /// The run of the last line, when the window holds the whole of it and it ends the file;
+    /// `None` when the caller cannot tell without a scan (torn, too long, or no run named).
+    pub last_run: Option<RunId>,
 }
 
-/// Whether the file ends in the middle of a line (a crash tore its last append).
-pub(super) fn ends_torn(file: &mut File, len: u64) -> io::Result<bool> {
-    if len == 0 {
-        return Ok(false);
-    }
-    let mut last = [0u8];
-    file.seek(SeekFrom::Start(len - 1))?;
-    file.read_exact(&mut last)?;
-    Ok(last[0] != b'\n')
+pub(super) fn tail(file: &mut File, len: u64) -> io::Result<Tail> {
+    let window = len.min(TAIL_WINDOW_BYTES);
+    let mut bytes = vec![0; window as usize];
+    file.seek(SeekFrom::Start(len - window))?;
+    file.read_exact(&mut bytes)?;
+    let Some(body) = bytes.strip_suffix(b"\n") else {
+        return Ok(Tail {
+            torn: len > 0,
+            last_run: None,
+        });
+    };
+    let start = match body.iter().rposition(|&b| b == b'\n') {
+        Some(newline) => Some(newline + 1),
+        None if window == len => Some(0),
+        None => None,
+    };
+    Ok(Tail {
+        torn: false,
+        last_run: start.and_then(|start| line_run(&body[start..])),
+    })
 }
 
 /// `at_ms` of the file's first entry; 0 when it is unreadable (retention then takes the file
@@ -150,19 +153,24 @@ pub(super) fn runs_in(
     agent: AgentId,
     open: impl Fn(RunId) -> bool,
 ) -> io::Result<Vec<RunMeta>> {
+    // Where each run is in `runs`: a file of 64 MiB may hold tens of thousands of runs.
+    let mut at: BTreeMap<RunId, usize> = BTreeMap::new();
     let mut runs: Vec<RunMeta> = Vec::new();
     for_each_line(from_start(file)?, |of, line| {
         let run = of.unwrap_or(RunId(0));
         let bytes = line.len() as u64;
-        match runs.iter_mut().find(|m| m.run == run) {
-            Some(meta) => meta.bytes += bytes,
-            None => runs.push(RunMeta {
-                agent,
-                run,
-                started_at_ms: entry_at_ms(line),
-                bytes,
-                open: open(run),
-            }),
+        match at.get(&run) {
+            Some(&index) => runs[index].bytes += bytes,
+            None => {
+                at.insert(run, runs.len());
+                runs.push(RunMeta {
+                    agent,
+                    run,
+                    started_at_ms: entry_at_ms(line),
+                    bytes,
+                    open: open(run),
+                });
+            }
         }
     })?;
     Ok(runs)
@@ -284,12 +292,14 @@ mod tests {
     }
 
     #[test]
-    fn the_last_line_is_found_within_the_window_and_not_guessed_past_it() {
+    fn the_tail_finds_the_last_line_in_its_window_and_a_torn_end() {
         let path = std::env::temp_dir().join(format!("vigil-lines-tail-{}", std::process::id()));
         let write = |text: &[u8]| {
             std::fs::write(&path, text).unwrap();
             let mut file = File::open(&path).unwrap();
-            last_line_run(&mut file, text.len() as u64).unwrap()
+            let found = tail(&mut file, text.len() as u64).unwrap();
+            assert_eq!(found.torn, !text.is_empty() && !text.ends_with(b"\n"));
+            found.last_run
         };
         assert_eq!(write(b"{\"run\":1,}\n{\"run\":2,}\n"), Some(RunId(2)));
         assert_eq!(
@@ -302,6 +312,7 @@ mod tests {
             None,
             "a torn last line"
         );
+        assert_eq!(write(b""), None, "an empty file");
         // A last line that starts before the window: unknown, not the run of a piece of it.
         let mut long = b"{\"run\":1,}\n{\"run\":3,\"x\":\"".to_vec();
         long.extend(std::iter::repeat(b'a').take(TAIL_WINDOW_BYTES as usize));
