@@ -100,6 +100,9 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             }
             TraceEvent::AckedWakeup { replayed: true, .. } => coverage.count("key_replayed"),
             TraceEvent::AckedPulse { .. } => coverage.count("pulse_answered"),
+            TraceEvent::AckedPulses { agents, .. } => {
+                agents.iter().for_each(|_| coverage.count("pulse_answered"))
+            }
             TraceEvent::ModelCallServed { .. }
             | TraceEvent::ToolCallServed { .. }
             | TraceEvent::ProcessSpawned { .. } => coverage.count("execution_served"),

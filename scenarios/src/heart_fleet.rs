@@ -283,6 +283,9 @@ impl FleetFigures {
                     _ => {}
                 },
                 TraceEvent::AckedPulse { .. } => figures.pulses_answered += 1,
+                TraceEvent::AckedPulses { agents, .. } => {
+                    figures.pulses_answered += agents.len() as u64
+                }
                 TraceEvent::ModelCallServed { host, api, .. } => {
                     figures.calls_served += 1;
                     figures.calls_by_host_name += u64::from(host.starts_with("llm.sim"));

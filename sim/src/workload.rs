@@ -363,7 +363,7 @@ async fn pulse(client: OperatorClient, recorder: Recorder, agent: u64) {
     }
 }
 
-/// Sends one batch of pulses; records each agent's acknowledgement with the send instant.
+/// Sends one batch of pulses; records the batch's acknowledgement with the send instant.
 async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64>) {
     let sent_ms = elapsed_ms();
     let body = serde_json::json!({ "agents": agents });
@@ -371,9 +371,7 @@ async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64
         return;
     };
     if answer.status.is_success() && !recorder.failed() {
-        for agent in agents {
-            recorder.record("workload", TraceEvent::AckedPulse { agent, sent_ms });
-        }
+        recorder.record("workload", TraceEvent::AckedPulses { agents, sent_ms });
     } else if answer.status.is_client_error() {
         panic!(
             "workload sent a bad pulse batch: {} {:?}",

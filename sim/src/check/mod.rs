@@ -186,6 +186,9 @@ impl Checker {
             TraceEvent::AckedPulse { agent, sent_ms } => {
                 self.liveness.answered_pulse(t_ms, *agent, *sent_ms)
             }
+            TraceEvent::AckedPulses { agents, sent_ms } => agents
+                .iter()
+                .try_for_each(|agent| self.liveness.answered_pulse(t_ms, *agent, *sent_ms)),
             TraceEvent::QuietPhase => {
                 self.quiet_since_ms = Some(t_ms);
                 Ok(())
@@ -677,6 +680,29 @@ mod tests {
         checker.observe(&record(1, failed())).unwrap();
         checker.observe(&record(2, TraceEvent::Restarted)).unwrap();
         checker.observe(&record(3, fired(2, 1_000, 1_000))).unwrap();
+    }
+
+    #[test]
+    fn a_batch_of_answered_pulses_is_judged_agent_by_agent() {
+        let online = TraceEvent::Committed {
+            event: Event {
+                seq: 2,
+                at_ms: 0,
+                tenant: "default".into(),
+                kind: EventKind::AgentOnline {
+                    agent: AgentId(1),
+                    report: Default::default(),
+                },
+            },
+        };
+        let batch = |agents: Vec<u64>| TraceEvent::AckedPulses { agents, sent_ms: 10 };
+        let mut checker = Checker::new();
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(5, online)).unwrap();
+        checker.observe(&record(20, batch(vec![1]))).unwrap();
+        let err = checker.observe(&record(30, batch(vec![1, 9]))).unwrap_err();
+        assert_eq!(err.invariant, "answered_pulse_means_online");
+        assert!(err.detail.contains("agent 9"), "{}", err.detail);
     }
 
     #[test]
