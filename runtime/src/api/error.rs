@@ -247,6 +247,11 @@ impl From<Refusal> for ApiError {
             }
             Refusal::AgentTerminated(_) => (StatusCode::CONFLICT, "agent_terminated", None),
             Refusal::TokenInUse => (StatusCode::CONFLICT, "token_in_use", None),
+            Refusal::UnknownHeartbeat(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            Refusal::HeartbeatIdTaken(_) => (StatusCode::CONFLICT, "id_taken", Some("id")),
+            Refusal::TooManyHeartbeats(_) => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "limit_reached", Some("agent"))
+            }
         };
         ApiError {
             status,

@@ -7,6 +7,7 @@ use super::agent::Agent;
 use super::coordinator::Coordinator;
 use super::history::History;
 use super::node_bounds::{FinishedAt, KeySummary};
+use super::predicate::{Heartbeat, Heartbeats};
 use super::session::Sessions;
 use super::event::{Event, EventKind};
 use super::run::{Run, RunId, FINISHED_RUNS_KEPT_PER_AGENT};
@@ -47,6 +48,8 @@ pub struct AgentState {
     history: History,
     /// Coding-CLI sessions by task key.
     sessions: Sessions,
+    /// Predicate heartbeats, by id.
+    heartbeats: Heartbeats,
 }
 
 impl AgentState {
@@ -61,7 +64,13 @@ impl AgentState {
             keys_clock_ms: 0,
             history: History::default(),
             sessions: Sessions::default(),
+            heartbeats: Heartbeats::default(),
         }
+    }
+
+    /// The agent's predicate heartbeats.
+    pub fn heartbeats(&self) -> &Heartbeats {
+        &self.heartbeats
     }
 
     /// The agent's coding-CLI sessions.
@@ -214,6 +223,7 @@ impl AgentState {
         keys_clock_ms: u64,
         history: History,
         sessions: Sessions,
+        heartbeats: Heartbeats,
     ) -> Result<AgentState, RestoreError> {
         let mut state = AgentState {
             coordinator,
@@ -227,6 +237,7 @@ impl AgentState {
             keys_clock_ms,
             history,
             sessions,
+            heartbeats,
         };
         for (seq, run) in finished {
             let id = run.id;
@@ -281,6 +292,10 @@ impl AgentState {
         if matches!(event.kind, EventKind::SessionReset { .. }) {
             return None;
         }
+        // Nor does a heartbeat's event; the wakeup a transition enqueues is its own event.
+        if self.apply_heartbeats(event) {
+            return None;
+        }
         let ended = self.coordinator.apply(event);
         self.remember_key(event);
         let ended = ended?;
@@ -315,6 +330,35 @@ impl AgentState {
             }
             _ => {}
         }
+    }
+
+    /// Folds a heartbeat's event in; false for every other event.
+    fn apply_heartbeats(&mut self, event: &Event) -> bool {
+        match &event.kind {
+            EventKind::HeartbeatCreated {
+                agent,
+                heartbeat,
+                spec,
+            } => self.heartbeats.insert(Heartbeat {
+                id: heartbeat.clone(),
+                agent: *agent,
+                spec: (**spec).clone(),
+                state: None,
+                emission_paused: false,
+                created_at_ms: event.at_ms,
+                changed_at_ms: None,
+                transitions: 0,
+            }),
+            EventKind::HeartbeatDeleted { heartbeat, .. } => self.heartbeats.remove(heartbeat),
+            EventKind::HeartbeatStateChanged { heartbeat, to, .. } => {
+                self.heartbeats.changed(heartbeat, to, event.at_ms)
+            }
+            EventKind::HeartbeatEmissionPaused { heartbeat, .. } => {
+                self.heartbeats.paused(heartbeat)
+            }
+            _ => return false,
+        }
+        true
     }
 
     fn remember_key(&mut self, event: &Event) {

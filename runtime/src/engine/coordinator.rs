@@ -847,6 +847,10 @@ impl Coordinator {
             | EventKind::AgentTokenRotated { .. }
             | EventKind::AgentUpdated { .. }
             | EventKind::AgentDeleted { .. }
+            | EventKind::HeartbeatCreated { .. }
+            | EventKind::HeartbeatDeleted { .. }
+            | EventKind::HeartbeatStateChanged { .. }
+            | EventKind::HeartbeatEmissionPaused { .. }
             | EventKind::AgentCreated { .. } => {
                 unreachable!("{} is not an agent event", event.kind.type_name())
             }

@@ -8,6 +8,7 @@ use super::agent_error::AgentErrorReason;
 use super::breaker::FailureCause;
 use super::daily_cap::LocalDay;
 use super::pause::PausedBy;
+use super::predicate::{HeartbeatId, HeartbeatSpec};
 use super::pulse_report::PulseReport;
 use super::run::{ErrorClass, RunId, RunReport, RunStatus, StopReason};
 use super::tenant::{TenantName, TokenHash, TokenSetBy};
@@ -280,6 +281,36 @@ pub enum EventKind {
         agent: AgentId,
         name: String,
     },
+    /// An operator defined a predicate heartbeat of the agent (storage format 5): its effective
+    /// interval and budget (docs/api.md, "Predicate heartbeats").
+    HeartbeatCreated {
+        agent: AgentId,
+        heartbeat: HeartbeatId,
+        /// Boxed: the check's URL would make every event larger.
+        spec: Box<HeartbeatSpec>,
+    },
+    /// An operator deleted the heartbeat (format 5).
+    HeartbeatDeleted {
+        agent: AgentId,
+        heartbeat: HeartbeatId,
+    },
+    /// The heartbeat observed a state other than the one recorded (format 5): `from` none is
+    /// its first observation, which enqueues nothing. A wakeup it enqueues is decided with it,
+    /// in the same commit.
+    HeartbeatStateChanged {
+        agent: AgentId,
+        heartbeat: HeartbeatId,
+        from: Option<String>,
+        to: String,
+    },
+    /// A transition found `pending` runs of this heartbeat still waiting, at the cap: it was
+    /// not recorded (the next tick after the queue drains sees it again) and emission pauses
+    /// until then (format 5). Recorded once per pause.
+    HeartbeatEmissionPaused {
+        agent: AgentId,
+        heartbeat: HeartbeatId,
+        pending: u64,
+    },
 }
 
 impl EventKind {
@@ -316,6 +347,10 @@ impl EventKind {
             EventKind::AgentTokenRotated { .. } => "agent_token_rotated",
             EventKind::AgentUpdated { .. } => "agent_updated",
             EventKind::AgentDeleted { .. } => "agent_deleted",
+            EventKind::HeartbeatCreated { .. } => "heartbeat_created",
+            EventKind::HeartbeatDeleted { .. } => "heartbeat_deleted",
+            EventKind::HeartbeatStateChanged { .. } => "heartbeat_state_changed",
+            EventKind::HeartbeatEmissionPaused { .. } => "heartbeat_emission_paused",
         }
     }
 
@@ -351,7 +386,11 @@ impl EventKind {
             | EventKind::IdleFired { agent, .. }
             | EventKind::AgentTokenRotated { agent, .. }
             | EventKind::AgentUpdated { agent, .. }
-            | EventKind::AgentDeleted { agent, .. } => Some(*agent),
+            | EventKind::AgentDeleted { agent, .. }
+            | EventKind::HeartbeatCreated { agent, .. }
+            | EventKind::HeartbeatDeleted { agent, .. }
+            | EventKind::HeartbeatStateChanged { agent, .. }
+            | EventKind::HeartbeatEmissionPaused { agent, .. } => Some(*agent),
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod pulse_report;
 pub mod llm_spec;
 pub mod node_bounds;
 pub mod pause;
+pub mod predicate;
 pub mod prompt;
 pub mod run;
 pub mod schedule;
@@ -163,6 +164,23 @@ pub enum Command {
     DeleteAgent {
         agent: AgentId,
     },
+    /// An operator defines a predicate heartbeat in `tenant`.
+    CreateHeartbeat {
+        tenant: TenantName,
+        request: predicate::HeartbeatRequest,
+    },
+    /// An operator deletes one.
+    DeleteHeartbeat {
+        tenant: TenantName,
+        heartbeat: predicate::HeartbeatId,
+    },
+    /// An evaluation of the heartbeat observed `state` (a state token,
+    /// `predicate::state_token`).
+    ObserveHeartbeat {
+        tenant: TenantName,
+        heartbeat: predicate::HeartbeatId,
+        state: String,
+    },
 }
 
 /// Why the engine refused a command. Nothing was decided, nothing needs undoing.
@@ -196,6 +214,12 @@ pub enum Refusal {
     TooManyIdempotencyKeysOnNode { limit: usize, retry_after_s: u64 },
     #[error("this token is already in use")]
     TokenInUse,
+    #[error("no heartbeat with id {0:?} in this tenant")]
+    UnknownHeartbeat(String),
+    #[error("a heartbeat with id {0:?} already exists in this tenant; choose another id")]
+    HeartbeatIdTaken(String),
+    #[error("agent {0} already has {max} heartbeats, its limit", max = predicate::HEARTBEATS_PER_AGENT_MAX)]
+    TooManyHeartbeats(AgentId),
 }
 
 /// What a command decided: the events to persist, and for a wakeup its answer.
@@ -232,6 +256,8 @@ pub struct Engine {
     /// others are never copied (ADR 0016).
     agents: BTreeMap<AgentId, Arc<AgentState>>,
     names: BTreeMap<(TenantName, String), AgentId>,
+    /// Which agent holds each predicate heartbeat, by tenant and id (derived, as `names`).
+    heartbeat_owners: BTreeMap<(TenantName, predicate::HeartbeatId), AgentId>,
     /// Which agent each run held in memory belongs to.
     run_owner: BTreeMap<RunId, AgentId>,
     last_seq: u64,
@@ -256,6 +282,7 @@ impl Default for Engine {
             tokens: BTreeMap::new(),
             agents: BTreeMap::new(),
             names: BTreeMap::new(),
+            heartbeat_owners: BTreeMap::new(),
             run_owner: BTreeMap::new(),
             last_seq: 0,
             next_agent: 1,
@@ -557,6 +584,17 @@ impl Engine {
                     },
                 );
             }
+            Command::CreateHeartbeat { tenant, request } => {
+                self.decide_create_heartbeat(&mut draft, tenant, request)?
+            }
+            Command::DeleteHeartbeat { tenant, heartbeat } => {
+                self.decide_delete_heartbeat(&mut draft, tenant, heartbeat)?
+            }
+            Command::ObserveHeartbeat {
+                tenant,
+                heartbeat,
+                state,
+            } => self.decide_observe_heartbeat(&mut draft, tenant, heartbeat, state)?,
             Command::RecoverRuns => {
                 for state in self.agents.values() {
                     let stuck = state.active_run().is_some();
@@ -970,6 +1008,14 @@ impl Engine {
                     self.bounds.run_evicted(evicted);
                 }
                 match kind {
+                    EventKind::HeartbeatCreated { heartbeat, .. } => {
+                        self.heartbeat_owners
+                            .insert((event.tenant.clone(), heartbeat.clone()), agent);
+                    }
+                    EventKind::HeartbeatDeleted { heartbeat, .. } => {
+                        self.heartbeat_owners
+                            .remove(&(event.tenant.clone(), heartbeat.clone()));
+                    }
                     EventKind::UsageRecorded { usage, .. } => {
                         let tenant = self
                             .tenants
@@ -1054,6 +1100,10 @@ impl Engine {
         }
         for run in state.runs() {
             self.run_owner.remove(&run.id);
+        }
+        for heartbeat in state.heartbeats().iter() {
+            self.heartbeat_owners
+                .remove(&(event.tenant.clone(), heartbeat.id.clone()));
         }
     }
 

@@ -14,6 +14,7 @@ use super::agent::AgentId;
 use super::agent_state::AgentState;
 use super::due_index::{Deadlines, DueIndex};
 use super::node_bounds::{FinishedAt, NodeBounds, NodeLimits};
+use super::predicate::HeartbeatId;
 use super::run::RunId;
 use super::tenant::{Principal, Tenant, TenantName, TokenHash};
 use super::Engine;
@@ -119,6 +120,7 @@ impl Engine {
 struct Derived {
     tokens: Vec<(TokenHash, Principal)>,
     names: Vec<((TenantName, String), AgentId)>,
+    heartbeat_owners: Vec<((TenantName, HeartbeatId), AgentId)>,
     run_owner: Vec<(RunId, AgentId)>,
     deadlines: Vec<(AgentId, Deadlines)>,
     keys_held: usize,
@@ -154,6 +156,7 @@ impl Derived {
     fn append(&mut self, mut other: Derived) {
         self.tokens.append(&mut other.tokens);
         self.names.append(&mut other.names);
+        self.heartbeat_owners.append(&mut other.heartbeat_owners);
         self.run_owner.append(&mut other.run_owner);
         self.deadlines.append(&mut other.deadlines);
         self.keys_held += other.keys_held;
@@ -191,6 +194,12 @@ impl Derived {
         ));
         self.names
             .push(((agent.tenant.clone(), agent.name.clone()), id));
+        self.heartbeat_owners.extend(
+            state
+                .heartbeats()
+                .iter()
+                .map(|heartbeat| ((agent.tenant.clone(), heartbeat.id.clone()), id)),
+        );
         self.run_owner.extend(state.runs().map(|run| (run.id, id)));
         self.deadlines.push((id, Deadlines::of(state)));
         let keys = state.key_summary();
@@ -232,6 +241,14 @@ impl Derived {
         if let Some(pair) = self.names.windows(2).find(|pair| pair[0].0 == pair[1].0) {
             return Err(format!("the name {:?} is held twice", (pair[0].0).1));
         }
+        self.heartbeat_owners.sort_unstable();
+        if let Some(pair) = self
+            .heartbeat_owners
+            .windows(2)
+            .find(|pair| pair[0].0 == pair[1].0)
+        {
+            return Err(format!("heartbeat {} is held twice", (pair[0].0).1));
+        }
         self.run_owner.sort_unstable();
         if let Some(pair) = self
             .run_owner
@@ -254,6 +271,7 @@ impl Derived {
             engine.tokens = tokens.into_iter().collect();
             engine.names = names.into_iter().collect();
         }
+        engine.heartbeat_owners = self.heartbeat_owners.into_iter().collect();
         engine.run_owner = self.run_owner.into_iter().collect();
         engine.due = DueIndex::of_all(self.deadlines);
         engine.bounds = NodeBounds::of_all(

@@ -18,6 +18,7 @@ use crate::engine::agent_update::SpecChange;
 use crate::engine::breaker::FailureCause;
 use crate::engine::event::Event;
 use crate::engine::history::{HistoryMessage, Role};
+use crate::engine::predicate::HeartbeatId;
 use crate::engine::pulse_report::{PulseReport, ReportedStatus};
 use crate::engine::run::{
     ChildExit, ErrorClass, RunEnd, RunId, RunReport, RunStatus, SessionChange, StopReason,
@@ -63,6 +64,13 @@ const FORMAT_1_TYPES: [&str; 27] = [
 const FORMAT_2_ADDED: [&str; 1] = ["agent_token_rotated"];
 /// Format 3 added these types (and `operator_token_set`'s `by`).
 const FORMAT_3_ADDED: [&str; 2] = ["agent_updated", "agent_deleted"];
+/// Format 5 added predicate heartbeats.
+const FORMAT_5_ADDED: [&str; 4] = [
+    "heartbeat_created",
+    "heartbeat_deleted",
+    "heartbeat_state_changed",
+    "heartbeat_emission_paused",
+];
 
 fn fixture_path(format: u64) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -149,8 +157,10 @@ fn write_story(store: Store) -> Engine {
     let scripted = scripted_agent(&mut story);
     let llm = llm_agent(&mut story);
     cli_agents(&mut story);
+    heartbeats_before_the_snapshot(&mut story);
     // Format 4: a snapshot of everything so far; recovery reads it and replays the rest.
     story.store.write_snapshot(&story.engine.image()).unwrap();
+    heartbeats_after_the_snapshot(&mut story);
     breaker(&mut story, llm);
     restarts(&mut story, scripted);
     // Format 2: an operator replaces the scripted agent's token.
@@ -163,6 +173,64 @@ fn write_story(store: Store) -> Engine {
     );
     lifecycle(&mut story, llm);
     story.engine
+}
+
+/// Format 5: an agent with a heartbeat of each kind; the inbox's baseline and a transition (the
+/// snapshot holds both heartbeats and their states).
+fn heartbeats_before_the_snapshot(story: &mut Story) {
+    let watcher = story.create("acme", json!({"name": "watcher"}), T0 + 50 * MINUTE);
+    for (id, check, on_change) in [
+        ("inbox", json!({"kind": "sample"}), "wake"),
+        (
+            "feed",
+            json!({"kind": "http", "url": "https://feeds.example/x.json", "pointer": "/items/0"}),
+            "event",
+        ),
+    ] {
+        let request = serde_json::from_value(json!({
+            "id": id, "agent": watcher.0, "interval_sec": 60, "check": check, "on_change": on_change,
+        }))
+        .unwrap();
+        story.step(
+            Command::CreateHeartbeat {
+                tenant: "acme".into(),
+                request,
+            },
+            T0 + 50 * MINUTE,
+        );
+    }
+    observe(story, "inbox", json!({"unread": 0}), T0 + 51 * MINUTE);
+    observe(story, "inbox", json!({"unread": 2}), T0 + 52 * MINUTE);
+}
+
+/// Format 5: transitions until the inbox's emission pauses, and a deleted heartbeat.
+fn heartbeats_after_the_snapshot(story: &mut Story) {
+    for unread in 3..9 {
+        observe(story, "inbox", json!({"unread": unread}), T0 + 53 * MINUTE);
+    }
+    assert!(story
+        .engine
+        .heartbeat("acme", &HeartbeatId("inbox".into()))
+        .unwrap()
+        .emission_paused);
+    story.step(
+        Command::DeleteHeartbeat {
+            tenant: "acme".into(),
+            heartbeat: HeartbeatId("feed".into()),
+        },
+        T0 + 54 * MINUTE,
+    );
+}
+
+fn observe(story: &mut Story, id: &str, observed: serde_json::Value, now_ms: u64) {
+    story.step(
+        Command::ObserveHeartbeat {
+            tenant: "acme".into(),
+            heartbeat: HeartbeatId(id.into()),
+            state: crate::engine::predicate::state_token(&observed).unwrap(),
+        },
+        now_ms,
+    );
 }
 
 /// Format 3: an operator changes the LLM agent's timer and cap, rotates their own token, and
@@ -545,6 +613,15 @@ fn state_of(engine: &Engine) -> serde_json::Value {
                 "sessions": state.sessions().iter().collect::<Vec<_>>(),
             })
         })
+        .map(|mut view| {
+            // Only where there are any (format 5), so the older formats' states read as before.
+            let state = engine.agent_state(AgentId(view["agent"]["id"].as_u64().unwrap()));
+            let heartbeats: Vec<_> = state.unwrap().heartbeats().iter().collect();
+            if !heartbeats.is_empty() {
+                view["heartbeats"] = json!(heartbeats);
+            }
+            view
+        })
         .collect();
     let tenants: Vec<serde_json::Value> = engine
         .tenants()
@@ -573,6 +650,7 @@ fn the_story_writes_every_event_type_of_the_current_format() {
         .into_iter()
         .chain(FORMAT_2_ADDED)
         .chain(FORMAT_3_ADDED)
+        .chain(FORMAT_5_ADDED)
         .filter(|name| !events.iter().any(|e| e.kind.type_name() == *name))
         .collect();
     assert!(missing.is_empty(), "the story never writes {missing:?}");
@@ -660,6 +738,13 @@ fn format_2_fixture_recovers_byte_for_byte_into_the_same_state() {
 fn format_3_fixture_recovers_byte_for_byte_into_the_same_state() {
     let state = fixture_recovers_byte_for_byte(3);
     insta::assert_snapshot!("format_3_fixture_state", state);
+}
+
+#[test]
+fn format_5_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let state = fixture_recovers_byte_for_byte(5);
+    assert!(state.contains("emission_paused"), "the fixture holds heartbeats");
+    insta::assert_snapshot!("format_5_fixture_state", state);
 }
 
 #[test]

@@ -19,6 +19,9 @@
 //!   state), of a [`current::snapshot::TenantRecord`] per tenant and of a
 //!   [`current::manifest::SnapshotManifest`] per snapshot (`store/snapshot.rs`, ADR 0016). The
 //!   event records are format 3's unchanged.
+//! - 5: predicate heartbeats: four event types (`heartbeat_created`, `heartbeat_deleted`,
+//!   `heartbeat_state_changed`, `heartbeat_emission_paused`) and an agent snapshot record's
+//!   `heartbeats` (absent: none), `current::heartbeat`.
 //!
 //! How a format changes: a change that only *adds* (an event type, an optional field with a
 //! meaning for its absence) extends the types in [`current`] and bumps [`FORMAT_VERSION`]; older
@@ -34,7 +37,7 @@ use crate::engine::event::Event;
 /// The format this build writes. A database of a newer format is refused at open; an older one
 /// is read through this module (formats 1 to 3 with the current types: later formats only
 /// added).
-pub const FORMAT_VERSION: u64 = 4;
+pub const FORMAT_VERSION: u64 = 5;
 
 /// Why a stored record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]

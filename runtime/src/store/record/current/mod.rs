@@ -7,6 +7,7 @@
 //! The JSON of a record is exactly what the log held before the format was recorded (the
 //! engine's own encoding of that time), so a database from then reads as format 1.
 
+pub mod heartbeat;
 pub mod manifest;
 pub mod snapshot;
 #[cfg(test)]
@@ -227,6 +228,27 @@ pub enum KindRecord {
         agent: u64,
         name: String,
     },
+    /// Format 5: predicate heartbeats (`heartbeat.rs`).
+    HeartbeatCreated {
+        agent: u64,
+        heartbeat: String,
+        spec: Box<heartbeat::HeartbeatSpecRecord>,
+    },
+    HeartbeatDeleted {
+        agent: u64,
+        heartbeat: String,
+    },
+    HeartbeatStateChanged {
+        agent: u64,
+        heartbeat: String,
+        from: Option<String>,
+        to: String,
+    },
+    HeartbeatEmissionPaused {
+        agent: u64,
+        heartbeat: String,
+        pending: u64,
+    },
 }
 
 /// What an `operator_token_set` without `by` (formats 1 and 2) meant: set from configuration.
@@ -272,6 +294,10 @@ impl KindRecord {
             KindRecord::AgentTokenRotated { .. } => "agent_token_rotated",
             KindRecord::AgentUpdated { .. } => "agent_updated",
             KindRecord::AgentDeleted { .. } => "agent_deleted",
+            KindRecord::HeartbeatCreated { .. } => "heartbeat_created",
+            KindRecord::HeartbeatDeleted { .. } => "heartbeat_deleted",
+            KindRecord::HeartbeatStateChanged { .. } => "heartbeat_state_changed",
+            KindRecord::HeartbeatEmissionPaused { .. } => "heartbeat_emission_paused",
         }
     }
 }
@@ -346,6 +372,10 @@ impl From<&EventKind> for KindRecord {
             | EventKind::AgentTokenRotated { .. }
             | EventKind::AgentUpdated { .. }
             | EventKind::AgentDeleted { .. } => agent_record(kind),
+            EventKind::HeartbeatCreated { .. }
+            | EventKind::HeartbeatDeleted { .. }
+            | EventKind::HeartbeatStateChanged { .. }
+            | EventKind::HeartbeatEmissionPaused { .. } => heartbeat::heartbeat_record(kind),
             EventKind::RunRequeued { .. }
             | EventKind::RunStarted { .. }
             | EventKind::RunFinished { .. }
@@ -669,6 +699,10 @@ impl KindRecord {
             | KindRecord::AgentTokenRotated { .. }
             | KindRecord::AgentUpdated { .. }
             | KindRecord::AgentDeleted { .. }) => agent_event(record),
+            record @ (KindRecord::HeartbeatCreated { .. }
+            | KindRecord::HeartbeatDeleted { .. }
+            | KindRecord::HeartbeatStateChanged { .. }
+            | KindRecord::HeartbeatEmissionPaused { .. }) => heartbeat::heartbeat_event(record),
             record @ (KindRecord::RunRequeued { .. }
             | KindRecord::RunStarted { .. }
             | KindRecord::RunFinished { .. }

@@ -40,6 +40,7 @@ use crate::engine::daily_cap::{DayCount, LocalDay};
 use crate::engine::history::{self, History};
 use crate::engine::run::{self, RunId};
 use crate::engine::session::{Sessions, TaskSession};
+use crate::engine::predicate::Heartbeats;
 use crate::engine::tenant::{self, TokenHash};
 use crate::engine::usage::{self, MicroUsd};
 use crate::engine::wakeup::{self, WakeupId};
@@ -126,6 +127,9 @@ pub struct AgentRecord {
     /// Coding-CLI sessions, by task key.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sessions: Vec<SessionRecord>,
+    /// Predicate heartbeats, by id (format 5; absent: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub heartbeats: Vec<super::heartbeat::HeartbeatRecord>,
 }
 
 fn active() -> AgentStatus {
@@ -457,6 +461,7 @@ impl From<&agent_state::AgentState> for AgentRecord {
                     updated_at_ms: session.updated_at_ms,
                 })
                 .collect(),
+            heartbeats: state.heartbeats().iter().map(Into::into).collect(),
         }
     }
 }
@@ -772,6 +777,14 @@ impl AgentRecord {
                 })
                 .collect(),
         );
+        let heartbeats = self
+            .heartbeats
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| {
+                h.into_engine(id, &format!("heartbeats[{i}]"))
+            })
+            .collect::<Result<Vec<_>, Problem>>()?;
         let coordinator = Coordinator::restore(agent, live, last_finished).map_err(restored)?;
         agent_state::AgentState::restore(
             coordinator,
@@ -780,6 +793,7 @@ impl AgentRecord {
             instant("keys_clock_ms", self.keys_clock_ms)?,
             history,
             Sessions::restore(sessions).map_err(restored)?,
+            Heartbeats::restore(heartbeats).map_err(restored)?,
         )
         .map_err(restored)
     }
