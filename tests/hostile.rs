@@ -97,6 +97,7 @@ async fn start_clocked(test: &str, policy: OutboundPolicy, clock: SharedClock) -
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -82,6 +82,7 @@ fn config(storage: StorageLocation, clock: Arc<ManualClock>) -> NodeConfig {
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     }
 }
 

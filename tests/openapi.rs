@@ -45,6 +45,7 @@ async fn start() -> Node {
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");
@@ -236,8 +237,8 @@ async fn every_reference_and_security_scheme_resolves_and_operation_ids_are_uniq
         for name in &names {
             assert_eq!(schemes[name]["scheme"], "bearer", "{method} {path}: {name}");
         }
-        // Only readiness and this document are open to anyone.
-        let open = ["/v1/health", "/v1/openapi.json"].contains(&path.as_str());
+        // Only readiness, this document and the capabilities are open to anyone.
+        let open = ["/v1/health", "/v1/openapi.json", "/v1/capabilities"].contains(&path.as_str());
         assert_eq!(names.is_empty(), open, "{method} {path}: {names:?}");
     }
     node.stop();

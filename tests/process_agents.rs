@@ -354,6 +354,7 @@ async fn a_panicking_adapter_ends_its_run_failed_with_class_adapter_error() {
         transcripts: vigil::transcript::FileTranscripts::shared(&data_dir),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     })
     .await
     .expect("node starts");

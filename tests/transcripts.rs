@@ -67,6 +67,7 @@ async fn start_in(dir: PathBuf) -> Fixture {
         transcripts: FileTranscripts::shared(&dir),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     })
     .await
     .expect("node starts");

@@ -705,6 +705,7 @@ time_zone = "Europe/Paris"
             transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
             alert_sinks: Vec::new(),
             snapshots: Default::default(),
+            heartbeat_test_seam: false,
         })
         .await
         .unwrap();

@@ -13,6 +13,7 @@ pub mod engine;
 pub mod exec;
 pub mod fleet;
 pub mod fleet_plan;
+pub mod heartbeats;
 pub mod io;
 #[cfg(test)]
 mod limits_doc;

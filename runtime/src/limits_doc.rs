@@ -165,6 +165,22 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(alerts::ALERT_ANSWER_BYTES_MAX),
         limit!(alerts::ALERT_PAGE_EVENTS),
         limit!(alerts::ALERT_CURSOR_SAVE_EVENTS),
+        limit!(engine::predicate::HEARTBEAT_MIN_INTERVAL_SEC),
+        limit!(engine::predicate::HEARTBEAT_MAX_INTERVAL_SEC),
+        limit!(engine::predicate::HEARTBEAT_MAX_RUNTIME_MS),
+        limit!(engine::predicate::HEARTBEAT_MIN_RUNTIME_MS),
+        limit!(engine::predicate::HEARTBEAT_MAX_STATE_BYTES),
+        limit!(engine::predicate::HEARTBEAT_MAX_PENDING_ENQUEUED),
+        limit!(engine::predicate::HEARTBEATS_PER_AGENT_MAX),
+        limit!(engine::predicate::HEARTBEAT_ID_CHARS_MAX),
+        limit!(engine::predicate::HEARTBEAT_URL_BYTES_MAX),
+        limit!(engine::predicate::HEARTBEAT_POINTER_BYTES_MAX),
+        limit!(heartbeats::HEARTBEAT_EVALUATIONS_KEPT),
+        limit!(heartbeats::HEARTBEAT_ANSWER_BYTES_MAX),
+        limit!(heartbeats::HEARTBEAT_DETAIL_CHARS_MAX),
+        limit!(api::heartbeats::HEARTBEATS_PAGE_DEFAULT),
+        limit!(api::heartbeats::HEARTBEATS_PAGE_MAX),
+        limit!(api::heartbeats::HEARTBEAT_SEAM_SLOW_MS_MAX),
     ]
 }
 

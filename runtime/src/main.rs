@@ -709,6 +709,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         transcripts: FileTranscripts::shared(&data_dir),
         alert_sinks,
         snapshots: node_file.snapshot_policy(),
+        heartbeat_test_seam: node_file.heartbeats.test_seam,
     })
     .await?;
     // The first stdout line is the contract with scripts and tests that start `vigil serve`.

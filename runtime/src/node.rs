@@ -24,6 +24,7 @@ use crate::engine::tenant::DEFAULT_TENANT;
 use crate::engine::Command;
 use crate::exec::adapter::SharedAdapterSource;
 use crate::exec::host::RunServices;
+use crate::heartbeats::HeartbeatRunner;
 use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
@@ -85,6 +86,9 @@ pub struct NodeConfig {
     /// When the node snapshots its engine (ADR 0016); the default but in tests and the
     /// simulator, which take them far more often.
     pub snapshots: crate::snapshots::SnapshotPolicy,
+    /// Whether `POST /v1/host/sample/heartbeat/tick` (the RFC 0060 test seam) answers; 404
+    /// when not (the node file's `[heartbeats] test_seam`, off by default).
+    pub heartbeat_test_seam: bool,
 }
 
 /// Called with every event the start-up replayed, in order, before any new event.
@@ -134,6 +138,9 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
     transcripts: SharedTranscriptStore,
     alerting: Alerting,
+    /// Where heartbeats' HTTP checks go (the runs' poster source, with its address policy).
+    poster: Arc<dyn crate::exec::host::PosterSource>,
+    heartbeats: Option<Arc<HeartbeatRunner>>,
 }
 
 impl Node {
@@ -157,7 +164,8 @@ impl Node {
             poster: config.run_services.poster.clone(),
             secrets: config.run_services.secrets.clone(),
         };
-        let gate = Gate::new(transcripts.clone());
+        let gate = Gate::new(transcripts.clone()).with_heartbeat_seam(config.heartbeat_test_seam);
+        let poster = config.run_services.poster.clone();
         let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
         let recovery = tokio::spawn(recover(config));
         Ok(Node {
@@ -168,6 +176,8 @@ impl Node {
             tasks: vec![server],
             transcripts,
             alerting,
+            poster,
+            heartbeats: None,
         })
     }
 
@@ -188,6 +198,10 @@ impl Node {
             }
             self.tasks.extend(alerts::spawn_sinks(&shell, &self.alerting));
             shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
+            let heartbeats = HeartbeatRunner::new(shell.clone(), self.poster.clone());
+            heartbeats.start_all();
+            self.gate.open_heartbeats(heartbeats.clone());
+            self.heartbeats = Some(heartbeats);
             self.gate.open(shell.clone());
             self.ready = Some((shell, recovered));
         }
@@ -282,6 +296,9 @@ impl Node {
         }
         if let Some(recovery) = &self.recovery {
             recovery.abort();
+        }
+        if let Some(heartbeats) = &self.heartbeats {
+            heartbeats.stop();
         }
         if let Some((shell, _)) = &self.ready {
             shell.stop_runs();

@@ -52,6 +52,19 @@ pub struct NodeFile {
     /// `[snapshots]`: when the node snapshots its engine (docs/operations.md, "Snapshots").
     #[serde(default)]
     pub snapshots: SnapshotsSection,
+    /// `[heartbeats]`: predicate heartbeats (docs/api.md, "Predicate heartbeats").
+    #[serde(default)]
+    pub heartbeats: HeartbeatsSection,
+}
+
+/// `[heartbeats]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HeartbeatsSection {
+    /// Answer `POST /v1/host/sample/heartbeat/tick`, the RFC 0060 test seam that drives one
+    /// tick with an injected observation (off: 404). For conformance suites, never production.
+    #[serde(default)]
+    pub test_seam: bool,
 }
 
 /// `[snapshots]`.

@@ -474,6 +474,7 @@ async fn run_node(
         transcripts,
         alert_sinks,
         snapshots: SIM_SNAPSHOTS,
+        heartbeat_test_seam: false,
         on_replayed: Some({
             let recorder = recorder.clone();
             Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))

@@ -153,6 +153,7 @@ impl World {
             transcripts: FileTranscripts::shared(&self.data_dir()),
             alert_sinks: Vec::new(),
             snapshots: Default::default(),
+            heartbeat_test_seam: false,
         }
     }
 

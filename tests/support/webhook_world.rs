@@ -83,6 +83,7 @@ pub async fn node(test: &str) -> Running {
         transcripts: FileTranscripts::shared(&dir),
         alert_sinks: Vec::new(),
         snapshots: Default::default(),
+        heartbeat_test_seam: false,
     };
     let mut node = Node::start(config).await.expect("node starts");
     node.ready().await.expect("node recovers");

@@ -18,6 +18,7 @@ use crate::engine::agent::{Agent, AgentId};
 use crate::engine::spec_error::echo;
 use crate::engine::tenant::{Principal, TokenHash};
 use crate::engine::wakeup::RequestedBy;
+use crate::heartbeats::HeartbeatRunner;
 use crate::shell::Shell;
 use crate::transcript::SharedTranscriptStore;
 
@@ -33,6 +34,10 @@ pub struct Gate {
     requests: Slots,
     /// Where run transcripts are read from (`GET /v1/runs/{id}/log`).
     transcripts: SharedTranscriptStore,
+    /// The heartbeats' ticks, once the node is ready (`api::heartbeats`).
+    heartbeats: Arc<OnceLock<Arc<HeartbeatRunner>>>,
+    /// Whether the RFC 0060 test seam answers.
+    heartbeat_seam: bool,
 }
 
 impl Gate {
@@ -43,7 +48,30 @@ impl Gate {
             rate_limits: RateLimits::default(),
             requests: super::in_flight::request_slots(),
             transcripts,
+            heartbeats: Arc::default(),
+            heartbeat_seam: false,
         }
+    }
+
+    /// The same gate, with the heartbeat test seam on or off.
+    pub fn with_heartbeat_seam(mut self, on: bool) -> Self {
+        self.heartbeat_seam = on;
+        self
+    }
+
+    /// Hands the API the heartbeats' runner (before [`Gate::open`]).
+    pub fn open_heartbeats(&self, runner: Arc<HeartbeatRunner>) {
+        assert!(self.heartbeats.set(runner).is_ok(), "heartbeats opened twice");
+    }
+
+    /// The heartbeats' runner (set before the gate opens, so any caller past it finds it).
+    pub(super) fn heartbeats(&self) -> Option<&Arc<HeartbeatRunner>> {
+        self.heartbeats.get()
+    }
+
+    /// Whether the heartbeat test seam answers.
+    pub(super) fn heartbeat_seam(&self) -> bool {
+        self.heartbeat_seam
     }
 
     /// Lets requests through to `shell`.

@@ -10,6 +10,7 @@ pub(crate) mod body_deadline;
 pub mod client;
 pub(crate) mod error;
 pub(crate) mod events;
+pub(crate) mod heartbeats;
 pub(crate) mod in_flight;
 mod openapi;
 mod pulses;
@@ -48,6 +49,7 @@ pub use body_deadline::{BODY_READ_TIMEOUT_MS, BODY_STALL_TIMEOUT_MS};
 pub use error::{ERROR_FIELD_CHARS_MAX, ERROR_MESSAGE_CHARS_MAX, RETRY_AFTER_DEFAULT_S};
 pub use error::ApiError;
 pub use events::SSE_KEEPALIVE_MS;
+pub use heartbeats::{HEARTBEATS_PAGE_DEFAULT, HEARTBEATS_PAGE_MAX, HEARTBEAT_SEAM_SLOW_MS_MAX};
 pub use in_flight::{
     REQUESTS_IN_FLIGHT_MAX, REQUESTS_IN_FLIGHT_NODE_OPERATOR_RESERVE,
     REQUESTS_IN_FLIGHT_PER_AGENT_TOKEN_MAX, REQUESTS_IN_FLIGHT_PER_OPERATOR_TOKEN_MAX,
@@ -105,6 +107,10 @@ fn routes() -> OpenApiRouter<Gate> {
         .routes(routes!(run_result::report))
         .routes(routes!(events::list))
         .routes(routes!(wakeups::list))
+        .routes(routes!(heartbeats::list, heartbeats::create))
+        .routes(routes!(heartbeats::show, heartbeats::delete))
+        .routes(routes!(heartbeats::capabilities))
+        .routes(routes!(heartbeats::tick))
 }
 
 /// The router serving `routes()`, with the fallbacks and the body limits.

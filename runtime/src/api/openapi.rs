@@ -35,6 +35,7 @@ use super::error::ApiError;
         (name = "pulses", description = "Liveness pulses and user input"),
         (name = "runs", description = "Runs, their transcripts, and webhook results"),
         (name = "history", description = "The event log and the wakeup history"),
+        (name = "heartbeats", description = "Predicate heartbeats (RFC 0060): checks that wake an agent only on a state change"),
     )
 )]
 pub(super) struct ApiDoc;

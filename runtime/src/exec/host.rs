@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::adapter::{RecordFuture, RunHost};
-use super::model::{PostAnswer, PostError, PostFuture, PostRequest, Poster};
+use super::model::{GetRequest, PostAnswer, PostError, PostFuture, PostRequest, Poster};
 use super::pricing::PriceTable;
 #[cfg(madsim)]
 use super::spawn::NoSpawner;
@@ -200,8 +200,33 @@ impl RunHost for ShellHost {
     }
 }
 
+/// An outbound answer or error as the poster seam speaks them.
+fn post_result(result: Result<crate::net::OutboundAnswer, OutboundError>) -> Result<PostAnswer, PostError> {
+    match result {
+        Ok(answer) => Ok(PostAnswer {
+            status: answer.status.as_u16(),
+            retry_after_ms: answer.retry_after_ms,
+            body: answer.body,
+        }),
+        Err(OutboundError::Timeout { timeout_ms }) => Err(PostError::Timeout { timeout_ms }),
+        Err(OutboundError::TooLarge { limit_bytes }) => Err(PostError::TooLarge {
+            limit_bytes: limit_bytes as u64,
+        }),
+        Err(error) => Err(PostError::Failed(error.to_string())),
+    }
+}
+
 /// Production's poster: the outbound HTTP(S) client (`crate::net`).
 impl Poster for OutboundClient {
+    fn get<'a>(&'a self, request: GetRequest<'a>) -> PostFuture<'a> {
+        Box::pin(async move {
+            let endpoint = Endpoint::parse(request.url)
+                .map_err(|error| PostError::Failed(error.to_string()))?;
+            let bytes_max = usize::try_from(request.response_bytes_max).unwrap_or(usize::MAX);
+            post_result(self.get(&endpoint, request.timeout_ms, bytes_max).await)
+        })
+    }
+
     fn post<'a>(&'a self, request: PostRequest<'a>) -> PostFuture<'a> {
         Box::pin(async move {
             let endpoint = Endpoint::parse(request.base_url)
@@ -219,20 +244,7 @@ impl Poster for OutboundClient {
             outbound.timeout_ms = request.timeout_ms;
             outbound.response_bytes_max =
                 usize::try_from(request.response_bytes_max).unwrap_or(usize::MAX);
-            match self.post_json(outbound).await {
-                Ok(answer) => Ok(PostAnswer {
-                    status: answer.status.as_u16(),
-                    retry_after_ms: answer.retry_after_ms,
-                    body: answer.body,
-                }),
-                Err(OutboundError::Timeout { timeout_ms }) => {
-                    Err(PostError::Timeout { timeout_ms })
-                }
-                Err(OutboundError::TooLarge { limit_bytes }) => Err(PostError::TooLarge {
-                    limit_bytes: limit_bytes as u64,
-                }),
-                Err(error) => Err(PostError::Failed(error.to_string())),
-            }
+            post_result(self.post_json(outbound).await)
         })
     }
 }

@@ -115,6 +115,29 @@ impl OutboundClient {
         }
     }
 
+    /// GETs the endpoint (its base path is the path, with its query), answer read whole,
+    /// bounded like [`OutboundClient::post_json`].
+    pub async fn get(
+        &self,
+        endpoint: &Endpoint,
+        timeout_ms: u64,
+        response_bytes_max: usize,
+    ) -> Result<OutboundAnswer, OutboundError> {
+        let path = join_path(endpoint.base_path(), "")?;
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path.as_str())
+            .header(hyper::header::HOST, endpoint.authority())
+            .header(hyper::header::ACCEPT, "application/json")
+            .body(Full::new(Bytes::new()))
+            .map_err(|error| request_error(format!("the path `{path}` is not valid: {error}")))?;
+        let exchange = self.exchange(endpoint, request, response_bytes_max);
+        match tokio::time::timeout(Duration::from_millis(timeout_ms), exchange).await {
+            Ok(answer) => answer,
+            Err(_) => Err(OutboundError::Timeout { timeout_ms }),
+        }
+    }
+
     async fn exchange(
         &self,
         endpoint: &Endpoint,

@@ -168,9 +168,26 @@ pub enum PostError {
 /// The future a [`Poster`] returns.
 pub type PostFuture<'a> = Pin<Box<dyn Future<Output = Result<PostAnswer, PostError>> + Send + 'a>>;
 
-/// Carries one JSON POST: the seam between the loop and the network.
+/// One GET of a URL whose answer is read whole (a predicate heartbeat's HTTP check).
+#[derive(Debug, Clone)]
+pub struct GetRequest<'a> {
+    /// `https://host[:port]/path[?query]`.
+    pub url: &'a str,
+    /// Bounds the whole exchange.
+    pub timeout_ms: u64,
+    pub response_bytes_max: u64,
+}
+
+/// Carries one JSON POST (and a GET): the seam between the node and the network.
 pub trait Poster: Send + Sync {
     fn post<'a>(&'a self, request: PostRequest<'a>) -> PostFuture<'a>;
+
+    /// GETs a URL. Transports that only ever carry POSTs (a test's stand-in) keep this
+    /// refusal.
+    fn get<'a>(&'a self, request: GetRequest<'a>) -> PostFuture<'a> {
+        let url = request.url.to_string();
+        Box::pin(async move { Err(PostError::Failed(format!("this transport cannot GET {url}"))) })
+    }
 }
 
 /// Calls `spec`'s model once: builds the wire body, POSTs it, reads the answer back.
