@@ -339,3 +339,53 @@ async fn wait_for(client: &ApiClient, id: &str, done: impl Fn(&Value) -> bool) -
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// Processes whose command line holds `marker` as an argument (read from `/proc`).
+fn processes_with(marker: &str) -> usize {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
+        .filter(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+        .count()
+}
+
+#[tokio::test]
+async fn a_command_check_reads_stdout_and_a_hanging_one_is_killed_with_its_group() {
+    let path = data_file("command-check");
+    let state_file = path.with_file_name("unread");
+    std::fs::write(&state_file, "0\n").unwrap();
+    let (node, client) = start(&path, false).await;
+    let check = json!({"kind": "command", "command": "cat", "args": [state_file.to_str().unwrap()]});
+    agent_with_heartbeat(&client, "count", json!({"interval_sec": 1, "check": check})).await;
+    let shown = wait_for(&client, "count", |shown| shown["counts"]["ok"].as_u64() >= Some(1)).await;
+    assert_eq!(shown["state"], 0, "stdout parsed as JSON: {shown}");
+    std::fs::write(&state_file, "new mail\n").unwrap();
+    let shown = wait_for(&client, "count", |shown| shown["transitions"] == 1).await;
+    assert_eq!(shown["state"], "new mail", "not JSON: the text");
+    // A check that never ends: a timeout at its budget, and no process of it left.
+    let marker = format!("31.{}", std::process::id());
+    let hang = json!({"kind": "command", "command": "sleep", "args": [marker]});
+    agent_with_heartbeat(&client, "hang", json!({"interval_sec": 1, "check": hang, "max_runtime_ms": 300})).await;
+    let shown = wait_for(&client, "hang", |shown| shown["counts"]["timeout"].as_u64() >= Some(1)).await;
+    assert_eq!(shown["state"], Value::Null, "nothing observed: {shown}");
+    let deadline = std::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    // Between ticks (every 5 s, each killed after 300 ms) no `sleep` of it may be left for long.
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if processes_with(&marker) == 0 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hanging check outlived its budget");
+    }
+    // A command that fails is an error, the prior state kept.
+    std::fs::remove_file(&state_file).unwrap();
+    let errors = |shown: &Value| shown["counts"]["error"].as_u64().unwrap_or(0);
+    let shown = wait_for(&client, "count", |shown| errors(shown) >= 1).await;
+    assert_eq!(shown["state"], "new mail");
+    let last = shown["evaluations"].as_array().unwrap().last().unwrap().clone();
+    assert!(last["detail"].as_str().unwrap().contains("exited with code"), "{last}");
+    node.stop();
+}

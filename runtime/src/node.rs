@@ -138,8 +138,8 @@ pub struct Node {
     tasks: Vec<JoinHandle<()>>,
     transcripts: SharedTranscriptStore,
     alerting: Alerting,
-    /// Where heartbeats' HTTP checks go (the runs' poster source, with its address policy).
-    poster: Arc<dyn crate::exec::host::PosterSource>,
+    /// What heartbeats' checks reach the world through (the runs' poster source and spawner).
+    checks: crate::heartbeats::CheckServices,
     heartbeats: Option<Arc<HeartbeatRunner>>,
 }
 
@@ -165,7 +165,11 @@ impl Node {
             secrets: config.run_services.secrets.clone(),
         };
         let gate = Gate::new(transcripts.clone()).with_heartbeat_seam(config.heartbeat_test_seam);
-        let poster = config.run_services.poster.clone();
+        let checks = crate::heartbeats::CheckServices {
+            poster: config.run_services.poster.clone(),
+            spawner: config.run_services.spawner.clone(),
+            work_dir: config.run_services.work_dir.clone(),
+        };
         let server = tokio::spawn(api::serve(listener, api::router(gate.clone())));
         let recovery = tokio::spawn(recover(config));
         Ok(Node {
@@ -176,7 +180,7 @@ impl Node {
             tasks: vec![server],
             transcripts,
             alerting,
-            poster,
+            checks,
             heartbeats: None,
         })
     }
@@ -198,7 +202,7 @@ impl Node {
             }
             self.tasks.extend(alerts::spawn_sinks(&shell, &self.alerting));
             shell.stop_with_failure(self.tasks.iter().map(JoinHandle::abort_handle));
-            let heartbeats = HeartbeatRunner::new(shell.clone(), self.poster.clone());
+            let heartbeats = HeartbeatRunner::new(shell.clone(), self.checks.clone());
             heartbeats.start_all();
             self.gate.open_heartbeats(heartbeats.clone());
             self.heartbeats = Some(heartbeats);

@@ -46,6 +46,11 @@ pub const HEARTBEAT_ID_CHARS_MAX: usize = 64;
 pub const HEARTBEAT_URL_BYTES_MAX: usize = 2_048;
 /// Longest JSON pointer into an HTTP predicate's answer, in bytes.
 pub const HEARTBEAT_POINTER_BYTES_MAX: usize = 256;
+/// Longest program of a command predicate, in bytes.
+pub const HEARTBEAT_COMMAND_BYTES_MAX: usize = 1_024;
+/// Most arguments of a command predicate, and the longest one, in bytes.
+pub const HEARTBEAT_ARGS_MAX: usize = 32;
+pub const HEARTBEAT_ARG_BYTES_MAX: usize = 4_096;
 
 /// A heartbeat's id: chosen by the operator, unique in the tenant.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
@@ -68,6 +73,14 @@ pub enum Check {
         url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pointer: Option<String>,
+    },
+    /// `command args…` run through the node's spawner (no shell, its own process group, the
+    /// node's allowed variables only; killed with its group past the budget): exit 0 and its
+    /// stdout is the state, as JSON when it parses as JSON, else as the trimmed text.
+    Command {
+        command: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
     },
     /// Nothing observed by the node itself: only the test seam
     /// (`POST /v1/host/sample/heartbeat/tick`) brings observations.
@@ -169,6 +182,7 @@ impl Check {
     fn validate(&self) -> Result<(), FieldError> {
         match self {
             Check::Sample => Ok(()),
+            Check::Command { command, args } => validate_command(command, args),
             Check::Http { url, pointer } => {
                 let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
                 if !scheme_ok || url.len() > HEARTBEAT_URL_BYTES_MAX {
@@ -196,6 +210,31 @@ impl Check {
             }
         }
     }
+}
+
+fn validate_command(command: &str, args: &[String]) -> Result<(), FieldError> {
+    if command.trim().is_empty() || command.len() > HEARTBEAT_COMMAND_BYTES_MAX {
+        return Err(FieldError::new(
+            "check.command",
+            format!(
+                "check.command must be a program (a path, or a name in the node's PATH) of 1 to {HEARTBEAT_COMMAND_BYTES_MAX} bytes, got {}",
+                echo(command)
+            ),
+        ));
+    }
+    if args.len() > HEARTBEAT_ARGS_MAX {
+        return Err(FieldError::new(
+            "check.args",
+            format!("check.args may hold at most {HEARTBEAT_ARGS_MAX} arguments, got {}", args.len()),
+        ));
+    }
+    if let Some(i) = args.iter().position(|a| a.len() > HEARTBEAT_ARG_BYTES_MAX) {
+        return Err(FieldError::new(
+            format!("check.args[{i}]"),
+            format!("an argument may be at most {HEARTBEAT_ARG_BYTES_MAX} bytes"),
+        ));
+    }
+    Ok(())
 }
 
 /// One heartbeat as the engine keeps it.
@@ -706,6 +745,20 @@ mod tests {
             url: "http://x/inbox".into(),
             pointer: Some("/unread".into()),
         };
+        assert!(r.validate().is_ok());
+        let command = |command: &str, args: Vec<String>| Check::Command {
+            command: command.into(),
+            args,
+        };
+        r.check = command(" ", vec![]);
+        assert_eq!(r.validate().unwrap_err().field, "check.command");
+        r.check = command(&"c".repeat(HEARTBEAT_COMMAND_BYTES_MAX + 1), vec![]);
+        assert_eq!(r.validate().unwrap_err().field, "check.command");
+        r.check = command("mail-count", vec!["a".into(); HEARTBEAT_ARGS_MAX + 1]);
+        assert_eq!(r.validate().unwrap_err().field, "check.args");
+        r.check = command("mail-count", vec!["a".into(), "b".repeat(HEARTBEAT_ARG_BYTES_MAX + 1)]);
+        assert_eq!(r.validate().unwrap_err().field, "check.args[1]");
+        r.check = command("mail-count", vec!["a".repeat(HEARTBEAT_ARG_BYTES_MAX); HEARTBEAT_ARGS_MAX]);
         assert!(r.validate().is_ok());
     }
 

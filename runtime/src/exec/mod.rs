@@ -5,7 +5,7 @@
 pub mod adapter;
 pub mod agent_loop;
 pub mod child;
-mod child_env;
+pub(crate) mod child_env;
 pub mod host;
 pub mod live_groups;
 pub mod llm;

@@ -28,6 +28,11 @@ pub enum CheckRecord {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pointer: Option<String>,
     },
+    Command {
+        command: String,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        args: Vec<String>,
+    },
     Sample,
 }
 
@@ -63,6 +68,10 @@ impl From<&HeartbeatSpec> for HeartbeatSpecRecord {
                     url: url.clone(),
                     pointer: pointer.clone(),
                 },
+                Check::Command { command, args } => CheckRecord::Command {
+                    command: command.clone(),
+                    args: args.clone(),
+                },
                 Check::Sample => CheckRecord::Sample,
             },
             on_change: match spec.on_change {
@@ -80,6 +89,7 @@ impl HeartbeatSpecRecord {
             interval_sec: self.interval_sec,
             check: match self.check {
                 CheckRecord::Http { url, pointer } => Check::Http { url, pointer },
+                CheckRecord::Command { command, args } => Check::Command { command, args },
                 CheckRecord::Sample => Check::Sample,
             },
             on_change: match self.on_change {

@@ -22,15 +22,16 @@ use crate::engine::event::EventKind;
 use crate::engine::predicate::{state_token, Check, HeartbeatId, HEARTBEAT_MAX_STATE_BYTES};
 use crate::engine::Command;
 use crate::exec::host::PosterSource;
-use crate::exec::model::{GetRequest, PostError};
+use crate::exec::spawn::SharedSpawner;
 use crate::shell::{ExecuteError, Shell};
 use crate::writer::WhenFull;
 
 /// Evaluations kept per heartbeat for `GET /v1/heartbeats/{id}` (the newest; older ones are
 /// only counted).
 pub const HEARTBEAT_EVALUATIONS_KEPT: usize = 32;
-/// Largest answer an HTTP check may give, in bytes; a larger one is an `error`.
-pub const HEARTBEAT_ANSWER_BYTES_MAX: u64 = 256 * 1024;
+pub use check::{HEARTBEAT_ANSWER_BYTES_MAX, HEARTBEAT_CHECK_ENV};
+
+mod check;
 /// Longest an evaluation's error detail is kept, in characters.
 pub const HEARTBEAT_DETAIL_CHARS_MAX: usize = 300;
 
@@ -89,10 +90,19 @@ struct Track {
 
 type Key = (String, HeartbeatId);
 
+/// What checks reach the world through: the runs' poster source (the tenant's address policy
+/// applies) and spawner, and the children's working directory.
+#[derive(Clone)]
+pub struct CheckServices {
+    pub poster: Arc<dyn PosterSource>,
+    pub spawner: SharedSpawner,
+    pub work_dir: Option<std::path::PathBuf>,
+}
+
 /// Every heartbeat's ticks on this node.
 pub struct HeartbeatRunner {
     shell: Arc<Shell>,
-    poster: Arc<dyn PosterSource>,
+    services: CheckServices,
     tracks: Mutex<BTreeMap<Key, Track>>,
     /// The ticking tasks, stopped with the node.
     tickers: Mutex<Vec<tokio::task::AbortHandle>>,
@@ -114,10 +124,10 @@ impl Drop for InFlight<'_> {
 }
 
 impl HeartbeatRunner {
-    pub fn new(shell: Arc<Shell>, poster: Arc<dyn PosterSource>) -> Arc<Self> {
+    pub fn new(shell: Arc<Shell>, services: CheckServices) -> Arc<Self> {
         Arc::new(HeartbeatRunner {
             shell,
-            poster,
+            services,
             tracks: Mutex::default(),
             tickers: Mutex::default(),
         })
@@ -245,7 +255,7 @@ impl HeartbeatRunner {
         let Some((spec, prior)) = found else {
             return self.evaluation(EvaluationStatus::Error, Some("the heartbeat was deleted".into()));
         };
-        let observe = self.observe(tenant, &spec.check, observation);
+        let observe = self.observe(tenant, id, &spec.check, observation);
         let observed = match tokio::time::timeout(Duration::from_millis(spec.max_runtime_ms), observe).await {
             Err(_) => {
                 let detail = format!("no observation within {} ms", spec.max_runtime_ms);
@@ -291,7 +301,13 @@ impl HeartbeatRunner {
         evaluation
     }
 
-    async fn observe(&self, tenant: &str, check: &Check, observation: Observation) -> Result<serde_json::Value, String> {
+    async fn observe(
+        &self,
+        tenant: &str,
+        id: &HeartbeatId,
+        check: &Check,
+        observation: Observation,
+    ) -> Result<serde_json::Value, String> {
         match (observation, check) {
             (Observation::Injected { state, slow_ms }, _) => {
                 if slow_ms > 0 {
@@ -303,38 +319,12 @@ impl HeartbeatRunner {
                 Err("a sample heartbeat is observed through the test seam only".into())
             }
             (Observation::Check, Check::Http { url, pointer }) => {
-                self.get_json(tenant, url, pointer.as_deref()).await
+                let poster = self.services.poster.clone().poster_for(tenant);
+                check::http(poster.as_ref(), url, pointer.as_deref()).await
             }
-        }
-    }
-
-    /// GETs `url` through the tenant's poster (its address policy) and reads the state from
-    /// the JSON answer.
-    async fn get_json(&self, tenant: &str, url: &str, pointer: Option<&str>) -> Result<serde_json::Value, String> {
-        let poster = self.poster.clone().poster_for(tenant);
-        let request = GetRequest {
-            url,
-            // The evaluation's own budget bounds it; this only has to be no tighter.
-            timeout_ms: crate::engine::predicate::HEARTBEAT_MAX_RUNTIME_MS,
-            response_bytes_max: HEARTBEAT_ANSWER_BYTES_MAX,
-        };
-        let answer = poster.get(request).await.map_err(|error| match error {
-            PostError::TooLarge { limit_bytes } => {
-                format!("the answer is larger than {limit_bytes} bytes")
+            (Observation::Check, Check::Command { command, args }) => {
+                check::command(&self.services, id, command, args).await
             }
-            other => other.to_string(),
-        })?;
-        if !(200..300).contains(&answer.status) {
-            return Err(format!("the check answered HTTP {}", answer.status));
-        }
-        let body: serde_json::Value = serde_json::from_slice(&answer.body)
-            .map_err(|error| format!("the answer is not JSON: {error}"))?;
-        match pointer {
-            None => Ok(body),
-            Some(pointer) => body
-                .pointer(pointer)
-                .cloned()
-                .ok_or_else(|| format!("the answer has nothing at {pointer}")),
         }
     }
 }
