@@ -1235,3 +1235,54 @@ fn a_backup_taken_while_serving_is_a_consistent_database_a_node_restores_from() 
     let listing = server.json(&["agent", "list", "--token", token.trim()]);
     assert_eq!(listing["agents"].as_array().unwrap().len(), 3, "{listing}");
 }
+
+#[test]
+fn heartbeats_come_from_the_fleet_file_and_the_cli_and_tick() {
+    let dir = fresh_dir("heartbeats");
+    let count = dir.join("count");
+    std::fs::write(&count, "1\n").unwrap();
+    let declared = format!(
+        "{FLEET}\n[[heartbeats]]\nid = \"mail\"\nagent = \"worker\"\ninterval_sec = 1\ncheck = {{ kind = \"command\", command = \"cat\", args = [{:?}] }}\n",
+        count.display().to_string()
+    );
+    std::fs::write(dir.join("fleet.toml"), declared).unwrap();
+    let server = Server::attach(serve_command(&dir.join("data"), &dir), dir);
+    server.wait_for_fleet(None);
+    // The declared heartbeat ticks from the start (its interval raised to the minimum).
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS);
+    let shown = loop {
+        let shown = server.json(&["heartbeat", "show", "mail"]);
+        if shown["state"] == 1 {
+            break shown;
+        }
+        assert!(Instant::now() < deadline, "the fleet's heartbeat never ticked: {shown}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(shown["interval_sec"], 5);
+    let human = server.ok(&["heartbeat", "show", "mail"]);
+    assert!(human.contains("heartbeat mail of agent 2") && human.contains("command cat"), "{human}");
+    // One from the CLI: the raised interval is said.
+    let created = server.ok(&[
+        "heartbeat", "create", "--id", "probe", "--agent", "hanger", "--interval-sec", "1", "--sample",
+    ]);
+    assert!(created.contains("every 5 s") && created.contains("minimum interval"), "{created}");
+    let listed = server.ok(&["heartbeat", "list"]);
+    let lines: Vec<&str> = listed.lines().collect();
+    assert!(lines[0].starts_with("ID") && lines.len() == 3, "{listed}");
+    assert!(lines[1].starts_with("mail") && lines[2].starts_with("probe"), "{listed}");
+    let only = server.json(&["heartbeat", "list", "--agent", "hanger"]);
+    assert_eq!(only["heartbeats"].as_array().unwrap().len(), 1);
+    // Mistakes are named before or by the server.
+    let both = server.fails(&[
+        "heartbeat", "create", "--id", "x", "--agent", "worker", "--interval-sec", "9", "--sample",
+        "--http", "https://example.com/",
+    ]);
+    assert!(both.contains("exactly one check"), "{both}");
+    let bad = server.fails(&[
+        "heartbeat", "create", "--id", "Bad!", "--agent", "worker", "--interval-sec", "9", "--sample",
+    ]);
+    assert!(bad.contains("(field: id)"), "{bad}");
+    assert!(server.ok(&["heartbeat", "delete", "probe"]).contains("deleted heartbeat probe"));
+    let gone = server.fails(&["heartbeat", "show", "probe"]);
+    assert!(gone.contains("no heartbeat"), "{gone}");
+}

@@ -19,6 +19,22 @@
 //! name = "billing"
 //! ```
 //!
+//! Predicate heartbeats (docs/api.md, "Predicate heartbeats") are `[[heartbeats]]` (tenant
+//! `default`) or `[[tenants.heartbeats]]`, with the fields of `POST /v1/heartbeats` but `agent`
+//! naming an agent of the same tenant:
+//!
+//! ```toml
+//! [[heartbeats]]
+//! id = "inbox"
+//! agent = "triage"
+//! interval_sec = 60
+//! check = { kind = "http", url = "https://mail.example.com/api/inbox", pointer = "/unread" }
+//! ```
+//!
+//! Applying makes each declared heartbeat exist as written: a missing one is created, one whose
+//! definition differs is replaced (deleted and created again, so its recorded state starts over),
+//! an undeclared one is kept.
+//!
 //! Tokens never live in the file, only the name of the variable that holds them. Applying a fleet
 //! creates the agents that do not exist yet (by name, within their tenant) and updates those
 //! whose spec differs to the file's spec; it never deletes (`vigil fleet apply --prune` does,
@@ -32,6 +48,7 @@ use serde::Deserialize;
 
 use crate::engine::agent::{AgentId, AgentSpec, AgentStatus};
 use crate::engine::agent_update::SpecChange;
+use crate::engine::predicate::{Check, HeartbeatId, HeartbeatRequest, OnChange};
 use crate::engine::tenant::{validate_name, DEFAULT_TENANT, TENANT_NAME_CHARS_MAX};
 use crate::engine::usage::MicroUsd;
 use crate::engine::Engine;
@@ -63,6 +80,37 @@ pub struct FleetTenant {
     /// The most the tenant's agents together may spend on model calls per UTC day.
     pub daily_budget_usd: Option<MicroUsd>,
     pub agents: Vec<AgentSpec>,
+    pub heartbeats: Vec<FleetHeartbeat>,
+}
+
+/// A predicate heartbeat as a fleet file declares it: `POST /v1/heartbeats`' fields, `agent` by
+/// name.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FleetHeartbeat {
+    pub id: String,
+    /// The name of an agent of the same tenant, declared in the file.
+    pub agent: String,
+    pub interval_sec: u64,
+    pub check: Check,
+    #[serde(default)]
+    pub on_change: OnChange,
+    #[serde(default)]
+    pub max_runtime_ms: Option<u64>,
+}
+
+impl FleetHeartbeat {
+    /// The API's request for it, once its agent's id is known.
+    fn request(&self, agent: AgentId) -> HeartbeatRequest {
+        HeartbeatRequest {
+            id: self.id.clone(),
+            agent: agent.0,
+            interval_sec: self.interval_sec,
+            check: self.check.clone(),
+            on_change: self.on_change,
+            max_runtime_ms: self.max_runtime_ms,
+        }
+    }
 }
 
 /// Why a fleet file was refused. Messages name the file, the place and what to change.
@@ -111,6 +159,8 @@ struct FileShape {
     tenants: Vec<TenantShape>,
     #[serde(default)]
     agents: Vec<AgentSpec>,
+    #[serde(default)]
+    heartbeats: Vec<FleetHeartbeat>,
 }
 
 #[derive(Deserialize)]
@@ -123,6 +173,8 @@ struct TenantShape {
     daily_budget_usd: Option<MicroUsd>,
     #[serde(default)]
     agents: Vec<AgentSpec>,
+    #[serde(default)]
+    heartbeats: Vec<FleetHeartbeat>,
 }
 
 impl Fleet {
@@ -183,12 +235,13 @@ impl Fleet {
 
     fn from_shape(shape: FileShape) -> Fleet {
         let mut tenants: Vec<FleetTenant> = Vec::new();
-        if !shape.agents.is_empty() {
+        if !shape.agents.is_empty() || !shape.heartbeats.is_empty() {
             tenants.push(FleetTenant {
                 name: DEFAULT_TENANT.to_string(),
                 operator_token_env: None,
                 daily_budget_usd: None,
                 agents: shape.agents,
+                heartbeats: shape.heartbeats,
             });
         }
         for entry in shape.tenants {
@@ -197,6 +250,7 @@ impl Fleet {
                 operator_token_env: entry.operator_token_env,
                 daily_budget_usd: entry.daily_budget_usd,
                 agents: entry.agents,
+                heartbeats: entry.heartbeats,
             });
         }
         // A `[[tenants]] name = "default"` entry and top-level agents describe one tenant.
@@ -208,6 +262,7 @@ impl Fleet {
             {
                 Some(default) => {
                     default.agents.extend(tenant.agents);
+                    default.heartbeats.extend(tenant.heartbeats);
                     default.operator_token_env = default
                         .operator_token_env
                         .take()
@@ -269,6 +324,7 @@ impl Fleet {
                     ));
                 }
             }
+            check_heartbeats(tenant, &seen).map_err(|(place, field, message)| invalid(place, &field, message))?;
         }
         Ok(())
     }
@@ -299,6 +355,34 @@ impl Fleet {
     pub fn agent_count(&self) -> usize {
         self.tenants.iter().map(|t| t.agents.len()).sum()
     }
+}
+
+/// A tenant's heartbeats: each valid as the API would find it, its agent declared in the same
+/// tenant, no id twice. An error is (place, field, message).
+fn check_heartbeats(
+    tenant: &FleetTenant,
+    agents: &std::collections::BTreeSet<&str>,
+) -> Result<(), (String, String, String)> {
+    let mut ids = std::collections::BTreeSet::new();
+    for heartbeat in &tenant.heartbeats {
+        let place = format!("heartbeat {:?} of tenant {:?}", heartbeat.id, tenant.name);
+        // The agent's id is not known yet; any id checks the other fields.
+        heartbeat
+            .request(AgentId(0))
+            .validate()
+            .map_err(|e| (place.clone(), e.field.to_string(), e.message))?;
+        if !agents.contains(heartbeat.agent.as_str()) {
+            return Err((
+                place,
+                "agent".into(),
+                format!("no agent named {:?} is declared in this tenant", heartbeat.agent),
+            ));
+        }
+        if !ids.insert(heartbeat.id.as_str()) {
+            return Err((place, "id".into(), "this heartbeat is declared twice".into()));
+        }
+    }
+    Ok(())
 }
 
 /// Trims `token` and refuses one too short to be secret. `source` names where it came from.
@@ -367,6 +451,11 @@ pub struct Applied {
     pub undeclared: usize,
     /// Human warnings: a coding CLI not installed, a declared agent that is terminated.
     pub warnings: Vec<String>,
+    /// Heartbeats created now (tenant, id), and replaced because their definition differed.
+    pub heartbeats_created: Vec<(String, String)>,
+    pub heartbeats_replaced: Vec<(String, String)>,
+    /// Heartbeats already as declared.
+    pub heartbeats_unchanged: usize,
     /// Operator tokens generated for tenants the fleet needed but that did not exist and had
     /// no token configured (only `default` can be in that case): (tenant, token), shown once.
     pub generated_tokens: Vec<(String, String)>,
@@ -411,6 +500,9 @@ impl Fleet {
                 applied.created.push((tenant.clone(), name, agent.agent));
             }
         }
+        for tenant in &self.tenants {
+            apply_heartbeats(shell, tenant, &mut applied).await?;
+        }
         Ok(applied)
     }
 
@@ -451,6 +543,51 @@ impl Fleet {
         }
         Ok(())
     }
+}
+
+/// Makes each of `tenant`'s declared heartbeats exist as written: created when missing, replaced
+/// when its definition differs (a heartbeat has no update: its recorded state belongs to its
+/// definition). Its agent exists by now (created above).
+async fn apply_heartbeats(
+    shell: &Arc<Shell>,
+    tenant: &FleetTenant,
+    applied: &mut Applied,
+) -> Result<(), ExecuteError> {
+    for declared in &tenant.heartbeats {
+        let id = HeartbeatId(declared.id.clone());
+        let (request, held) = {
+            let engine = shell.engine();
+            let Some(agent) = engine.agent_named(&tenant.name, &declared.agent) else {
+                continue; // checked at parse: only a terminated, deleted agent gets here
+            };
+            let request = declared.request(agent.id);
+            let held = engine.heartbeat(&tenant.name, &id).map(|h| (h.agent, h.spec.clone()));
+            (request, held)
+        };
+        let wanted = request.validate().map_err(crate::engine::Refusal::InvalidField)?;
+        let key = (tenant.name.clone(), declared.id.clone());
+        match held {
+            Some((agent, spec)) if agent == wanted.1 && spec == wanted.2 => {
+                applied.heartbeats_unchanged += 1;
+                continue;
+            }
+            Some(_) => {
+                let delete = crate::engine::Command::DeleteHeartbeat {
+                    tenant: tenant.name.clone(),
+                    heartbeat: id,
+                };
+                shell.execute(delete, crate::writer::WhenFull::Wait).await?;
+                applied.heartbeats_replaced.push(key);
+            }
+            None => applied.heartbeats_created.push(key),
+        }
+        let create = crate::engine::Command::CreateHeartbeat {
+            tenant: tenant.name.clone(),
+            request,
+        };
+        shell.execute(create, crate::writer::WhenFull::Wait).await?;
+    }
+    Ok(())
 }
 
 /// The agents of the tenants `fleet` names, as a plan reads them (one pass over the node's
@@ -760,6 +897,110 @@ time_zone = "Europe/Paris"
         assert!(
             third.warnings[0].contains("\"triage\"") && third.warnings[0].contains("terminated")
         );
+        node.stop();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    const WITH_HEARTBEATS: &str = r#"
+[[agents]]
+name = "triage"
+
+[[heartbeats]]
+id = "inbox"
+agent = "triage"
+interval_sec = 60
+check = { kind = "http", url = "https://mail.example.com/api/inbox", pointer = "/unread" }
+
+[[tenants]]
+name = "acme"
+operator_token_env = "ACME_TOKEN"
+
+[[tenants.agents]]
+name = "billing"
+
+[[tenants.heartbeats]]
+id = "invoices"
+agent = "billing"
+interval_sec = 1
+check = { kind = "command", command = "invoice-count", args = ["--open"] }
+on_change = "event"
+"#;
+
+    #[test]
+    fn heartbeats_are_declared_per_tenant_and_checked_like_the_api() {
+        let fleet = parse(WITH_HEARTBEATS).unwrap();
+        assert_eq!(fleet.tenants[0].heartbeats[0].id, "inbox");
+        assert_eq!(fleet.tenants[1].heartbeats[0].on_change, OnChange::Event);
+        let invalid = |text: String| match parse(&text).unwrap_err() {
+            FleetError::Invalid { field, place, .. } => (field, place),
+            other => panic!("{other}"),
+        };
+        let (field, place) = invalid(WITH_HEARTBEATS.replace("agent = \"triage\"", "agent = \"nobody\""));
+        assert_eq!(field, "agent");
+        assert!(place.contains("\"inbox\""), "{place}");
+        let (field, _) = invalid(WITH_HEARTBEATS.replace("https://mail", "ftp://mail"));
+        assert_eq!(field, "check.url");
+        let (field, _) = invalid(WITH_HEARTBEATS.replace("id = \"invoices\"", "id = \"Invoices!\""));
+        assert_eq!(field, "id");
+        let twice = format!("{WITH_HEARTBEATS}\n[[tenants.heartbeats]]\nid = \"invoices\"\nagent = \"billing\"\ninterval_sec = 9\ncheck = {{ kind = \"sample\" }}\n");
+        let (field, _) = invalid(twice);
+        assert_eq!(field, "id");
+        assert!(matches!(
+            parse(&WITH_HEARTBEATS.replace("interval_sec = 60", "interval_sec = 60\nevery = 3")).unwrap_err(),
+            FleetError::Parse { .. }
+        ));
+    }
+
+    #[tokio::test]
+    async fn apply_creates_declared_heartbeats_keeps_them_and_replaces_changed_ones() {
+        use crate::io::{clock::SystemClock, entropy::OsEntropy, storage::StorageLocation};
+        use crate::node::{Node, NodeConfig};
+        let dir = std::env::temp_dir().join(format!("vigil-fleet-heartbeats-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut node = Node::start(NodeConfig {
+            listen_addr: "127.0.0.1:0".parse().unwrap(),
+            storage: StorageLocation::File(dir.join("vigil.redb")),
+            clock: SystemClock::shared(),
+            entropy: OsEntropy::shared(),
+            tenants: vec![TenantToken {
+                tenant: "acme".into(),
+                token: "acme-token-0123456789".into(),
+            }],
+            on_commit: None,
+            on_replayed: None,
+            adapters: crate::exec::adapter::BuiltinAdapters::shared(),
+            run_services: crate::exec::host::RunServices::standard(),
+            transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
+            alert_sinks: Vec::new(),
+            snapshots: Default::default(),
+            heartbeat_test_seam: false,
+        })
+        .await
+        .unwrap();
+        node.ready().await.unwrap();
+        let shell = node.shell().clone();
+        let first = parse(WITH_HEARTBEATS).unwrap().apply(&shell).await.unwrap();
+        assert_eq!(first.heartbeats_created.len(), 2, "{first:?}");
+        let invoices = shell.engine().heartbeat("acme", &HeartbeatId("invoices".into())).cloned().unwrap();
+        assert_eq!(invoices.spec.interval_sec, crate::engine::predicate::HEARTBEAT_MIN_INTERVAL_SEC);
+        let billing = shell.engine().agent_named("acme", "billing").unwrap().id;
+        assert_eq!(invoices.agent, billing);
+        // Again: nothing to do (the raised interval is what was asked for, not a change).
+        let second = parse(WITH_HEARTBEATS).unwrap().apply(&shell).await.unwrap();
+        assert_eq!(second.heartbeats_unchanged, 2, "{second:?}");
+        assert!(second.heartbeats_created.is_empty() && second.heartbeats_replaced.is_empty());
+        // A changed definition replaces the heartbeat; one left out of the file is kept.
+        let changed = WITH_HEARTBEATS
+            .replace("interval_sec = 60", "interval_sec = 120")
+            .replace("id = \"invoices\"", "id = \"invoices-2\"");
+        let third = parse(&changed).unwrap().apply(&shell).await.unwrap();
+        assert_eq!(third.heartbeats_replaced, [("default".to_string(), "inbox".to_string())]);
+        assert_eq!(third.heartbeats_created, [("acme".to_string(), "invoices-2".to_string())]);
+        let engine = shell.engine();
+        assert_eq!(engine.heartbeat("default", &HeartbeatId("inbox".into())).unwrap().spec.interval_sec, 120);
+        assert!(engine.heartbeat("acme", &HeartbeatId("invoices".into())).is_some(), "never deleted");
+        drop(engine);
         node.stop();
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use vigil::cli::{
-    parse_interval, resolve_token, AgentCreate, AgentUpdate, CliError, FleetFile, Output, Printed,
+    parse_interval, resolve_token, AgentCreate, AgentUpdate, CliError, FleetFile, HeartbeatCreate, Output, Printed,
     RunFilter, Session, SpecSource, Wake, WakeupFilter, OPERATOR_TOKEN_FILE, SERVER_DEFAULT,
 };
 use vigil::engine::tenant::DEFAULT_TENANT;
@@ -61,6 +61,14 @@ enum CliCommand {
         connection: Connection,
         #[command(subcommand)]
         command: WakeupsCommand,
+    },
+    /// Predicate heartbeats: checks that wake an agent only when what they observe changes
+    /// (docs/api.md, "Predicate heartbeats").
+    Heartbeat {
+        #[command(flatten)]
+        connection: Connection,
+        #[command(subcommand)]
+        command: HeartbeatCommand,
     },
     /// Make a node hold what a fleet file declares: `plan` shows the difference, `apply` makes
     /// it (creates and updates; deletes only with --prune).
@@ -329,6 +337,55 @@ enum RunsCommand {
 }
 
 #[derive(Subcommand)]
+enum HeartbeatCommand {
+    /// Define a heartbeat of an agent, with exactly one check.
+    Create {
+        /// Its id: a-z, 0-9, _ and -, unique in the tenant.
+        #[arg(long)]
+        id: String,
+        /// The agent it wakes (id or name).
+        #[arg(long)]
+        agent: String,
+        /// Seconds between ticks (under the node's minimum, raised to it).
+        #[arg(long)]
+        interval_sec: u64,
+        /// Check: GET this URL; its JSON answer is the state.
+        #[arg(long)]
+        http: Option<String>,
+        /// With --http: the JSON pointer into the answer that is the state (e.g. /unread).
+        #[arg(long)]
+        pointer: Option<String>,
+        /// Check: run this program (no shell); its stdout is the state.
+        #[arg(long)]
+        command: Option<String>,
+        /// With --command: one argument (repeat for more).
+        #[arg(long = "arg")]
+        args: Vec<String>,
+        /// Check: observations come only from the node's test seam.
+        #[arg(long)]
+        sample: bool,
+        /// On a change: `wake` the agent (the default) or only record the `event`.
+        #[arg(long)]
+        on_change: Option<String>,
+        /// The evaluation budget in ms (default and most: 5000).
+        #[arg(long)]
+        max_runtime_ms: Option<u64>,
+    },
+    /// The tenant's heartbeats (one agent's with --agent).
+    List {
+        #[arg(long)]
+        agent: Option<String>,
+        /// The next page: heartbeats with an id after this one.
+        #[arg(long)]
+        after: Option<String>,
+    },
+    /// One heartbeat: its state and its recent ticks.
+    Show { id: String },
+    /// Stop and forget a heartbeat.
+    Delete { id: String },
+}
+
+#[derive(Subcommand)]
 enum WakeupsCommand {
     /// Wakeups in the order they came, one line each; the next page with --after.
     List {
@@ -399,6 +456,10 @@ fn main() -> ExitCode {
             connection,
             command,
         } => runtime.block_on(operate(connection, Operation::Fleet(command))),
+        CliCommand::Heartbeat {
+            connection,
+            command,
+        } => runtime.block_on(operate(connection, Operation::Heartbeat(command))),
         CliCommand::Operator {
             connection,
             command,
@@ -451,12 +512,50 @@ fn init_logging() {
 enum Operation {
     Agent(AgentCommand),
     Fleet(FleetCommand),
+    Heartbeat(HeartbeatCommand),
     Operator(OperatorCommand),
     Backup,
     Runs(RunsCommand),
     Events(EventsCommand),
     Wakeups(WakeupsCommand),
     Top { once: bool },
+}
+
+/// One `vigil heartbeat` command.
+async fn heartbeat(session: &Session, command: HeartbeatCommand) -> Result<Printed, CliError> {
+    match command {
+        HeartbeatCommand::Create {
+            id,
+            agent,
+            interval_sec,
+            http,
+            pointer,
+            command,
+            args,
+            sample,
+            on_change,
+            max_runtime_ms,
+        } => {
+            let create = HeartbeatCreate {
+                id,
+                agent,
+                interval_sec,
+                http,
+                pointer,
+                command,
+                args,
+                sample,
+                on_change,
+                max_runtime_ms,
+            };
+            session.heartbeat_create(&create).await
+        }
+        HeartbeatCommand::List { agent, after } => {
+            session.heartbeat_list(agent.as_deref(), after.as_deref()).await
+        }
+        HeartbeatCommand::Show { id } => session.heartbeat_show(&id).await,
+        HeartbeatCommand::Delete { id } => session.heartbeat_delete(&id).await,
+    }
 }
 
 /// Runs one operator command against the node and prints its answer.
@@ -579,6 +678,7 @@ async fn operate(connection: Connection, operation: Operation) -> anyhow::Result
             }
             RunsCommand::Cancel { run } => session.runs_cancel(run).await?,
         },
+        Operation::Heartbeat(command) => heartbeat(&session, command).await?,
         Operation::Wakeups(WakeupsCommand::List {
             agent,
             source,
@@ -750,6 +850,13 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         for warning in &applied.warnings {
             tracing::warn!("fleet: {warning}");
         }
+        for (tenant, id) in &applied.heartbeats_created {
+            tracing::info!(%tenant, %id, "fleet: created heartbeat");
+        }
+        for (tenant, id) in &applied.heartbeats_replaced {
+            tracing::info!(%tenant, %id, "fleet: replaced heartbeat with the file's definition");
+        }
+        node.start_heartbeats();
         tracing::info!(
             declared = fleet.agent_count(),
             created = applied.created.len(),

@@ -212,6 +212,14 @@ impl Node {
         Ok(&self.ready.as_ref().expect("ready after recovery").1)
     }
 
+    /// Starts ticking every heartbeat the node holds that does not tick yet (after something
+    /// other than the API defined some: the fleet file). Idempotent.
+    pub fn start_heartbeats(&self) {
+        if let Some(heartbeats) = &self.heartbeats {
+            heartbeats.start_all();
+        }
+    }
+
     /// The address the API listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr

@@ -8,6 +8,7 @@ mod agents;
 mod events;
 mod format;
 mod fleet;
+mod heartbeats;
 mod interval;
 mod lifecycle;
 mod runs;
@@ -15,6 +16,8 @@ mod runs_log;
 mod sessions;
 mod top;
 mod wakeups;
+
+pub use heartbeats::HeartbeatCreate;
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
