@@ -1024,6 +1024,7 @@ on_change = "event"
             .join("\n");
         let with_llm = parse(&format!("{}\n{uncommented}\n", &text[..start])).unwrap();
         assert_eq!(with_llm.agent_count(), plain.agent_count() + 1);
+        assert_eq!(with_llm.tenants[0].heartbeats.len(), 1, "the commented heartbeat too");
     }
 
     #[test]
