@@ -86,10 +86,12 @@ async fn get(client: &ApiClient, path: &str) -> (u16, Value) {
 
 /// A scripted agent of acme (no timer) and its heartbeat `id` with `extra` fields.
 async fn agent_with_heartbeat(client: &ApiClient, id: &str, extra: Value) -> u64 {
-    let (status, created) = post(client, "/v1/agents", json!({"name": format!("agent-{id}")})).await;
+    let (status, created) =
+        post(client, "/v1/agents", json!({"name": format!("agent-{id}")})).await;
     assert_eq!(status, 201, "{created}");
     let agent = created["agent"]["id"].as_u64().unwrap();
-    let mut body = json!({"id": id, "agent": agent, "interval_sec": 3600, "check": {"kind": "sample"}});
+    let mut body =
+        json!({"id": id, "agent": agent, "interval_sec": 3600, "check": {"kind": "sample"}});
     for (key, value) in extra.as_object().unwrap() {
         body[key] = value.clone();
     }
@@ -127,8 +129,16 @@ async fn the_capability_block_has_the_rfcs_shape_with_positive_integers() {
     assert_eq!(status, 200, "unauthenticated, like health");
     let heartbeat = &caps["host"]["heartbeat"];
     assert_eq!(heartbeat["supported"], true);
-    for field in ["minIntervalSec", "maxRuntimeMs", "maxStateBytes", "maxPendingEnqueued"] {
-        assert!(heartbeat[field].as_u64().is_some_and(|n| n >= 1), "{field}: {heartbeat}");
+    for field in [
+        "minIntervalSec",
+        "maxRuntimeMs",
+        "maxStateBytes",
+        "maxPendingEnqueued",
+    ] {
+        assert!(
+            heartbeat[field].as_u64().is_some_and(|n| n >= 1),
+            "{field}: {heartbeat}"
+        );
     }
     assert_eq!(heartbeat["minIntervalSec"], HEARTBEAT_MIN_INTERVAL_SEC);
     assert_eq!(caps["host"]["scheduling"]["supported"], true);
@@ -148,15 +158,27 @@ async fn unchanged_ticks_enqueue_nothing_and_a_transition_exactly_one_run() {
     let unread = |n: u64| json!({"unread": n});
     // The first observation is the baseline: recorded, nothing enqueued.
     let first = tick(&client, "inbox", unread(0), 0).await;
-    assert_eq!(first, json!({"evaluated": true, "status": "ok", "stateChanged": false, "enqueuedRuns": 0}));
+    assert_eq!(
+        first,
+        json!({"evaluated": true, "status": "ok", "stateChanged": false, "enqueuedRuns": 0})
+    );
     for _ in 0..2 {
         let same = tick(&client, "inbox", unread(0), 0).await;
-        assert_eq!((same["stateChanged"].clone(), same["enqueuedRuns"].clone()), (json!(false), json!(0)));
+        assert_eq!(
+            (same["stateChanged"].clone(), same["enqueuedRuns"].clone()),
+            (json!(false), json!(0))
+        );
     }
     let changed = tick(&client, "inbox", unread(3), 0).await;
-    assert_eq!(changed, json!({"evaluated": true, "status": "ok", "stateChanged": true, "enqueuedRuns": 1}));
+    assert_eq!(
+        changed,
+        json!({"evaluated": true, "status": "ok", "stateChanged": true, "enqueuedRuns": 1})
+    );
     let again = tick(&client, "inbox", unread(3), 0).await;
-    assert_eq!((again["stateChanged"].clone(), again["enqueuedRuns"].clone()), (json!(false), json!(0)));
+    assert_eq!(
+        (again["stateChanged"].clone(), again["enqueuedRuns"].clone()),
+        (json!(false), json!(0))
+    );
     // The log holds the baseline and the one transition; one wakeup from the heartbeat.
     let changes = events(&client, "heartbeat_state_changed").await;
     assert_eq!(changes.len(), 2, "{changes:?}");
@@ -197,30 +219,48 @@ async fn a_tick_while_the_last_evaluation_runs_is_skipped_not_queued() {
     assert_eq!(overlapping["evaluated"], false);
     assert_eq!(overlapping["status"], "skipped");
     let (_, shown) = get(&client, "/v1/heartbeats/slow").await;
-    assert_eq!(shown["counts"], json!({"ok": 1, "timeout": 0, "error": 0, "skipped": 1}));
+    assert_eq!(
+        shown["counts"],
+        json!({"ok": 1, "timeout": 0, "error": 0, "skipped": 1})
+    );
     assert_eq!(shown["state"], "a", "the skipped tick observed nothing");
     node.stop();
 }
 
 #[tokio::test]
-async fn an_over_budget_evaluation_is_a_timeout_and_an_oversized_state_an_error_keeping_the_prior() {
+async fn an_over_budget_evaluation_is_a_timeout_and_an_oversized_state_an_error_keeping_the_prior()
+{
     let path = data_file("bounds");
     let (node, client) = start(&path, true).await;
     agent_with_heartbeat(&client, "bounded", json!({"max_runtime_ms": 100})).await;
     tick(&client, "bounded", json!({"unread": 1}), 0).await;
     let late = tick(&client, "bounded", json!({"unread": 2}), 400).await;
-    assert_eq!(late, json!({"evaluated": true, "status": "timeout", "stateChanged": false, "enqueuedRuns": 0}));
+    assert_eq!(
+        late,
+        json!({"evaluated": true, "status": "timeout", "stateChanged": false, "enqueuedRuns": 0})
+    );
     // A state whose JSON is exactly the cap is kept; one byte more is an error.
     let fits = json!("x".repeat(HEARTBEAT_MAX_STATE_BYTES - 2));
-    assert_eq!(tick(&client, "bounded", fits.clone(), 0).await["status"], "ok");
+    assert_eq!(
+        tick(&client, "bounded", fits.clone(), 0).await["status"],
+        "ok"
+    );
     let over = json!("y".repeat(HEARTBEAT_MAX_STATE_BYTES - 1));
     let refused = tick(&client, "bounded", over, 0).await;
     assert_eq!(refused["status"], "error");
     assert_eq!(refused["stateChanged"], false);
     let (_, shown) = get(&client, "/v1/heartbeats/bounded").await;
     assert_eq!(shown["state"], fits, "the prior state is kept");
-    let last = shown["evaluations"].as_array().unwrap().last().unwrap().clone();
-    assert!(last["detail"].as_str().unwrap().contains("larger than"), "{last}");
+    let last = shown["evaluations"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["detail"].as_str().unwrap().contains("larger than"),
+        "{last}"
+    );
     assert_eq!(shown["counts"]["timeout"], 1);
     node.stop();
 }
@@ -231,7 +271,10 @@ async fn definitions_name_the_bad_field_stay_in_their_tenant_and_survive_a_resta
     let (node, client) = start(&path, true).await;
     let agent = agent_with_heartbeat(&client, "inbox", json!({"interval_sec": 1})).await;
     let (_, shown) = get(&client, "/v1/heartbeats/inbox").await;
-    assert_eq!(shown["interval_sec"], HEARTBEAT_MIN_INTERVAL_SEC, "raised, not refused");
+    assert_eq!(
+        shown["interval_sec"], HEARTBEAT_MIN_INTERVAL_SEC,
+        "raised, not refused"
+    );
     let base = json!({"id": "h2", "agent": agent, "interval_sec": 60, "check": {"kind": "sample"}});
     let with = |key: &str, value: Value| {
         let mut body = base.clone();
@@ -242,20 +285,32 @@ async fn definitions_name_the_bad_field_stay_in_their_tenant_and_survive_a_resta
         (with("id", json!("Bad Id")), "id"),
         (with("interval_sec", json!(0)), "interval_sec"),
         (with("max_runtime_ms", json!(999_999)), "max_runtime_ms"),
-        (with("check", json!({"kind": "http", "url": "file:///etc/passwd"})), "check.url"),
+        (
+            with(
+                "check",
+                json!({"kind": "http", "url": "file:///etc/passwd"}),
+            ),
+            "check.url",
+        ),
     ] {
         let (status, answer) = post(&client, "/v1/heartbeats", body).await;
         assert_eq!(status, 400, "{answer}");
         assert_eq!(answer["error"]["field"], field, "{answer}");
     }
     let (status, answer) = post(&client, "/v1/heartbeats", with("id", json!("inbox"))).await;
-    assert_eq!((status, answer["error"]["code"].clone()), (409, json!("id_taken")));
+    assert_eq!(
+        (status, answer["error"]["code"].clone()),
+        (409, json!("id_taken"))
+    );
     let (status, _) = post(&client, "/v1/heartbeats", with("agent", json!(999))).await;
     assert_eq!(status, 404);
     // Another tenant sees nothing of acme's, and cannot put a heartbeat on acme's agent.
     let globex = ApiClient::with_token(node.local_addr(), GLOBEX);
     assert_eq!(get(&globex, "/v1/heartbeats/inbox").await.0, 404);
-    assert_eq!(get(&globex, "/v1/heartbeats").await.1["heartbeats"], json!([]));
+    assert_eq!(
+        get(&globex, "/v1/heartbeats").await.1["heartbeats"],
+        json!([])
+    );
     assert_eq!(post(&globex, "/v1/heartbeats", base.clone()).await.0, 404);
     // Durable: a restarted node holds the definition and its recorded state.
     tick(&client, "inbox", json!({"unread": 7}), 0).await;
@@ -266,10 +321,19 @@ async fn definitions_name_the_bad_field_stay_in_their_tenant_and_survive_a_resta
     let (status, shown) = get(&client, "/v1/heartbeats/inbox").await;
     assert_eq!(status, 200, "{shown}");
     assert_eq!(shown["state"], json!({"unread": 7}));
-    assert_eq!(shown["evaluations"], json!([]), "ticks are this process's, not the log's");
-    let listed = get(&client, &format!("/v1/heartbeats?agent={agent}")).await.1;
+    assert_eq!(
+        shown["evaluations"],
+        json!([]),
+        "ticks are this process's, not the log's"
+    );
+    let listed = get(&client, &format!("/v1/heartbeats?agent={agent}"))
+        .await
+        .1;
     assert_eq!(listed["heartbeats"].as_array().unwrap().len(), 1);
-    let deleted = client.request(hyper::Method::DELETE, "/v1/heartbeats/inbox", None).await.unwrap();
+    let deleted = client
+        .request(hyper::Method::DELETE, "/v1/heartbeats/inbox", None)
+        .await
+        .unwrap();
     assert_eq!(deleted.status.as_u16(), 200);
     assert_eq!(get(&client, "/v1/heartbeats/inbox").await.0, 404);
     node.stop();
@@ -286,7 +350,10 @@ fn inbox_server() -> (SocketAddr, Arc<AtomicU64>) {
             let Ok(mut stream) = stream else { continue };
             let mut head = [0u8; 4096];
             let _ = stream.read(&mut head);
-            let body = format!(r#"{{"inbox": {{"unread": {}}}}}"#, shared.load(Ordering::SeqCst));
+            let body = format!(
+                r#"{{"inbox": {{"unread": {}}}}}"#,
+                shared.load(Ordering::SeqCst)
+            );
             let answer = format!(
                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
@@ -303,7 +370,8 @@ async fn an_http_check_wakes_the_agent_once_when_its_answer_changes() {
     let path = data_file("http-check");
     let (node, client) = start(&path, false).await;
     let check = json!({"kind": "http", "url": format!("http://{inbox}/api/inbox"), "pointer": "/inbox/unread"});
-    let agent = agent_with_heartbeat(&client, "mail", json!({"interval_sec": 1, "check": check})).await;
+    let agent =
+        agent_with_heartbeat(&client, "mail", json!({"interval_sec": 1, "check": check})).await;
     let ticks = |shown: &Value| shown["counts"]["ok"].as_u64().unwrap_or(0);
     // The first tick records the baseline (0).
     let shown = wait_for(&client, "mail", |shown| ticks(shown) >= 1).await;
@@ -322,7 +390,10 @@ async fn an_http_check_wakes_the_agent_once_when_its_answer_changes() {
     let seen = ticks(&shown);
     wait_for(&client, "mail", |shown| ticks(shown) > seen).await;
     let woken = events(&client, "wakeup_queued").await;
-    assert_eq!(woken.iter().filter(|e| e["source"] == "predicate").count(), 1);
+    assert_eq!(
+        woken.iter().filter(|e| e["source"] == "predicate").count(),
+        1
+    );
     node.stop();
 }
 
@@ -335,7 +406,10 @@ async fn wait_for(client: &ApiClient, id: &str, done: impl Fn(&Value) -> bool) -
         if done(&shown) {
             return shown;
         }
-        assert!(std::time::Instant::now() < deadline, "still waiting: {shown}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still waiting: {shown}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -348,7 +422,11 @@ fn processes_with(marker: &str) -> usize {
     entries
         .filter_map(Result::ok)
         .filter_map(|entry| std::fs::read(entry.path().join("cmdline")).ok())
-        .filter(|cmdline| cmdline.split(|b| *b == 0).any(|arg| arg == marker.as_bytes()))
+        .filter(|cmdline| {
+            cmdline
+                .split(|b| *b == 0)
+                .any(|arg| arg == marker.as_bytes())
+        })
         .count()
 }
 
@@ -358,9 +436,13 @@ async fn a_command_check_reads_stdout_and_a_hanging_one_is_killed_with_its_group
     let state_file = path.with_file_name("unread");
     std::fs::write(&state_file, "0\n").unwrap();
     let (node, client) = start(&path, false).await;
-    let check = json!({"kind": "command", "command": "cat", "args": [state_file.to_str().unwrap()]});
+    let check =
+        json!({"kind": "command", "command": "cat", "args": [state_file.to_str().unwrap()]});
     agent_with_heartbeat(&client, "count", json!({"interval_sec": 1, "check": check})).await;
-    let shown = wait_for(&client, "count", |shown| shown["counts"]["ok"].as_u64() >= Some(1)).await;
+    let shown = wait_for(&client, "count", |shown| {
+        shown["counts"]["ok"].as_u64() >= Some(1)
+    })
+    .await;
     assert_eq!(shown["state"], 0, "stdout parsed as JSON: {shown}");
     std::fs::write(&state_file, "new mail\n").unwrap();
     let shown = wait_for(&client, "count", |shown| shown["transitions"] == 1).await;
@@ -368,8 +450,16 @@ async fn a_command_check_reads_stdout_and_a_hanging_one_is_killed_with_its_group
     // A check that never ends: a timeout at its budget, and no process of it left.
     let marker = format!("31.{}", std::process::id());
     let hang = json!({"kind": "command", "command": "sleep", "args": [marker]});
-    agent_with_heartbeat(&client, "hang", json!({"interval_sec": 1, "check": hang, "max_runtime_ms": 300})).await;
-    let shown = wait_for(&client, "hang", |shown| shown["counts"]["timeout"].as_u64() >= Some(1)).await;
+    agent_with_heartbeat(
+        &client,
+        "hang",
+        json!({"interval_sec": 1, "check": hang, "max_runtime_ms": 300}),
+    )
+    .await;
+    let shown = wait_for(&client, "hang", |shown| {
+        shown["counts"]["timeout"].as_u64() >= Some(1)
+    })
+    .await;
     assert_eq!(shown["state"], Value::Null, "nothing observed: {shown}");
     let deadline = std::time::Instant::now() + Duration::from_millis(WAIT_MS_MAX);
     // Between ticks (every 5 s, each killed after 300 ms) no `sleep` of it may be left for long.
@@ -378,14 +468,28 @@ async fn a_command_check_reads_stdout_and_a_hanging_one_is_killed_with_its_group
         if processes_with(&marker) == 0 {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the hanging check outlived its budget");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the hanging check outlived its budget"
+        );
     }
     // A command that fails is an error, the prior state kept.
     std::fs::remove_file(&state_file).unwrap();
     let errors = |shown: &Value| shown["counts"]["error"].as_u64().unwrap_or(0);
     let shown = wait_for(&client, "count", |shown| errors(shown) >= 1).await;
     assert_eq!(shown["state"], "new mail");
-    let last = shown["evaluations"].as_array().unwrap().last().unwrap().clone();
-    assert!(last["detail"].as_str().unwrap().contains("exited with code"), "{last}");
+    let last = shown["evaluations"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert!(
+        last["detail"]
+            .as_str()
+            .unwrap()
+            .contains("exited with code"),
+        "{last}"
+    );
     node.stop();
 }

@@ -20,7 +20,9 @@ use crate::engine::predicate::{
 };
 use crate::engine::spec_error::echo;
 use crate::engine::Command;
-use crate::heartbeats::{Evaluation, EvaluationCounts, EvaluationStatus, HeartbeatRunner, Observation};
+use crate::heartbeats::{
+    Evaluation, EvaluationCounts, EvaluationStatus, HeartbeatRunner, Observation,
+};
 
 /// Heartbeats in one page of `GET /v1/heartbeats` when `limit` is not given.
 pub const HEARTBEATS_PAGE_DEFAULT: usize = 100;

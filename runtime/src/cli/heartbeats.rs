@@ -87,7 +87,11 @@ impl Session {
     }
 
     /// `heartbeat list`: one line per heartbeat (of one agent with `agent`), a page at a time.
-    pub async fn heartbeat_list(&self, agent: Option<&str>, after: Option<&str>) -> Result<Printed, CliError> {
+    pub async fn heartbeat_list(
+        &self,
+        agent: Option<&str>,
+        after: Option<&str>,
+    ) -> Result<Printed, CliError> {
         let mut query = Vec::new();
         if let Some(agent) = agent {
             query.push(format!("agent={}", self.agent_id(agent).await?));
@@ -103,7 +107,16 @@ impl Session {
         if self.json() {
             return Ok(Printed::out(format!("{}\n", safe_json_line(&page))));
         }
-        let mut table = Table::new(&["ID", "AGENT", "EVERY", "CHECK", "ON CHANGE", "STATE", "CHANGES", "CHANGED"]);
+        let mut table = Table::new(&[
+            "ID",
+            "AGENT",
+            "EVERY",
+            "CHECK",
+            "ON CHANGE",
+            "STATE",
+            "CHANGES",
+            "CHANGED",
+        ]);
         for heartbeat in page["heartbeats"].as_array().into_iter().flatten() {
             table.row(vec![
                 cell(&heartbeat["id"]),
@@ -125,7 +138,9 @@ impl Session {
 
     /// `heartbeat show`: the definition, its state and its recent evaluations.
     pub async fn heartbeat_show(&self, id: &str) -> Result<Printed, CliError> {
-        let shown = self.get(&format!("/v1/heartbeats/{}", encode_query(id))).await?;
+        let shown = self
+            .get(&format!("/v1/heartbeats/{}", encode_query(id)))
+            .await?;
         if self.json() {
             return Ok(Printed::out(format!("{}\n", safe_json_line(&shown))));
         }
@@ -162,11 +177,16 @@ impl Session {
 
     /// `heartbeat delete`.
     pub async fn heartbeat_delete(&self, id: &str) -> Result<Printed, CliError> {
-        let deleted = self.delete(&format!("/v1/heartbeats/{}", encode_query(id))).await?;
+        let deleted = self
+            .delete(&format!("/v1/heartbeats/{}", encode_query(id)))
+            .await?;
         if self.json() {
             return Ok(Printed::out(format!("{}\n", safe_json_line(&deleted))));
         }
-        Ok(Printed::out(format!("deleted heartbeat {}\n", cell(&deleted["id"]))))
+        Ok(Printed::out(format!(
+            "deleted heartbeat {}\n",
+            cell(&deleted["id"])
+        )))
     }
 }
 
@@ -178,8 +198,19 @@ fn check_of(check: &Value) -> String {
             None => format!("http {}", check["url"].as_str().unwrap_or("")),
         },
         Some("command") => {
-            let args: Vec<&str> = check["args"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
-            format!("command {} {}", check["command"].as_str().unwrap_or(""), args.join(" ")).trim_end().to_string()
+            let args: Vec<&str> = check["args"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            format!(
+                "command {} {}",
+                check["command"].as_str().unwrap_or(""),
+                args.join(" ")
+            )
+            .trim_end()
+            .to_string()
         }
         Some(kind) => kind.to_string(),
         None => "?".to_string(),
@@ -197,7 +228,11 @@ fn state_of(state: &Value) -> String {
 
 fn on_change_of(heartbeat: &Value) -> String {
     let paused = heartbeat["emission_paused"] == Value::Bool(true);
-    format!("{}{}", cell(&heartbeat["on_change"]), if paused { " (paused)" } else { "" })
+    format!(
+        "{}{}",
+        cell(&heartbeat["on_change"]),
+        if paused { " (paused)" } else { "" }
+    )
 }
 
 #[cfg(test)]
@@ -225,18 +260,27 @@ mod tests {
             pointer: Some("/unread".into()),
             ..HeartbeatCreate::default()
         };
-        assert_eq!(http.check().unwrap(), json!({"kind": "http", "url": "https://x/inbox", "pointer": "/unread"}));
+        assert_eq!(
+            http.check().unwrap(),
+            json!({"kind": "http", "url": "https://x/inbox", "pointer": "/unread"})
+        );
         let command = HeartbeatCreate {
             command: Some("mail-count".into()),
             args: vec!["--unread".into()],
             ..HeartbeatCreate::default()
         };
-        assert_eq!(command.check().unwrap(), json!({"kind": "command", "command": "mail-count", "args": ["--unread"]}));
+        assert_eq!(
+            command.check().unwrap(),
+            json!({"kind": "command", "command": "mail-count", "args": ["--unread"]})
+        );
     }
 
     #[test]
     fn cells_escape_what_a_check_or_state_holds() {
-        assert_eq!(check_of(&json!({"kind": "http", "url": "https://x/\u{1b}[2J"})), "http https://x/\\x1b[2J");
+        assert_eq!(
+            check_of(&json!({"kind": "http", "url": "https://x/\u{1b}[2J"})),
+            "http https://x/\\x1b[2J"
+        );
         assert_eq!(state_of(&Value::Null), "-");
         assert_eq!(state_of(&json!({"unread": 3})), r#"{"unread":3}"#);
     }

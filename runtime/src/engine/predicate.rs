@@ -53,7 +53,9 @@ pub const HEARTBEAT_ARGS_MAX: usize = 32;
 pub const HEARTBEAT_ARG_BYTES_MAX: usize = 4_096;
 
 /// A heartbeat's id: chosen by the operator, unique in the tenant.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, utoipa::ToSchema,
+)]
 #[serde(transparent)]
 pub struct HeartbeatId(pub String);
 
@@ -225,7 +227,10 @@ fn validate_command(command: &str, args: &[String]) -> Result<(), FieldError> {
     if args.len() > HEARTBEAT_ARGS_MAX {
         return Err(FieldError::new(
             "check.args",
-            format!("check.args may hold at most {HEARTBEAT_ARGS_MAX} arguments, got {}", args.len()),
+            format!(
+                "check.args may hold at most {HEARTBEAT_ARGS_MAX} arguments, got {}",
+                args.len()
+            ),
         ));
     }
     if let Some(i) = args.iter().position(|a| a.len() > HEARTBEAT_ARG_BYTES_MAX) {
@@ -354,10 +359,12 @@ impl Engine {
 
     /// Every heartbeat of every tenant, as (tenant, heartbeat), in order.
     pub fn all_heartbeats(&self) -> impl Iterator<Item = (&str, &Heartbeat)> {
-        self.heartbeat_owners.iter().filter_map(|((tenant, id), agent)| {
-            let heartbeat = self.agent_state(*agent)?.heartbeats().get(id)?;
-            Some((tenant.as_str(), heartbeat))
-        })
+        self.heartbeat_owners
+            .iter()
+            .filter_map(|((tenant, id), agent)| {
+                let heartbeat = self.agent_state(*agent)?.heartbeats().get(id)?;
+                Some((tenant.as_str(), heartbeat))
+            })
     }
 
     pub(super) fn decide_create_heartbeat(
@@ -557,7 +564,11 @@ mod tests {
     #[test]
     fn only_a_transition_records_anything_and_it_enqueues_one_wakeup_with_it() {
         let mut engine = engine_with(OnChange::Wake);
-        assert_eq!(observe(&mut engine, 0), ["heartbeat_state_changed"], "the baseline");
+        assert_eq!(
+            observe(&mut engine, 0),
+            ["heartbeat_state_changed"],
+            "the baseline"
+        );
         assert!(observe(&mut engine, 0).is_empty(), "unchanged: nothing");
         assert!(observe(&mut engine, 0).is_empty());
         assert_eq!(
@@ -608,12 +619,19 @@ mod tests {
             "the unrecorded transition keeps the prior state"
         );
         // The running run ends; the next queued one starts, so one fewer waits.
-        let run = engine.agent_state(AgentId(1)).unwrap().active_run().unwrap();
+        let run = engine
+            .agent_state(AgentId(1))
+            .unwrap()
+            .active_run()
+            .unwrap();
         step(
             &mut engine,
             &Command::FinishRun {
                 run,
-                end: crate::engine::run::RunEnd::new(crate::engine::run::RunStatus::Succeeded, "done"),
+                end: crate::engine::run::RunEnd::new(
+                    crate::engine::run::RunStatus::Succeeded,
+                    "done",
+                ),
             },
         )
         .unwrap();
@@ -622,7 +640,12 @@ mod tests {
             ["heartbeat_state_changed", "wakeup_queued"],
             "seen again once the queue drained"
         );
-        assert!(!engine.heartbeat("t", &HeartbeatId("inbox".into())).unwrap().emission_paused);
+        assert!(
+            !engine
+                .heartbeat("t", &HeartbeatId("inbox".into()))
+                .unwrap()
+                .emission_paused
+        );
     }
 
     #[test]
@@ -681,7 +704,9 @@ mod tests {
         observe(&mut engine, 0);
         let restored = Engine::from_image(engine.image()).unwrap();
         assert_eq!(restored, engine);
-        assert!(restored.heartbeat("t", &HeartbeatId("inbox".into())).is_some());
+        assert!(restored
+            .heartbeat("t", &HeartbeatId("inbox".into()))
+            .is_some());
     }
 
     fn request(interval_sec: u64) -> HeartbeatRequest {
@@ -756,9 +781,15 @@ mod tests {
         assert_eq!(r.validate().unwrap_err().field, "check.command");
         r.check = command("mail-count", vec!["a".into(); HEARTBEAT_ARGS_MAX + 1]);
         assert_eq!(r.validate().unwrap_err().field, "check.args");
-        r.check = command("mail-count", vec!["a".into(), "b".repeat(HEARTBEAT_ARG_BYTES_MAX + 1)]);
+        r.check = command(
+            "mail-count",
+            vec!["a".into(), "b".repeat(HEARTBEAT_ARG_BYTES_MAX + 1)],
+        );
         assert_eq!(r.validate().unwrap_err().field, "check.args[1]");
-        r.check = command("mail-count", vec!["a".repeat(HEARTBEAT_ARG_BYTES_MAX); HEARTBEAT_ARGS_MAX]);
+        r.check = command(
+            "mail-count",
+            vec!["a".repeat(HEARTBEAT_ARG_BYTES_MAX); HEARTBEAT_ARGS_MAX],
+        );
         assert!(r.validate().is_ok());
     }
 

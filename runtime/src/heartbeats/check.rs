@@ -30,7 +30,9 @@ pub(super) async fn http(
         response_bytes_max: HEARTBEAT_ANSWER_BYTES_MAX,
     };
     let answer = poster.get(request).await.map_err(|error| match error {
-        PostError::TooLarge { limit_bytes } => format!("the answer is larger than {limit_bytes} bytes"),
+        PostError::TooLarge { limit_bytes } => {
+            format!("the answer is larger than {limit_bytes} bytes")
+        }
         other => other.to_string(),
     })?;
     if !(200..300).contains(&answer.status) {
@@ -57,7 +59,11 @@ pub(super) async fn command(
 ) -> Result<serde_json::Value, String> {
     let mut env: BTreeMap<String, String> = NODE_ENV_ALLOWED
         .iter()
-        .filter_map(|name| std::env::var(name).ok().map(|value| (name.to_string(), value)))
+        .filter_map(|name| {
+            std::env::var(name)
+                .ok()
+                .map(|value| (name.to_string(), value))
+        })
         .collect();
     env.insert(HEARTBEAT_CHECK_ENV.into(), id.0.clone());
     let request = SpawnRequest {

@@ -134,7 +134,9 @@ impl HeartbeatRunner {
     }
 
     fn tracks(&self) -> MutexGuard<'_, BTreeMap<Key, Track>> {
-        self.tracks.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.tracks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Starts ticking every heartbeat the engine holds (at the node's start).
@@ -169,13 +171,22 @@ impl HeartbeatRunner {
 
     /// Stops every ticking task (the node is stopping).
     pub fn stop(&self) {
-        for ticker in self.tickers.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for ticker in self
+            .tickers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             ticker.abort();
         }
     }
 
     /// The recent evaluations (oldest first) and the counts of one heartbeat.
-    pub fn evaluations(&self, tenant: &str, id: &HeartbeatId) -> (Vec<Evaluation>, EvaluationCounts) {
+    pub fn evaluations(
+        &self,
+        tenant: &str,
+        id: &HeartbeatId,
+    ) -> (Vec<Evaluation>, EvaluationCounts) {
         let tracks = self.tracks();
         match tracks.get(&(tenant.to_string(), id.clone())) {
             Some(track) => (track.recent.iter().cloned().collect(), track.counts),
@@ -200,7 +211,12 @@ impl HeartbeatRunner {
     }
 
     /// One tick of heartbeat `id`: one evaluation, or `skipped`.
-    pub async fn tick(&self, tenant: &str, id: &HeartbeatId, observation: Observation) -> Evaluation {
+    pub async fn tick(
+        &self,
+        tenant: &str,
+        id: &HeartbeatId,
+        observation: Observation,
+    ) -> Evaluation {
         let key = (tenant.to_string(), id.clone());
         let evaluation = match self.claim(&key) {
             None => self.evaluation(EvaluationStatus::Skipped, None),
@@ -253,17 +269,21 @@ impl HeartbeatRunner {
             .heartbeat(tenant, id)
             .map(|heartbeat| (heartbeat.spec.clone(), heartbeat.state.clone()));
         let Some((spec, prior)) = found else {
-            return self.evaluation(EvaluationStatus::Error, Some("the heartbeat was deleted".into()));
+            return self.evaluation(
+                EvaluationStatus::Error,
+                Some("the heartbeat was deleted".into()),
+            );
         };
         let observe = self.observe(tenant, id, &spec.check, observation);
-        let observed = match tokio::time::timeout(Duration::from_millis(spec.max_runtime_ms), observe).await {
-            Err(_) => {
-                let detail = format!("no observation within {} ms", spec.max_runtime_ms);
-                return self.evaluation(EvaluationStatus::Timeout, Some(detail));
-            }
-            Ok(Err(detail)) => return self.evaluation(EvaluationStatus::Error, Some(detail)),
-            Ok(Ok(observed)) => observed,
-        };
+        let observed =
+            match tokio::time::timeout(Duration::from_millis(spec.max_runtime_ms), observe).await {
+                Err(_) => {
+                    let detail = format!("no observation within {} ms", spec.max_runtime_ms);
+                    return self.evaluation(EvaluationStatus::Timeout, Some(detail));
+                }
+                Ok(Err(detail)) => return self.evaluation(EvaluationStatus::Error, Some(detail)),
+                Ok(Ok(observed)) => observed,
+            };
         let Some(token) = state_token(&observed) else {
             let detail = format!(
                 "the observed state is larger than {HEARTBEAT_MAX_STATE_BYTES} bytes; the prior state is kept"
