@@ -120,6 +120,13 @@ async fn events(client: &ApiClient, kind: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The tenant's queued wakeups from heartbeats so far.
+async fn predicate_wakeups(client: &ApiClient) -> Vec<Value> {
+    let mut queued = events(client, "wakeup_queued").await;
+    queued.retain(|e| e["source"] == "predicate");
+    queued
+}
+
 #[tokio::test]
 async fn the_capability_block_has_the_rfcs_shape_with_positive_integers() {
     let path = data_file("capabilities");
@@ -185,11 +192,7 @@ async fn unchanged_ticks_enqueue_nothing_and_a_transition_exactly_one_run() {
     assert_eq!(changes[0]["from"], Value::Null);
     assert_eq!(changes[1]["from"], r#"{"unread":0}"#);
     assert_eq!(changes[1]["to"], r#"{"unread":3}"#);
-    let queued: Vec<Value> = events(&client, "wakeup_queued")
-        .await
-        .into_iter()
-        .filter(|e| e["source"] == "predicate")
-        .collect();
+    let queued = predicate_wakeups(&client).await;
     assert_eq!(queued.len(), 1, "{queued:?}");
     assert_eq!(queued[0]["agent"], agent);
     assert_eq!(queued[0]["task_key"], "heartbeat:inbox:1");
@@ -379,21 +382,13 @@ async fn an_http_check_wakes_the_agent_once_when_its_answer_changes() {
     unread.store(4, Ordering::SeqCst);
     let shown = wait_for(&client, "mail", |shown| shown["transitions"] == 1).await;
     assert_eq!(shown["state"], 4);
-    let woken: Vec<Value> = events(&client, "wakeup_queued")
-        .await
-        .into_iter()
-        .filter(|e| e["source"] == "predicate")
-        .collect();
+    let woken = predicate_wakeups(&client).await;
     assert_eq!(woken.len(), 1, "{woken:?}");
     assert_eq!(woken[0]["agent"], agent);
     // Unchanged from here on: more ticks, no more wakeups.
     let seen = ticks(&shown);
     wait_for(&client, "mail", |shown| ticks(shown) > seen).await;
-    let woken = events(&client, "wakeup_queued").await;
-    assert_eq!(
-        woken.iter().filter(|e| e["source"] == "predicate").count(),
-        1
-    );
+    assert_eq!(predicate_wakeups(&client).await.len(), 1);
     node.stop();
 }
 

@@ -819,13 +819,12 @@ time_zone = "Europe/Paris"
         assert!(matches!(short, FleetError::TokenTooShort { chars: 5, .. }));
     }
 
-    #[tokio::test]
-    async fn apply_creates_missing_agents_and_updates_changed_ones() {
+    /// A ready node with tenant acme configured, on a fresh file in `dir`.
+    async fn fleet_node(dir: &std::path::Path) -> crate::node::Node {
         use crate::io::{clock::SystemClock, entropy::OsEntropy, storage::StorageLocation};
         use crate::node::{Node, NodeConfig};
-        let dir = std::env::temp_dir().join(format!("vigil-fleet-apply-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir).unwrap();
         let mut node = Node::start(NodeConfig {
             listen_addr: "127.0.0.1:0".parse().unwrap(),
             storage: StorageLocation::File(dir.join("vigil.redb")),
@@ -847,6 +846,13 @@ time_zone = "Europe/Paris"
         .await
         .unwrap();
         node.ready().await.unwrap();
+        node
+    }
+
+    #[tokio::test]
+    async fn apply_creates_missing_agents_and_updates_changed_ones() {
+        let dir = std::env::temp_dir().join(format!("vigil-fleet-apply-{}", std::process::id()));
+        let node = fleet_node(&dir).await;
         let shell = node.shell().clone();
 
         // Tenant default did not exist (only acme was configured): it is made, with a token.
@@ -953,32 +959,8 @@ on_change = "event"
 
     #[tokio::test]
     async fn apply_creates_declared_heartbeats_keeps_them_and_replaces_changed_ones() {
-        use crate::io::{clock::SystemClock, entropy::OsEntropy, storage::StorageLocation};
-        use crate::node::{Node, NodeConfig};
         let dir = std::env::temp_dir().join(format!("vigil-fleet-heartbeats-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut node = Node::start(NodeConfig {
-            listen_addr: "127.0.0.1:0".parse().unwrap(),
-            storage: StorageLocation::File(dir.join("vigil.redb")),
-            clock: SystemClock::shared(),
-            entropy: OsEntropy::shared(),
-            tenants: vec![TenantToken {
-                tenant: "acme".into(),
-                token: "acme-token-0123456789".into(),
-            }],
-            on_commit: None,
-            on_replayed: None,
-            adapters: crate::exec::adapter::BuiltinAdapters::shared(),
-            run_services: crate::exec::host::RunServices::standard(),
-            transcripts: std::sync::Arc::new(crate::transcript::MemoryTranscripts::new()),
-            alert_sinks: Vec::new(),
-            snapshots: Default::default(),
-            heartbeat_test_seam: false,
-        })
-        .await
-        .unwrap();
-        node.ready().await.unwrap();
+        let node = fleet_node(&dir).await;
         let shell = node.shell().clone();
         let first = parse(WITH_HEARTBEATS).unwrap().apply(&shell).await.unwrap();
         assert_eq!(first.heartbeats_created.len(), 2, "{first:?}");

@@ -339,38 +339,7 @@ enum RunsCommand {
 #[derive(Subcommand)]
 enum HeartbeatCommand {
     /// Define a heartbeat of an agent, with exactly one check.
-    Create {
-        /// Its id: a-z, 0-9, _ and -, unique in the tenant.
-        #[arg(long)]
-        id: String,
-        /// The agent it wakes (id or name).
-        #[arg(long)]
-        agent: String,
-        /// Seconds between ticks (under the node's minimum, raised to it).
-        #[arg(long)]
-        interval_sec: u64,
-        /// Check: GET this URL; its JSON answer is the state.
-        #[arg(long)]
-        http: Option<String>,
-        /// With --http: the JSON pointer into the answer that is the state (e.g. /unread).
-        #[arg(long)]
-        pointer: Option<String>,
-        /// Check: run this program (no shell); its stdout is the state.
-        #[arg(long)]
-        command: Option<String>,
-        /// With --command: one argument (repeat for more).
-        #[arg(long = "arg")]
-        args: Vec<String>,
-        /// Check: observations come only from the node's test seam.
-        #[arg(long)]
-        sample: bool,
-        /// On a change: `wake` the agent (the default) or only record the `event`.
-        #[arg(long)]
-        on_change: Option<String>,
-        /// The evaluation budget in ms (default and most: 5000).
-        #[arg(long)]
-        max_runtime_ms: Option<u64>,
-    },
+    Create(HeartbeatCreate),
     /// The tenant's heartbeats (one agent's with --agent).
     List {
         #[arg(long)]
@@ -524,32 +493,7 @@ enum Operation {
 /// One `vigil heartbeat` command.
 async fn heartbeat(session: &Session, command: HeartbeatCommand) -> Result<Printed, CliError> {
     match command {
-        HeartbeatCommand::Create {
-            id,
-            agent,
-            interval_sec,
-            http,
-            pointer,
-            command,
-            args,
-            sample,
-            on_change,
-            max_runtime_ms,
-        } => {
-            let create = HeartbeatCreate {
-                id,
-                agent,
-                interval_sec,
-                http,
-                pointer,
-                command,
-                args,
-                sample,
-                on_change,
-                max_runtime_ms,
-            };
-            session.heartbeat_create(&create).await
-        }
+        HeartbeatCommand::Create(create) => session.heartbeat_create(&create).await,
         HeartbeatCommand::List { agent, after } => {
             session.heartbeat_list(agent.as_deref(), after.as_deref()).await
         }

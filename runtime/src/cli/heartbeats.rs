@@ -6,20 +6,38 @@ use serde_json::{json, Value};
 use super::format::{cell, escape_controls, safe_json_line, time_of, Table};
 use super::{encode_query, CliError, Printed, Session};
 
-/// What `heartbeat create` asks for: exactly one check.
-#[derive(Debug, Clone, Default)]
+/// What `heartbeat create` asks for (its command-line arguments): exactly one check.
+#[derive(Debug, Clone, Default, clap::Args)]
 pub struct HeartbeatCreate {
+    /// Its id: a-z, 0-9, _ and -, unique in the tenant.
+    #[arg(long)]
     pub id: String,
-    /// An agent id or name.
+    /// The agent it wakes (id or name).
+    #[arg(long)]
     pub agent: String,
+    /// Seconds between ticks (under the node's minimum, raised to it).
+    #[arg(long)]
     pub interval_sec: u64,
+    /// Check: GET this URL; its JSON answer is the state.
+    #[arg(long)]
     pub http: Option<String>,
+    /// With --http: the JSON pointer into the answer that is the state (e.g. /unread).
+    #[arg(long)]
     pub pointer: Option<String>,
+    /// Check: run this program (no shell); its stdout is the state.
+    #[arg(long)]
     pub command: Option<String>,
+    /// With --command: one argument (repeat for more).
+    #[arg(long = "arg")]
     pub args: Vec<String>,
+    /// Check: observations come only from the node's test seam.
+    #[arg(long)]
     pub sample: bool,
-    /// `wake` or `event`.
+    /// On a change: `wake` the agent (the default) or only record the `event`.
+    #[arg(long)]
     pub on_change: Option<String>,
+    /// The evaluation budget in ms (default and most: 5000).
+    #[arg(long)]
     pub max_runtime_ms: Option<u64>,
 }
 
