@@ -20,6 +20,8 @@ use vigil::node::{Node, NodeConfig, TenantToken};
 
 const ACME: &str = "acme-operator-token";
 const GLOBEX: &str = "globex-operator-token";
+/// Tenant `default`'s: the node's metrics are its.
+const NODE_OPERATOR: &str = "default-operator-token";
 /// Longest a test waits for a tick of a real interval before it fails: a bound on waiting,
 /// never a timing goal.
 const WAIT_MS_MAX: u64 = 30_000;
@@ -45,6 +47,10 @@ fn config(path: &std::path::Path, seam: bool) -> NodeConfig {
             TenantToken {
                 tenant: "globex".into(),
                 token: GLOBEX.into(),
+            },
+            TenantToken {
+                tenant: "default".into(),
+                token: NODE_OPERATOR.into(),
             },
         ],
         on_commit: None,
@@ -202,6 +208,12 @@ async fn unchanged_ticks_enqueue_nothing_and_a_transition_exactly_one_run() {
     assert_eq!(shown["counts"]["ok"], 5);
     assert_eq!(shown["state"], unread(3));
     assert_eq!(shown["transitions"], 1);
+    // The node's metrics count the same ticks and the one transition.
+    let metrics = ApiClient::with_token(node.local_addr(), NODE_OPERATOR);
+    let scraped = metrics.get("/metrics").await.unwrap();
+    let text = String::from_utf8(scraped.body.to_vec()).unwrap();
+    assert!(text.contains("vigil_heartbeat_evaluations_total{status=\"ok\"} 5\n"), "{text}");
+    assert!(text.contains("vigil_heartbeat_transitions_total 1\n"), "{text}");
     node.stop();
 }
 

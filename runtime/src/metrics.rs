@@ -67,6 +67,11 @@ struct AgentLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StatusLabels {
+    status: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     state: &'static str,
 }
@@ -113,6 +118,8 @@ pub struct Metrics {
     alert_attempts_failed: Family<SinkLabels, Counter>,
     snapshots: Counter,
     snapshot_seq: Gauge,
+    heartbeat_evaluations: Family<StatusLabels, Counter>,
+    heartbeat_transitions: Counter,
     /// One scrape at a time: the gauges are cleared and refilled by each.
     scrape: Mutex<()>,
 }
@@ -159,6 +166,8 @@ impl Metrics {
             alert_attempts_failed: Family::default(),
             snapshots: Counter::default(),
             snapshot_seq: Gauge::default(),
+            heartbeat_evaluations: Family::default(),
+            heartbeat_transitions: Counter::default(),
             scrape: Mutex::new(()),
         };
         metrics.register();
@@ -229,6 +238,16 @@ impl Metrics {
             self.agents_at_daily_cap.clone(),
         );
         r.register("runs", "Runs by state (running, queued)", self.runs.clone());
+        r.register(
+            "heartbeat_evaluations",
+            "Predicate heartbeat ticks, by status (ok, timeout, error, skipped)",
+            self.heartbeat_evaluations.clone(),
+        );
+        r.register(
+            "heartbeat_transitions",
+            "Predicate heartbeat transitions committed (a baseline not counted)",
+            self.heartbeat_transitions.clone(),
+        );
         r.register(
             "writer_queue",
             "Commands waiting for the writer",
@@ -329,6 +348,9 @@ impl Metrics {
                 };
                 self.runs_finished.get_or_create(&labels).inc();
             }
+            EventKind::HeartbeatStateChanged { from: Some(_), .. } => {
+                self.heartbeat_transitions.inc();
+            }
             EventKind::BreakerOpened { trigger, .. } => {
                 self.breaker_openings
                     .get_or_create(&TriggerLabels {
@@ -343,6 +365,13 @@ impl Metrics {
     fn wakeup(&self, source: &'static str, outcome: &'static str) {
         self.wakeups
             .get_or_create(&WakeupLabels { source, outcome })
+            .inc();
+    }
+
+    /// Counts one predicate heartbeat tick that ended with `status`.
+    pub fn heartbeat_evaluated(&self, status: &'static str) {
+        self.heartbeat_evaluations
+            .get_or_create(&StatusLabels { status })
             .inc();
     }
 

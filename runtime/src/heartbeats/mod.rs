@@ -45,6 +45,18 @@ pub enum EvaluationStatus {
     Skipped,
 }
 
+impl EvaluationStatus {
+    /// The wire name (the metric's label too).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvaluationStatus::Ok => "ok",
+            EvaluationStatus::Timeout => "timeout",
+            EvaluationStatus::Error => "error",
+            EvaluationStatus::Skipped => "skipped",
+        }
+    }
+}
+
 /// One tick (`heartbeat_evaluated`): kept in memory, never written to the log (ADR 0022).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Evaluation {
@@ -222,6 +234,7 @@ impl HeartbeatRunner {
             None => self.evaluation(EvaluationStatus::Skipped, None),
             Some(_in_flight) => self.evaluate(&key, observation).await,
         };
+        self.shell.metrics().heartbeat_evaluated(evaluation.status.as_str());
         let mut tracks = self.tracks();
         let track = tracks.entry(key).or_default();
         match evaluation.status {
