@@ -1285,4 +1285,20 @@ fn heartbeats_come_from_the_fleet_file_and_the_cli_and_tick() {
     assert!(server.ok(&["heartbeat", "delete", "probe"]).contains("deleted heartbeat probe"));
     let gone = server.fails(&["heartbeat", "show", "probe"]);
     assert!(gone.contains("no heartbeat"), "{gone}");
+    // `fleet plan|apply` handle heartbeats too: a new one is created, a changed one replaced.
+    let file = server.dir.join("fleet-2.toml");
+    let served = std::fs::read_to_string(server.dir.join("fleet.toml")).unwrap();
+    let next = served.replace("interval_sec = 1\n", "interval_sec = 30\n")
+        + "\n[[heartbeats]]\nid = \"hangs\"\nagent = \"hanger\"\ninterval_sec = 60\ncheck = { kind = \"sample\" }\n";
+    std::fs::write(&file, next).unwrap();
+    let file = file.to_str().unwrap();
+    let plan = server.ok(&["fleet", "plan", file]);
+    assert!(plan.contains("+ create heartbeat hangs (tenant default) of agent hanger"), "{plan}");
+    assert!(plan.contains("~ replace heartbeat mail (tenant default) of agent worker: interval_sec"), "{plan}");
+    assert!(plan.ends_with("heartbeats: 1 to create, 1 to replace, 0 to delete, 0 unchanged\n"), "{plan}");
+    let applied = server.ok(&["fleet", "apply", file]);
+    assert!(applied.contains("+ created heartbeat hangs") && applied.contains("~ replaced heartbeat mail"), "{applied}");
+    assert_eq!(server.json(&["heartbeat", "show", "mail"])["interval_sec"], 30);
+    let again = server.ok(&["fleet", "plan", file]);
+    assert!(again.ends_with("heartbeats: 0 to create, 0 to replace, 0 to delete, 2 unchanged\n"), "{again}");
 }

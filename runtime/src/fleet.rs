@@ -52,7 +52,7 @@ use crate::engine::predicate::{Check, HeartbeatId, HeartbeatRequest, OnChange};
 use crate::engine::tenant::{validate_name, DEFAULT_TENANT, TENANT_NAME_CHARS_MAX};
 use crate::engine::usage::MicroUsd;
 use crate::engine::Engine;
-use crate::fleet_plan::{Action, HeldAgent};
+use crate::fleet_plan::{Action, HeartbeatAction, HeldAgent, HeldHeartbeat};
 use crate::node::TenantToken;
 use crate::shell::{ExecuteError, Shell};
 
@@ -101,7 +101,7 @@ pub struct FleetHeartbeat {
 
 impl FleetHeartbeat {
     /// The API's request for it, once its agent's id is known.
-    fn request(&self, agent: AgentId) -> HeartbeatRequest {
+    pub fn request(&self, agent: AgentId) -> HeartbeatRequest {
         HeartbeatRequest {
             id: self.id.clone(),
             agent: agent.0,
@@ -500,9 +500,7 @@ impl Fleet {
                 applied.created.push((tenant.clone(), name, agent.agent));
             }
         }
-        for tenant in &self.tenants {
-            apply_heartbeats(shell, tenant, &mut applied).await?;
-        }
+        apply_heartbeats(self, shell, &mut applied).await?;
         Ok(applied)
     }
 
@@ -545,49 +543,90 @@ impl Fleet {
     }
 }
 
-/// Makes each of `tenant`'s declared heartbeats exist as written: created when missing, replaced
-/// when its definition differs (a heartbeat has no update: its recorded state belongs to its
-/// definition). Its agent exists by now (created above).
+/// Makes the node hold the heartbeats `fleet` declares (`fleet_plan::plan_heartbeats`, as
+/// `vigil fleet apply` does): creates the missing ones, replaces those whose definition differs,
+/// keeps the others. Their agents exist by now (created above).
 async fn apply_heartbeats(
+    fleet: &Fleet,
     shell: &Arc<Shell>,
-    tenant: &FleetTenant,
     applied: &mut Applied,
 ) -> Result<(), ExecuteError> {
-    for declared in &tenant.heartbeats {
-        let id = HeartbeatId(declared.id.clone());
-        let (request, held) = {
-            let engine = shell.engine();
-            let Some(agent) = engine.agent_named(&tenant.name, &declared.agent) else {
-                continue; // checked at parse: only a terminated, deleted agent gets here
-            };
-            let request = declared.request(agent.id);
-            let held = engine.heartbeat(&tenant.name, &id).map(|h| (h.agent, h.spec.clone()));
-            (request, held)
-        };
-        let wanted = request.validate().map_err(crate::engine::Refusal::InvalidField)?;
-        let key = (tenant.name.clone(), declared.id.clone());
-        match held {
-            Some((agent, spec)) if agent == wanted.1 && spec == wanted.2 => {
-                applied.heartbeats_unchanged += 1;
-                continue;
+    let planned = {
+        let engine = shell.engine();
+        crate::fleet_plan::plan_heartbeats(
+            fleet,
+            &held_agents(&engine, fleet),
+            &held_heartbeats(&engine, fleet),
+            false,
+        )
+    };
+    for planned in planned {
+        let key = (planned.tenant.clone(), planned.id.clone());
+        match planned.action {
+            HeartbeatAction::Unchanged => applied.heartbeats_unchanged += 1,
+            HeartbeatAction::Undeclared | HeartbeatAction::Delete => {}
+            HeartbeatAction::Create => {
+                create_heartbeat(fleet, shell, &planned).await?;
+                applied.heartbeats_created.push(key);
             }
-            Some(_) => {
+            HeartbeatAction::Replace { .. } => {
                 let delete = crate::engine::Command::DeleteHeartbeat {
-                    tenant: tenant.name.clone(),
-                    heartbeat: id,
+                    tenant: planned.tenant.clone(),
+                    heartbeat: HeartbeatId(planned.id.clone()),
                 };
                 shell.execute(delete, crate::writer::WhenFull::Wait).await?;
+                create_heartbeat(fleet, shell, &planned).await?;
                 applied.heartbeats_replaced.push(key);
             }
-            None => applied.heartbeats_created.push(key),
         }
-        let create = crate::engine::Command::CreateHeartbeat {
-            tenant: tenant.name.clone(),
-            request,
-        };
-        shell.execute(create, crate::writer::WhenFull::Wait).await?;
     }
     Ok(())
+}
+
+/// Creates a planned heartbeat as the file declares it.
+async fn create_heartbeat(
+    fleet: &Fleet,
+    shell: &Arc<Shell>,
+    planned: &crate::fleet_plan::PlannedHeartbeat,
+) -> Result<(), ExecuteError> {
+    let tenant = fleet
+        .tenants
+        .iter()
+        .find(|t| t.name == planned.tenant)
+        .expect("planned from the file");
+    let declared = tenant
+        .heartbeats
+        .iter()
+        .find(|h| h.id == planned.id)
+        .expect("planned from the file");
+    let Some(agent) = shell.engine().agent_named(&tenant.name, &declared.agent).map(|a| a.id) else {
+        return Ok(()); // checked at load: only an agent deleted meanwhile gets here
+    };
+    let create = crate::engine::Command::CreateHeartbeat {
+        tenant: tenant.name.clone(),
+        request: declared.request(agent),
+    };
+    shell.execute(create, crate::writer::WhenFull::Wait).await?;
+    Ok(())
+}
+
+/// The heartbeats of the tenants `fleet` names, as a plan reads them.
+fn held_heartbeats(engine: &Engine, fleet: &Fleet) -> BTreeMap<String, Vec<HeldHeartbeat>> {
+    fleet
+        .tenants
+        .iter()
+        .map(|tenant| {
+            let held = engine
+                .tenant_heartbeats(&tenant.name)
+                .map(|h| HeldHeartbeat {
+                    id: h.id.0.clone(),
+                    agent: h.agent,
+                    spec: h.spec.clone(),
+                })
+                .collect();
+            (tenant.name.clone(), held)
+        })
+        .collect()
 }
 
 /// The agents of the tenants `fleet` names, as a plan reads them (one pass over the node's

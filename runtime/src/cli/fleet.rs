@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use super::format::{cell, escape_controls, safe_json_line};
 use super::{CliError, Printed, Session, Token, TokenSource};
@@ -12,7 +12,9 @@ use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::agent_update::patch_between;
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::fleet::Fleet;
-use crate::fleet_plan::{plan, Action, HeldAgent, Plan};
+use crate::fleet_plan::{
+    plan, plan_heartbeats, Action, HeartbeatAction, HeldAgent, HeldHeartbeat, Plan, PlannedHeartbeat,
+};
 
 /// What `fleet plan|apply` was asked.
 #[derive(Debug, Clone)]
@@ -25,7 +27,7 @@ pub struct FleetFile {
 impl Session {
     /// `fleet plan FILE`: what `fleet apply` would do, changing nothing.
     pub async fn fleet_plan(&self, file: &FleetFile) -> Result<Printed, CliError> {
-        let (_, plan) = self.plan_of(file).await?;
+        let (_, _, plan) = self.plan_of(file).await?;
         if self.json() {
             let json = serde_json::to_value(&plan).expect("a plan serialises");
             return Ok(Printed::out(format!("{}\n", safe_json_line(&json))));
@@ -36,7 +38,7 @@ impl Session {
     /// `fleet apply FILE`: creates, updates (and with `--prune` deletes) until the node holds
     /// what the file declares; prints each change, and each new agent's token (shown once).
     pub async fn fleet_apply(&self, file: &FleetFile) -> Result<Printed, CliError> {
-        let (sessions, plan) = self.plan_of(file).await?;
+        let (fleet, sessions, plan) = self.plan_of(file).await?;
         let mut printed = Printed::default();
         let mut answers = Vec::new();
         for planned in &plan.agents {
@@ -76,6 +78,44 @@ impl Session {
                 .push_str(&format!("{}\n", escape_controls(&line)));
             answers.push(answer);
         }
+        for planned in &plan.heartbeats {
+            let session = &sessions[&planned.tenant];
+            let line = match &planned.action {
+                HeartbeatAction::Create => {
+                    let created = session.create_heartbeat(&fleet, planned).await?;
+                    answers.push(created);
+                    format!("+ created heartbeat {} (tenant {})", planned.id, planned.tenant)
+                }
+                HeartbeatAction::Replace { changed } => {
+                    session.delete(&heartbeat_path(&planned.id)).await?;
+                    answers.push(session.create_heartbeat(&fleet, planned).await?);
+                    format!(
+                        "~ replaced heartbeat {} (tenant {}): {}",
+                        planned.id,
+                        planned.tenant,
+                        changed.join(", ")
+                    )
+                }
+                HeartbeatAction::Delete => {
+                    answers.push(session.delete(&heartbeat_path(&planned.id)).await?);
+                    format!("- deleted heartbeat {} (tenant {})", planned.id, planned.tenant)
+                }
+                HeartbeatAction::Undeclared => {
+                    printed.stderr.push_str(&format!(
+                        "{}\n",
+                        escape_controls(&format!(
+                            "? heartbeat {} (tenant {}) is not in the file; kept (--prune deletes it)",
+                            planned.id, planned.tenant
+                        ))
+                    ));
+                    continue;
+                }
+                HeartbeatAction::Unchanged => continue,
+            };
+            printed
+                .stdout
+                .push_str(&format!("{}\n", escape_controls(&line)));
+        }
         if self.json() {
             let json = Value::Array(answers);
             printed.stdout = format!("{}\n", safe_json_line(&json));
@@ -101,15 +141,66 @@ impl Session {
     async fn plan_of(
         &self,
         file: &FleetFile,
-    ) -> Result<(BTreeMap<String, Session>, Plan), CliError> {
+    ) -> Result<(Fleet, BTreeMap<String, Session>, Plan), CliError> {
         let fleet =
             Fleet::load(&file.path).map_err(|error| CliError::input("file", error.to_string()))?;
         let sessions = self.tenant_sessions(&fleet)?;
-        let mut held = BTreeMap::new();
+        let (mut held, mut heartbeats) = (BTreeMap::new(), BTreeMap::new());
         for (tenant, session) in &sessions {
             held.insert(tenant.clone(), session.held_agents().await?);
+            heartbeats.insert(tenant.clone(), session.held_heartbeats().await?);
         }
-        Ok((sessions, plan(&fleet, &held, file.prune)))
+        let mut plan = plan(&fleet, &held, file.prune);
+        plan.heartbeats = plan_heartbeats(&fleet, &held, &heartbeats, file.prune);
+        Ok((fleet, sessions, plan))
+    }
+
+    /// Every heartbeat of this session's tenant, page after page.
+    async fn held_heartbeats(&self) -> Result<Vec<HeldHeartbeat>, CliError> {
+        let mut held = Vec::new();
+        let mut path = "/v1/heartbeats?limit=1000".to_string();
+        loop {
+            let page = self.get(&path).await?;
+            for heartbeat in page["heartbeats"].as_array().into_iter().flatten() {
+                let unreadable = || CliError::UnexpectedAnswer {
+                    status: 200,
+                    body: "a heartbeat in GET /v1/heartbeats is not readable".into(),
+                };
+                let spec = serde_json::from_value(json!({
+                    "interval_sec": heartbeat["interval_sec"],
+                    "check": heartbeat["check"],
+                    "on_change": heartbeat["on_change"],
+                    "max_runtime_ms": heartbeat["max_runtime_ms"],
+                }))
+                .map_err(|_| unreadable())?;
+                held.push(HeldHeartbeat {
+                    id: heartbeat["id"].as_str().ok_or_else(unreadable)?.to_string(),
+                    agent: AgentId(heartbeat["agent"].as_u64().ok_or_else(unreadable)?),
+                    spec,
+                });
+            }
+            match page["next_after"].as_str() {
+                Some(after) => {
+                    path = format!("/v1/heartbeats?limit=1000&after={}", super::encode_query(after))
+                }
+                None => return Ok(held),
+            }
+        }
+    }
+
+    /// `POST /v1/heartbeats` for a planned heartbeat, as the file declares it (its agent by the
+    /// id the node gave it).
+    async fn create_heartbeat(&self, fleet: &Fleet, planned: &PlannedHeartbeat) -> Result<Value, CliError> {
+        let declared = fleet
+            .tenants
+            .iter()
+            .filter(|t| t.name == planned.tenant)
+            .flat_map(|t| &t.heartbeats)
+            .find(|h| h.id == planned.id)
+            .expect("planned from the file");
+        let agent = AgentId(self.agent_id(&declared.agent).await?);
+        let body = serde_json::to_value(declared.request(agent)).expect("a request serialises");
+        self.post("/v1/heartbeats", Some(&body)).await
     }
 
     /// This session for tenant `default`; for every other tenant the file names, the operator
@@ -166,10 +257,15 @@ impl Session {
     }
 }
 
+fn heartbeat_path(id: &str) -> String {
+    format!("/v1/heartbeats/{}", super::encode_query(id))
+}
+
 /// The plan's line for an agent `apply` leaves alone.
 fn plan_line(planned: &crate::fleet_plan::Planned) -> String {
     let single = Plan {
         agents: vec![planned.clone()],
+        heartbeats: Vec::new(),
     };
     let text = single.render();
     text.lines()

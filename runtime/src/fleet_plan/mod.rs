@@ -12,6 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Serialize;
 
+mod heartbeats;
+
+pub use heartbeats::{plan_heartbeats, HeartbeatAction, HeldHeartbeat, PlannedHeartbeat};
+
 use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::agent_update::changed_fields;
 use crate::fleet::Fleet;
@@ -60,6 +64,9 @@ pub struct Planned {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct Plan {
     pub agents: Vec<Planned>,
+    /// The predicate heartbeats' plan (`plan_heartbeats`), declared then undeclared.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub heartbeats: Vec<PlannedHeartbeat>,
 }
 
 /// The plan that turns `held` (agents by tenant) into what `fleet` declares. Tenants the file
@@ -87,7 +94,10 @@ pub fn plan(fleet: &Fleet, held: &BTreeMap<String, Vec<HeldAgent>>, prune: bool)
             agents.push(planned(&tenant.name, name, action));
         }
     }
-    Plan { agents }
+    Plan {
+        agents,
+        heartbeats: Vec::new(),
+    }
 }
 
 fn planned(tenant: &str, name: &str, action: Action) -> Planned {
@@ -120,12 +130,19 @@ fn declared_action(spec: &AgentSpec, held: Option<&HeldAgent>) -> Action {
 impl Plan {
     /// Whether applying would change anything.
     pub fn changes_anything(&self) -> bool {
-        self.agents.iter().any(|p| {
+        let agents = self.agents.iter().any(|p| {
             matches!(
                 p.action,
                 Action::Create { .. } | Action::Update { .. } | Action::Delete { .. }
             )
-        })
+        });
+        let heartbeats = self.heartbeats.iter().any(|p| {
+            matches!(
+                p.action,
+                HeartbeatAction::Create | HeartbeatAction::Replace { .. } | HeartbeatAction::Delete
+            )
+        });
+        agents || heartbeats
     }
 
     /// The plan for a person: one line per agent that applying touches or leaves out, a count of
@@ -162,6 +179,7 @@ impl Plan {
             count(|a| matches!(a, Action::Update { .. })),
             count(|a| matches!(a, Action::Delete { .. })),
         ));
+        out.push_str(&heartbeats::render(&self.heartbeats));
         out
     }
 }
