@@ -137,12 +137,12 @@ impl Checker {
                 first_seq,
                 last_seq,
             } => {
-                self.predicate.attempted()?;
+                self.predicate.commit_over()?;
                 self.commits.attempted(record.node, *first_seq, *last_seq)
             }
             TraceEvent::Crashed { during_write, .. } => {
                 self.commits.crashed(record.node);
-                self.predicate.crashed();
+                self.predicate.crashed()?;
                 let state = self.node(record.node);
                 state.up_since_ms = None;
                 state.maybe_committed_tail = *during_write;
@@ -525,6 +525,7 @@ impl Checker {
         }
         // They were one commit (a power cut interrupts one), which ends here.
         self.loops.commit_end()?;
+        self.predicate.commit_over()?;
         // And they must be that whole commit, never a part of it.
         self.commits.recovered(node, unreported)
     }

@@ -15,10 +15,11 @@
 //!   recording the truth the server held through the quiet phase, unless its emission is paused:
 //!   a transition lost to a crash before its commit was seen again.
 //!
-//! What shares a commit: the events of one decision are numbered one after another, and the
-//! node reports a commit's events in order before anything else happens, so a transition's
-//! wakeup is the very next committed event; a `commit_attempted` in between means the wakeup was
-//! not in its commit.
+//! What shares a commit: the node reports a commit's events in order before anything else
+//! happens, and writes `commit_attempted` before each commit, so a wakeup owed must come before
+//! the next `commit_attempted`, the next crash, or the end of the commit a recovery found
+//! unreported. It need not be the very next event: the wake may emit others of the agent first
+//! (a `breaker_half_opened` when the wakeup is the breaker's probe).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -74,7 +75,8 @@ struct Owed {
 pub struct PredicateOracle {
     seed: Option<u64>,
     heartbeats: BTreeMap<(String, String), Heartbeat>,
-    owed: Option<Owed>,
+    /// Wakeups owed by the transitions of the commit being reported.
+    owed: Vec<Owed>,
     /// Runs a heartbeat's wakeup queued (or a restart re-queued): their task key.
     run_key: BTreeMap<u64, String>,
     /// Each heartbeat's runs waiting to start.
@@ -96,9 +98,11 @@ impl PredicateOracle {
         self.quiet_since_ms.get_or_insert(t_ms);
     }
 
-    /// A commit is about to be written: a wakeup still owed was not in its transition's commit.
-    pub fn attempted(&self) -> Result<(), Violation> {
-        match &self.owed {
+    /// The commit being reported is over (another is about to be written, the node died, or a
+    /// recovery's unreported commit was read): a wakeup still owed was not in its transition's
+    /// commit.
+    pub fn commit_over(&self) -> Result<(), Violation> {
+        match self.owed.first() {
             Some(owed) => violation(
                 "transition_enqueued_once",
                 format!(
@@ -196,36 +200,27 @@ impl PredicateOracle {
             } => Some((agent.0, self.run_key.get(&run.0).cloned())),
             _ => None,
         };
-        let Some(owed) = self.owed.take() else {
-            return match wakeup {
-                Some((agent, key)) => violation(
-                    "transition_enqueued_once",
-                    format!(
-                        "seq {} is a predicate wakeup of agent {agent} (task key {key:?}) that no transition just committed asked for",
-                        event.seq
-                    ),
-                ),
-                None => Ok(()),
-            };
-        };
-        let paid = wakeup.is_some_and(|(agent, key)| {
-            agent == owed.agent && key.as_deref() == Some(owed.task_key.as_str())
-        });
-        if paid && event.seq == owed.seq + 1 {
+        let Some((agent, key)) = wakeup else {
             return Ok(());
-        }
-        violation(
-            "transition_enqueued_once",
-            format!(
-                "the transition at seq {} of heartbeat {} (agent {}) owes the wakeup {} next, but seq {} is {}",
-                owed.seq,
-                owed.heartbeat,
-                owed.agent,
-                owed.task_key,
-                event.seq,
-                event.kind.type_name()
+        };
+        let owed = self
+            .owed
+            .iter()
+            .position(|o| o.agent == agent && key.as_deref() == Some(o.task_key.as_str()));
+        match owed {
+            Some(index) => {
+                self.owed.remove(index);
+                Ok(())
+            }
+            None => violation(
+                "transition_enqueued_once",
+                format!(
+                    "seq {} is a predicate wakeup of agent {agent} (task key {key:?}) that no transition of its commit asked for (owed: {:?})",
+                    event.seq,
+                    self.owed.iter().map(|o| &o.task_key).collect::<Vec<_>>()
+                ),
             ),
-        )
+        }
     }
 
     fn state_changed(
@@ -265,7 +260,7 @@ impl PredicateOracle {
         heartbeat.transitions += 1;
         self.transitions += 1;
         if heartbeat.wakes {
-            self.owed = Some(Owed {
+            self.owed.push(Owed {
                 seq: event.seq,
                 agent: heartbeat.agent,
                 heartbeat: id.to_string(),
@@ -356,15 +351,17 @@ impl PredicateOracle {
     }
 
     /// The runtime node died: its checks were dropped with it (the server may learn of it only
-    /// much later, or never, for a check it never answers).
-    pub fn crashed(&mut self) {
+    /// much later, or never, for a check it never answers). A commit's events are all reported
+    /// before the process can die, so none may still owe a wakeup.
+    pub fn crashed(&mut self) -> Result<(), Violation> {
         self.in_flight.clear();
+        self.commit_over()
     }
 
     /// At the end of the run (`end_ms`): every heartbeat the state server answers has recorded
     /// the truth the server froze at the quiet phase, if that phase was long enough.
     pub fn finish(&self, end_ms: u64) -> Result<(), Violation> {
-        if let Some(owed) = &self.owed {
+        if let Some(owed) = self.owed.first() {
             return violation(
                 "transition_enqueued_once",
                 format!(
@@ -520,7 +517,7 @@ mod tests {
         log.ok(run_started(0, 10, 1).kind);
         log.ok(changed("inbox", Some(3), 0));
         log.ok(refused("inbox", 2));
-        log.oracle.attempted().unwrap();
+        log.oracle.commit_over().unwrap();
         // An `event` heartbeat's transition owes nothing.
         log.ok(created("quiet", OnChange::Event));
         log.ok(changed("quiet", None, 1));
@@ -531,24 +528,37 @@ mod tests {
     }
 
     #[test]
-    fn a_transition_without_its_wakeup_is_reported() {
+    fn a_transition_whose_commit_ends_without_its_wakeup_is_reported() {
         let mut log = with_baseline();
         log.ok(changed("inbox", Some(0), 3));
+        log.ok(run_started(0, 10, 1).kind);
         assert_eq!(
-            log.broken(run_started(0, 10, 1).kind),
-            "transition_enqueued_once"
-        );
-        // Nor may its commit end first.
-        let mut log = with_baseline();
-        log.ok(changed("inbox", Some(0), 3));
-        assert_eq!(
-            log.oracle.attempted().unwrap_err().invariant,
+            log.oracle.commit_over().unwrap_err().invariant,
             "transition_enqueued_once"
         );
         assert_eq!(
             log.oracle.finish(0).unwrap_err().invariant,
             "transition_enqueued_once"
         );
+        assert_eq!(
+            log.oracle.crashed().unwrap_err().invariant,
+            "transition_enqueued_once"
+        );
+    }
+
+    #[test]
+    fn other_events_of_the_commit_may_come_between_a_transition_and_its_wakeup() {
+        // The wakeup is the breaker's probe: the breaker half-opens first. Another heartbeat's
+        // transition in the same commit owes its own wakeup.
+        let mut log = with_baseline();
+        log.ok(created("other", OnChange::Wake));
+        log.ok(changed("other", None, 5));
+        log.ok(changed("inbox", Some(0), 3));
+        log.ok(EventKind::BreakerHalfOpened { agent: AgentId(1) });
+        log.ok(changed("other", Some(5), 6));
+        log.ok(queued("other", 1, 11));
+        log.ok(queued("inbox", 1, 10));
+        log.oracle.commit_over().unwrap();
     }
 
     #[test]
@@ -660,7 +670,7 @@ mod tests {
         oracle.check_served("inbox", 1).unwrap();
         oracle.check_ended("inbox", 1);
         oracle.check_served("inbox", 2).unwrap();
-        oracle.crashed();
+        oracle.crashed().expect("no wakeup owed");
         oracle.check_served("inbox", 3).unwrap();
         // The dropped check's late end changes nothing.
         oracle.check_ended("inbox", 2);
