@@ -2,7 +2,7 @@
 //! its coverage met, gives the same whole trace twice, really exercises what it is named for,
 //! and the predicate checks fire on a real trace with a bug planted in it.
 //!
-//! Cost (docs/simulation.md, "How long it takes"): about 0.09 s of one core per seed, so the
+//! Cost (docs/simulation.md, "How long it takes"): about 0.08 s of one core per seed, so the
 //! whole file is about 50 CPU-seconds (under 30 s on CI's 2 cores).
 #![cfg(madsim)]
 

@@ -12,8 +12,9 @@
 //! - `pending_within_cap`: a heartbeat's wakeup is queued only while fewer than
 //!   [`PENDING_CAP`] of its runs wait to start, and emission pauses only at the cap.
 //! - `transition_redetected` (at the end): every heartbeat the state server answers ends
-//!   recording the truth the server held through the quiet phase, unless its emission is paused:
-//!   a transition lost to a crash before its commit was seen again.
+//!   recording the truth the server held through the quiet phase, unless its emission is paused
+//!   with its runs waiting at the cap: a transition lost to a crash before its commit was seen
+//!   again.
 //!
 //! What shares a commit: the node reports a commit's events in order before anything else
 //! happens, and writes `commit_attempted` before each commit, so a wakeup owed must come before
@@ -359,7 +360,8 @@ impl PredicateOracle {
     }
 
     /// At the end of the run (`end_ms`): every heartbeat the state server answers has recorded
-    /// the truth the server froze at the quiet phase, if that phase was long enough.
+    /// the truth the server froze at the quiet phase, if that phase was long enough, unless its
+    /// emission is paused with its runs still waiting at the cap.
     pub fn finish(&self, end_ms: u64) -> Result<(), Violation> {
         if let Some(owed) = self.owed.first() {
             return violation(
@@ -377,7 +379,10 @@ impl PredicateOracle {
             return Ok(());
         }
         for ((_, id), heartbeat) in &self.heartbeats {
-            if !heartbeat.observes_state_server || heartbeat.paused {
+            // Emission is rightly paused only while the cap is met: once the queue drained, the
+            // next tick must record the truth (or find it recorded already).
+            let waiting = self.waiting.get(id).map_or(0, BTreeSet::len);
+            if !heartbeat.observes_state_server || (heartbeat.paused && waiting >= PENDING_CAP) {
                 continue;
             }
             let truth = state_server::state_token(state_server::truth(seed, id, quiet_ms));
@@ -681,7 +686,7 @@ mod tests {
     }
 
     #[test]
-    fn a_heartbeat_ending_off_the_frozen_truth_is_reported_unless_paused() {
+    fn a_heartbeat_ending_off_the_frozen_truth_is_reported() {
         let quiet_ms = 600_000;
         let truth = state_server::truth(1, "inbox", quiet_ms);
         let end_ms = quiet_ms + REDETECT_BOUND_MS;
@@ -706,6 +711,26 @@ mod tests {
             log.ok(queued("inbox", 1, 10));
         }
         log.oracle.finish(end_ms).unwrap();
+    }
+
+    #[test]
+    fn a_paused_heartbeat_is_excused_only_while_its_runs_wait_at_the_cap() {
+        // `at_the_cap` records 4 with runs 11, 12, 13 waiting: a quiet phase whose truth is not 4.
+        let quiet_ms = (1..)
+            .map(|minute| minute * 60_000)
+            .find(|t| state_server::truth(1, "inbox", *t) != 4)
+            .expect("the truth changes");
+        let end_ms = quiet_ms + REDETECT_BOUND_MS;
+        let mut log = at_the_cap();
+        log.oracle.quiet(quiet_ms);
+        log.ok(paused("inbox", 3));
+        log.oracle.finish(end_ms).unwrap();
+        log.ok(run_finished(0, 10, 1).kind);
+        log.ok(run_started(0, 11, 1).kind);
+        assert_eq!(
+            log.oracle.finish(end_ms).unwrap_err().invariant,
+            "transition_redetected"
+        );
     }
 
     #[test]
