@@ -769,6 +769,7 @@ fn tool_world() -> (Vec<Step>, phases::AgentWorld) {
         tools: Some(ToolScript::default()),
         processes: None,
         alert_refuse_permille: None,
+        state: None,
     };
     (steps, world)
 }

@@ -8,12 +8,13 @@
 //! Counted from the trace alone, after the run, so the count is independent of the checks it
 //! measures.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
-use vigil::engine::wakeup::RefusalReason;
-use vigil_world::trace::{FaultRecord, TraceEvent, TraceRecord};
+use vigil::engine::wakeup::{RefusalReason, WakeupSource};
+use vigil_world::state_server::state_token;
+use vigil_world::trace::{CheckAnswer, FaultRecord, TraceEvent, TraceRecord};
 
 mod combinations;
 
@@ -57,6 +58,13 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "probe_during_catch_up", invariant: "breaker_single_probe (8), timer_not_duplicated", counts: "breaker probes admitted by a timer fire standing for missed slots" },
     Precondition { key: "start_on_a_kept_day", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "run starts counted on a later local day than their clock's (the clock went back across midnight)" },
     Precondition { key: "operator_answered", invariant: "operator_answered (19)", counts: "operator requests answered" },
+    Precondition { key: "heartbeat_transition", invariant: "transition_enqueued_once (28), transition_chain (29)", counts: "heartbeat transitions committed (the baselines not counted)" },
+    Precondition { key: "predicate_wakeup_refused", invariant: "transition_enqueued_once (28)", counts: "predicate wakeups refused (the transition recorded all the same)" },
+    Precondition { key: "check_past_budget", invariant: "one_evaluation_at_a_time (30)", counts: "heartbeat checks the state server answered past their budget or never" },
+    Precondition { key: "check_hung", invariant: "one_evaluation_at_a_time (30)", counts: "heartbeat checks the state server never answered" },
+    Precondition { key: "emission_paused", invariant: "pending_within_cap (31)", counts: "heartbeats whose emission paused at the pending cap" },
+    Precondition { key: "transition_lost_to_crash", invariant: "transition_redetected (32)", counts: "crashes and power cuts while a check had shown a heartbeat a state not yet recorded" },
+    Precondition { key: "redetected_after_restart", invariant: "transition_redetected (32)", counts: "transitions recorded after a restart by a heartbeat whose change a crash had cut short" },
 ];
 
 /// What one seed met: preconditions and faults struck, by name.
@@ -109,6 +117,14 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
             TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
+            TraceEvent::CheckServed { answer, .. } => {
+                if !answer.in_budget() {
+                    coverage.count("check_past_budget");
+                }
+                if *answer == CheckAnswer::Hang {
+                    coverage.count("check_hung");
+                }
+            }
             TraceEvent::Fault { fault } => match fault {
                 FaultRecord::Struck(fault) => {
                     *coverage.faults.entry(fault.kind()).or_default() += 1;
@@ -129,19 +145,30 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
         EventKind::TimerFired { .. } => coverage.count("timer_fired"),
         EventKind::IdleFired { .. } => coverage.count("idle_fired"),
         EventKind::WakeupCoalesced { .. } => coverage.count("wakeup_coalesced"),
-        EventKind::WakeupRefused { refusal, .. } => match refusal {
-            RefusalReason::DailyCap => coverage.count("daily_cap_reached"),
-            RefusalReason::Paused => coverage.count("routine_refused_while_paused"),
-            RefusalReason::DisabledSource | RefusalReason::Terminated => {
-                coverage.count("source_or_terminated_refused")
+        EventKind::WakeupRefused {
+            refusal, source, ..
+        } => {
+            if *source == WakeupSource::Predicate {
+                coverage.count("predicate_wakeup_refused");
             }
-            RefusalReason::AgentError => coverage.count("refused_in_error"),
-            RefusalReason::QueueFull => coverage.count("queue_full_refused"),
-            _ => {}
-        },
+            match refusal {
+                RefusalReason::DailyCap => coverage.count("daily_cap_reached"),
+                RefusalReason::Paused => coverage.count("routine_refused_while_paused"),
+                RefusalReason::DisabledSource | RefusalReason::Terminated => {
+                    coverage.count("source_or_terminated_refused")
+                }
+                RefusalReason::AgentError => coverage.count("refused_in_error"),
+                RefusalReason::QueueFull => coverage.count("queue_full_refused"),
+                _ => {}
+            }
+        }
         EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
         EventKind::AgentErrored { .. } => coverage.count("agent_errored"),
         EventKind::AgentOffline { .. } => coverage.count("agent_offline"),
+        EventKind::HeartbeatStateChanged { from: Some(_), .. } => {
+            coverage.count("heartbeat_transition")
+        }
+        EventKind::HeartbeatEmissionPaused { .. } => coverage.count("emission_paused"),
         EventKind::RunFinished {
             stop_reason,
             report,
@@ -195,7 +222,64 @@ pub fn of_seed(records: &[TraceRecord]) -> Coverage {
         coverage.preconditions.insert("breaker_reopened", reopened);
     }
     coverage.preconditions.extend(combinations::count(records));
+    let (lost, redetected) = lost_transitions(records);
+    for (key, n) in [("transition_lost_to_crash", lost), ("redetected_after_restart", redetected)] {
+        if n > 0 {
+            coverage.preconditions.insert(key, n);
+        }
+    }
     coverage
+}
+
+/// (crashes that cut a heartbeat's change short, transitions recorded afterwards by such a
+/// heartbeat): a check of the state server began showing a heartbeat a state other than its
+/// recorded one, within its budget, and the node died before recording it (or before the
+/// emission paused).
+pub fn lost_transitions(records: &[TraceRecord]) -> (u64, u64) {
+    let mut recorded: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut changing: BTreeSet<&str> = BTreeSet::new();
+    let mut lost: BTreeSet<&str> = BTreeSet::new();
+    let (mut losses, mut redetected) = (0, 0);
+    for record in records {
+        match &record.event {
+            TraceEvent::CheckServed {
+                heartbeat,
+                value,
+                answer,
+                ..
+            } if answer.in_budget() => {
+                let Some(state) = recorded.get(heartbeat.as_str()) else {
+                    continue;
+                };
+                if *state == state_token(*value) {
+                    changing.remove(heartbeat.as_str());
+                } else {
+                    changing.insert(heartbeat);
+                }
+            }
+            TraceEvent::Committed { event } => match &event.kind {
+                EventKind::HeartbeatStateChanged {
+                    heartbeat, from, to, ..
+                } => {
+                    recorded.insert(&heartbeat.0, to);
+                    changing.remove(heartbeat.0.as_str());
+                    if from.is_some() && lost.remove(heartbeat.0.as_str()) {
+                        redetected += 1;
+                    }
+                }
+                EventKind::HeartbeatEmissionPaused { heartbeat, .. } => {
+                    changing.remove(heartbeat.0.as_str());
+                }
+                _ => {}
+            },
+            TraceEvent::Crashed { .. } => {
+                losses += changing.len() as u64;
+                lost.append(&mut changing);
+            }
+            _ => {}
+        }
+    }
+    (losses, redetected)
 }
 
 /// The preconditions scenario `name` is built to reach: a sweep of it that meets one of them in
@@ -257,6 +341,18 @@ pub fn required(name: &str) -> &'static [&'static str] {
         ],
         "cli_agents" => &["execution_served", "process_group_gone"],
         "hostile" => &["operator_answered"],
+        "predicate_flap" => &[
+            "heartbeat_transition",
+            "predicate_wakeup_refused",
+            "check_past_budget",
+            "check_hung",
+            "emission_paused",
+            "transition_lost_to_crash",
+            "redetected_after_restart",
+            "recovered_after_crash",
+            "interrupted_commit",
+            "backward_jump",
+        ],
         _ => &[],
     }
 }

@@ -170,6 +170,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
             tools: Some(ToolScript::default()),
             processes: None,
             alert_refuse_permille: None,
+            state: None,
         },
         pinned: Vec::new(),
         scenario: if safety_ms == DAY_SAFETY_MS {

@@ -39,6 +39,8 @@ pub mod pause_table;
 #[cfg(madsim)]
 pub mod phases;
 #[cfg(madsim)]
+pub mod predicate_flap;
+#[cfg(madsim)]
 pub mod run;
 #[cfg(madsim)]
 pub mod smoke;

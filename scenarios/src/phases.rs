@@ -56,6 +56,9 @@ pub struct AgentWorld {
     /// A simulated alert receiver refusing this share of attempts (per mille) in the safety
     /// phase, for scenarios that judge alerts (`every_alert_delivered`).
     pub alert_refuse_permille: Option<u32>,
+    /// A simulated state server for predicate heartbeats to observe, answering as this script
+    /// says in the safety phase; its truth freezes at the quiet phase.
+    pub state: Option<vigil_world::state_server::StateScript>,
 }
 
 /// What a scenario asks of the shared runner.
@@ -249,6 +252,11 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         );
         state
     });
+    let state_server = setup
+        .agents
+        .state
+        .clone()
+        .map(|script| start_state_server(seed, script, &recorder));
     let provider_node = provider.as_ref().map(|(_, id)| *id);
     let provider = provider.map(|(state, _)| state);
     let workload_recorder = recorder.clone();
@@ -479,7 +487,33 @@ pub async fn run(setup: Setup, recorder: Recorder) {
         sink.lock().expect("alert sink lock").heal();
     }
     recorder.record("sim", TraceEvent::QuietPhase);
+    if let Some(state) = &state_server {
+        // At the very instant of the record: the oracle restates the truth as of it.
+        state.lock().expect("state server lock").freeze(elapsed_ms());
+    }
     sleep_until_ms(&recorder, end_ms).await;
+}
+
+/// Starts the simulated state server on its own node, reachable by its host name.
+fn start_state_server(
+    seed: u64,
+    script: vigil_world::state_server::StateScript,
+    recorder: &Recorder,
+) -> vigil_world::state_server::SharedStateServer {
+    use vigil_world::state_server as server;
+    let state = std::sync::Arc::new(std::sync::Mutex::new(server::StateServerState::new(
+        seed, script,
+    )));
+    let (serving, recorder) = (state.clone(), recorder.clone());
+    vigil_world::harness::build_node(
+        madsim::runtime::Handle::current()
+            .create_node()
+            .name(server::STATE_SERVER_NODE)
+            .ip(server::STATE_SERVER_IP)
+            .init(move || server::serve(serving.clone(), recorder.clone())),
+    );
+    NetSim::current().add_dns_record(server::STATE_SERVER_HOST, server::STATE_SERVER_IP);
+    state
 }
 
 /// The world's outside services that window faults make sick, when the world has them.

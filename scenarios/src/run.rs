@@ -204,6 +204,12 @@ pub static SCENARIOS: &[Scenario] = &[
         virtual_ms: crate::alerts::SAFETY_MS + crate::alerts::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::alerts::run(seed, recorder)),
     },
+    Scenario {
+        name: "predicate_flap",
+        summary: "predicate heartbeats of 4 scripted agents watch a state server flapping every 10-60 s, answering slowly, late or never, with crashes, power cuts mid-commit and clock jumps: each transition enqueued once, the pending cap held, lost transitions seen again; 29 min",
+        virtual_ms: crate::predicate_flap::SAFETY_MS + crate::predicate_flap::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::predicate_flap::run(seed, recorder)),
+    },
 ];
 
 /// The scenario called `name`.

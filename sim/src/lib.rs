@@ -11,6 +11,7 @@ pub mod provider;
 pub mod recorder;
 pub mod run_faults;
 pub mod sse_frames;
+pub mod state_server;
 pub mod tool_server;
 pub mod trace;
 

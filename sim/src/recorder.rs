@@ -110,7 +110,7 @@ impl Recorder {
             return;
         }
         inner.sealed = true;
-        if let Err(violation) = inner.checker.finish() {
+        if let Err(violation) = inner.checker.finish(t_ms) {
             inner.records.push(TraceRecord {
                 t_ms,
                 node: "sim",

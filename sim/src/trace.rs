@@ -150,6 +150,39 @@ pub enum TraceEvent {
     AlertSinkUp,
     /// The alert receiver accepted (2xx) alert `id` about event `seq`, of `kind`.
     AlertDelivered { id: String, seq: u64, kind: String },
+    /// The simulated state server (sim/src/state_server.rs) began serving request `request`
+    /// (numbered from 1 per heartbeat) of heartbeat `heartbeat`'s check: the truth `value` it
+    /// read at that instant, and how it will answer.
+    CheckServed {
+        heartbeat: String,
+        request: u64,
+        value: u64,
+        answer: CheckAnswer,
+    },
+    /// That check is over: answered, or dropped by the runtime (its budget, a closed
+    /// connection).
+    CheckEnded { heartbeat: String, request: u64 },
+}
+
+/// How the simulated state server answers one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CheckAnswer {
+    /// At once.
+    Quick,
+    /// After `delay_ms`, within the heartbeat's budget.
+    Slow { delay_ms: u64 },
+    /// After `delay_ms`, past the heartbeat's budget: the runtime gives up first.
+    Late { delay_ms: u64 },
+    /// Never.
+    Hang,
+}
+
+impl CheckAnswer {
+    /// Whether the runtime gets the answer within its budget.
+    pub fn in_budget(self) -> bool {
+        matches!(self, CheckAnswer::Quick | CheckAnswer::Slow { .. })
+    }
 }
 
 /// What a `fault` trace record says happened.

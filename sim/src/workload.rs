@@ -56,6 +56,13 @@ pub enum Action {
     ResetError { agent: String },
     /// The operator terminates the agent called `agent` for good, retried until answered.
     Terminate { agent: String },
+    /// The operator defines a predicate heartbeat of the agent called `agent`
+    /// (`POST /v1/heartbeats` with `definition` and the agent's id), retried until answered; a
+    /// 409 means an earlier attempt was committed but its answer lost in a crash.
+    DefineHeartbeat {
+        agent: String,
+        definition: serde_json::Value,
+    },
 }
 
 /// An action and when it happens.
@@ -216,6 +223,16 @@ impl Workload {
                             madsim::task::spawn_local(cancel_running(client.clone(), id));
                         }
                     }
+                    Action::DefineHeartbeat { agent, definition } => {
+                        madsim::task::spawn_local(define_heartbeat(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            definition.clone(),
+                        ));
+                    }
                     Action::Wake { agent, request } => {
                         let wake = wake(
                             self.until_ms,
@@ -316,6 +333,39 @@ async fn wake(
                 replayed: json["replayed"].as_bool().expect("replayed"),
             },
         );
+    }
+}
+
+/// Defines a heartbeat of agent `agent` until the node answers 201, or 409 (defined already by
+/// an attempt whose answer was lost).
+async fn define_heartbeat(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+    mut definition: serde_json::Value,
+) {
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        let id = directory.borrow().get(&agent).copied();
+        let Some(id) = id else {
+            // The agent's creation has not been answered yet.
+            learn_ids(until_ms, &client, &directory).await;
+            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            continue;
+        };
+        definition["agent"] = id.into();
+        match client.post_json("/v1/heartbeats", &definition).await {
+            Ok(answer) if answer.status.as_u16() == 201 || answer.status.as_u16() == 409 => return,
+            Ok(answer) if answer.status.is_client_error() => panic!(
+                "workload sent a bad heartbeat: {} {:?}",
+                answer.status, answer.body
+            ),
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
     }
 }
 

@@ -14,10 +14,12 @@ mod executions;
 mod heart;
 mod liveness;
 mod operator;
+mod predicate;
 mod processes;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
+pub use predicate::REDETECT_BOUND_MS;
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod refusals;
 mod runs;
@@ -99,6 +101,7 @@ pub struct Checker {
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
     alerts: alerts::AlertsOracle,
+    predicate: predicate::PredicateOracle,
 }
 
 impl Checker {
@@ -133,9 +136,13 @@ impl Checker {
             TraceEvent::CommitAttempted {
                 first_seq,
                 last_seq,
-            } => self.commits.attempted(record.node, *first_seq, *last_seq),
+            } => {
+                self.predicate.commit_over()?;
+                self.commits.attempted(record.node, *first_seq, *last_seq)
+            }
             TraceEvent::Crashed { during_write, .. } => {
                 self.commits.crashed(record.node);
+                self.predicate.crashed()?;
                 let state = self.node(record.node);
                 state.up_since_ms = None;
                 state.maybe_committed_tail = *during_write;
@@ -191,6 +198,7 @@ impl Checker {
                 .try_for_each(|agent| self.liveness.answered_pulse(t_ms, *agent, *sent_ms)),
             TraceEvent::QuietPhase => {
                 self.quiet_since_ms = Some(t_ms);
+                self.predicate.quiet(t_ms);
                 Ok(())
             }
             TraceEvent::Restarted => {
@@ -240,8 +248,18 @@ impl Checker {
                 Ok(())
             }
             TraceEvent::AlertDelivered { id, seq, kind } => self.alerts.delivered(id, *seq, kind),
-            TraceEvent::RunStarted { .. }
-            | TraceEvent::Fault { .. }
+            TraceEvent::CheckServed {
+                heartbeat, request, ..
+            } => self.predicate.check_served(heartbeat, *request),
+            TraceEvent::CheckEnded { heartbeat, request } => {
+                self.predicate.check_ended(heartbeat, *request);
+                Ok(())
+            }
+            TraceEvent::RunStarted { seed, .. } => {
+                self.predicate.run_started(*seed);
+                Ok(())
+            }
+            TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. }
             | TraceEvent::OperatorAsked { .. }
             | TraceEvent::OperatorAnswered { .. }
@@ -249,8 +267,9 @@ impl Checker {
         }
     }
 
-    /// Checks what can only be judged at the end of the run (liveness in the quiet phase).
-    pub fn finish(&self) -> Result<(), Violation> {
+    /// Checks what can only be judged at the end of the run (`end_ms`): liveness in the quiet
+    /// phase, alerts delivered, heartbeats' states re-detected.
+    pub fn finish(&self, end_ms: u64) -> Result<(), Violation> {
         if self.quiet_since_ms.is_some() && self.quiet_probes_checked == 0 {
             return violation(
                 "quiet_phase_liveness",
@@ -262,7 +281,13 @@ impl Checker {
         if let Some(quiet_since_ms) = self.quiet_since_ms {
             self.runs.finish(quiet_since_ms)?;
         }
-        self.alerts.finish()
+        self.alerts.finish()?;
+        self.predicate.finish(end_ms)
+    }
+
+    /// Heartbeat transitions the predicate checks judged.
+    pub fn heartbeat_transitions(&self) -> u64 {
+        self.predicate.transitions()
     }
 
     /// (alerts the log called for, deliveries the receiver accepted): zero without a receiver.
@@ -445,6 +470,7 @@ impl Checker {
         self.refusals.committed(event)?;
         self.contracts.committed(event)?;
         self.alerts.committed(event);
+        self.predicate.committed(event)?;
         self.log.push(event_digest(event));
         Ok(())
     }
@@ -499,6 +525,7 @@ impl Checker {
         }
         // They were one commit (a power cut interrupts one), which ends here.
         self.loops.commit_end()?;
+        self.predicate.commit_over()?;
         // And they must be that whole commit, never a part of it.
         self.commits.recovered(node, unreported)
     }
@@ -891,7 +918,7 @@ mod tests {
         let mut checker = Checker::new();
         checker.observe(&record(0, TraceEvent::QuietPhase)).unwrap();
         assert_eq!(
-            checker.finish().unwrap_err().invariant,
+            checker.finish(0).unwrap_err().invariant,
             "quiet_phase_liveness"
         );
     }
