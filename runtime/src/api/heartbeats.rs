@@ -44,15 +44,17 @@ pub struct HeartbeatView {
     /// The recorded state, as the JSON observed (none: nothing observed yet).
     #[schema(value_type = Object)]
     pub state: Option<serde_json::Value>,
-    /// Past `max_pending_enqueued` runs waiting: transitions wait until the queue drains.
+    /// Paused now: `max_pending_enqueued` of its runs wait, and a transition found them so;
+    /// transitions wait until the queue drains.
     pub emission_paused: bool,
     pub transitions: u64,
     pub created_at_ms: u64,
     pub changed_at_ms: Option<u64>,
 }
 
-impl From<&Heartbeat> for HeartbeatView {
-    fn from(heartbeat: &Heartbeat) -> Self {
+impl HeartbeatView {
+    /// The view of `heartbeat` of `tenant`, as `engine` holds it.
+    fn of(engine: &crate::engine::Engine, tenant: &str, heartbeat: &Heartbeat) -> Self {
         HeartbeatView {
             id: heartbeat.id.clone(),
             agent: heartbeat.agent,
@@ -64,7 +66,7 @@ impl From<&Heartbeat> for HeartbeatView {
                 .state
                 .as_deref()
                 .map(|token| serde_json::from_str(token).expect("a state token is JSON")),
-            emission_paused: heartbeat.emission_paused,
+            emission_paused: engine.heartbeat_paused_now(tenant, &heartbeat.id),
             transitions: heartbeat.transitions,
             created_at_ms: heartbeat.created_at_ms,
             changed_at_ms: heartbeat.changed_at_ms,
@@ -147,7 +149,7 @@ fn view(caller: &Caller, tenant: &str, id: &HeartbeatId) -> Result<HeartbeatView
     let heartbeat = engine
         .heartbeat(tenant, id)
         .ok_or_else(|| ApiError::not_found(format!("no heartbeat with id {}", echo(&id.0))))?;
-    Ok(heartbeat.into())
+    Ok(HeartbeatView::of(&engine, tenant, heartbeat))
 }
 
 /// The tenant's heartbeats by id, in pages; `agent` keeps one agent's.
@@ -178,7 +180,7 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
         .tenant_heartbeats(&tenant)
         .filter(|h| h.id.0 > after && agent.is_none_or(|a| h.agent == a))
         .take(limit + 1)
-        .map(Into::into)
+        .map(|heartbeat| HeartbeatView::of(&engine, &tenant, heartbeat))
         .collect();
     let next_after = (heartbeats.len() > limit).then(|| {
         heartbeats.truncate(limit);

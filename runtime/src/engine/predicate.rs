@@ -250,7 +250,10 @@ pub struct Heartbeat {
     pub spec: HeartbeatSpec,
     /// The last state recorded as durable (none: nothing observed yet).
     pub state: Option<String>,
-    /// Emission is paused: the pending cap was met at the last transition.
+    /// A pause was announced (`heartbeat_emission_paused`) and no transition was recorded
+    /// since. Whether emission is paused *now* also needs the cap met now
+    /// (`Engine::heartbeat_paused_now`): the runs may have drained since with the state back
+    /// where it was, and nothing records that.
     pub emission_paused: bool,
     pub created_at_ms: u64,
     /// When the state last changed (none: never).
@@ -347,6 +350,22 @@ impl Engine {
     pub fn heartbeat(&self, tenant: &str, id: &HeartbeatId) -> Option<&Heartbeat> {
         let agent = self.heartbeat_owner(tenant, id)?;
         self.agent_state(agent)?.heartbeats().get(id)
+    }
+
+    /// Whether heartbeat `id`'s emission is paused now: a pause was announced, no transition
+    /// since, and `HEARTBEAT_MAX_PENDING_ENQUEUED` of its runs still wait. (A blocked transition
+    /// with the flag set always belongs to the announced pause: no transition was recorded, so
+    /// the heartbeat's runs only drained, and they are still at the cap; so one announcement per
+    /// pause is right. Only what is shown needs the count.)
+    pub fn heartbeat_paused_now(&self, tenant: &str, id: &HeartbeatId) -> bool {
+        let Some(agent) = self.heartbeat_owner(tenant, id) else {
+            return false;
+        };
+        let Some(state) = self.agent_state(agent) else {
+            return false;
+        };
+        state.heartbeats().get(id).is_some_and(|h| h.emission_paused)
+            && pending_enqueued(state, id) >= HEARTBEAT_MAX_PENDING_ENQUEUED
     }
 
     /// Every heartbeat of `tenant`, by id.
@@ -613,6 +632,7 @@ mod tests {
         assert!(observe(&mut engine, at_cap).is_empty(), "said once");
         let heartbeat = engine.heartbeat("t", &HeartbeatId("inbox".into())).unwrap();
         assert!(heartbeat.emission_paused);
+        assert!(engine.heartbeat_paused_now("t", &HeartbeatId("inbox".into())));
         assert_eq!(
             heartbeat.state.as_deref(),
             Some(format!(r#"{{"unread":{}}}"#, at_cap - 1).as_str()),
@@ -635,6 +655,10 @@ mod tests {
             },
         )
         .unwrap();
+        assert!(
+            !engine.heartbeat_paused_now("t", &HeartbeatId("inbox".into())),
+            "one run fewer waits: not paused now, though no event says so yet"
+        );
         assert_eq!(
             observe(&mut engine, at_cap),
             ["heartbeat_state_changed", "wakeup_queued"],
