@@ -212,8 +212,14 @@ async fn unchanged_ticks_enqueue_nothing_and_a_transition_exactly_one_run() {
     let metrics = ApiClient::with_token(node.local_addr(), NODE_OPERATOR);
     let scraped = metrics.get("/metrics").await.unwrap();
     let text = String::from_utf8(scraped.body.to_vec()).unwrap();
-    assert!(text.contains("vigil_heartbeat_evaluations_total{status=\"ok\"} 5\n"), "{text}");
-    assert!(text.contains("vigil_heartbeat_transitions_total 1\n"), "{text}");
+    assert!(
+        text.contains("vigil_heartbeat_evaluations_total{status=\"ok\"} 5\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("vigil_heartbeat_transitions_total 1\n"),
+        "{text}"
+    );
     node.stop();
 }
 
@@ -354,8 +360,9 @@ async fn definitions_name_the_bad_field_stay_in_their_tenant_and_survive_a_resta
     node.stop();
 }
 
-/// A loopback HTTP server answering every GET with `{"unread": N}`, N as the test sets it.
-fn inbox_server() -> (SocketAddr, Arc<AtomicU64>) {
+/// A loopback HTTP server answering every GET with `{"inbox": {"unread": N}}`, N as the test
+/// sets it; with `auth`, only to requests carrying `authorization: <auth>` (401 to others).
+fn inbox_server(auth: Option<&'static str>) -> (SocketAddr, Arc<AtomicU64>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let unread = Arc::new(AtomicU64::new(0));
@@ -364,13 +371,26 @@ fn inbox_server() -> (SocketAddr, Arc<AtomicU64>) {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
             let mut head = [0u8; 4096];
-            let _ = stream.read(&mut head);
-            let body = format!(
-                r#"{{"inbox": {{"unread": {}}}}}"#,
-                shared.load(Ordering::SeqCst)
-            );
+            let read = stream.read(&mut head).unwrap_or(0);
+            let head = String::from_utf8_lossy(&head[..read]).to_ascii_lowercase();
+            let allowed = auth.is_none_or(|auth| {
+                head.contains(&format!("authorization: {}\r\n", auth.to_ascii_lowercase()))
+            });
+            let (status, body) = match allowed {
+                true => (
+                    "200 OK",
+                    format!(
+                        r#"{{"inbox": {{"unread": {}}}}}"#,
+                        shared.load(Ordering::SeqCst)
+                    ),
+                ),
+                false => (
+                    "401 Unauthorized",
+                    r#"{"error": "who are you?"}"#.to_string(),
+                ),
+            };
             let answer = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                 body.len()
             );
             let _ = stream.write_all(answer.as_bytes());
@@ -381,7 +401,7 @@ fn inbox_server() -> (SocketAddr, Arc<AtomicU64>) {
 
 #[tokio::test]
 async fn an_http_check_wakes_the_agent_once_when_its_answer_changes() {
-    let (inbox, unread) = inbox_server();
+    let (inbox, unread) = inbox_server(None);
     let path = data_file("http-check");
     let (node, client) = start(&path, false).await;
     let check = json!({"kind": "http", "url": format!("http://{inbox}/api/inbox"), "pointer": "/inbox/unread"});
@@ -401,6 +421,55 @@ async fn an_http_check_wakes_the_agent_once_when_its_answer_changes() {
     let seen = ticks(&shown);
     wait_for(&client, "mail", |shown| ticks(shown) > seen).await;
     assert_eq!(predicate_wakeups(&client).await.len(), 1);
+    node.stop();
+}
+
+/// The inbox's token, as the node's environment variable `INBOX_AUTH` holds it.
+const INBOX_AUTH: &str = "Bearer inbox-secret-7f3a";
+
+#[tokio::test]
+async fn secret_headers_come_from_the_environment_and_are_never_shown() {
+    let (inbox, _) = inbox_server(Some(INBOX_AUTH));
+    let path = data_file("secret-headers");
+    let mut config = config(&path, false);
+    config.run_services.secrets =
+        Arc::new(|name: &str| (name == "INBOX_AUTH").then(|| INBOX_AUTH.to_string()));
+    let mut node = Node::start(config).await.expect("node starts");
+    node.ready().await.expect("node recovers");
+    let client = ApiClient::with_token(node.local_addr(), ACME);
+    let url = format!("http://{inbox}/api/inbox");
+    let check = json!({"kind": "http", "url": url, "pointer": "/inbox/unread", "secret_headers": {"Authorization": "INBOX_AUTH"}});
+    agent_with_heartbeat(&client, "mail", json!({"interval_sec": 1, "check": check})).await;
+    let shown = wait_for(&client, "mail", |shown| {
+        shown["counts"]["ok"].as_u64() >= Some(1)
+    })
+    .await;
+    assert_eq!(shown["state"], 0, "the server let the check in: {shown}");
+    // Without the variable set, the check says which one is missing, and the server refuses it.
+    let unset = json!({"kind": "http", "url": url, "secret_headers": {"authorization": "NOT_SET_ANYWHERE"}});
+    agent_with_heartbeat(&client, "unset", json!({"interval_sec": 1, "check": unset})).await;
+    let shown = wait_for(&client, "unset", |shown| {
+        shown["counts"]["error"].as_u64() >= Some(1)
+    })
+    .await;
+    let detail = shown["evaluations"][0]["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        detail.contains("NOT_SET_ANYWHERE") && detail.contains("not set"),
+        "{detail}"
+    );
+    // The value is in no answer and no event.
+    let (_, listed) = get(&client, "/v1/heartbeats").await;
+    let (_, events) = get(&client, "/v1/events?limit=1000").await;
+    for text in [listed.to_string(), events.to_string(), shown.to_string()] {
+        assert!(!text.contains("inbox-secret"), "{text}");
+    }
+    assert!(
+        listed.to_string().contains("INBOX_AUTH"),
+        "the variable's name is the definition"
+    );
     node.stop();
 }
 

@@ -175,6 +175,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::predicate::HEARTBEAT_ID_CHARS_MAX),
         limit!(engine::predicate::HEARTBEAT_URL_BYTES_MAX),
         limit!(engine::predicate::HEARTBEAT_POINTER_BYTES_MAX),
+        limit!(engine::predicate::HEARTBEAT_SECRET_HEADERS_MAX),
+        limit!(engine::predicate::HEARTBEAT_HEADER_NAME_BYTES_MAX),
         limit!(engine::predicate::HEARTBEAT_COMMAND_BYTES_MAX),
         limit!(engine::predicate::HEARTBEAT_ARGS_MAX),
         limit!(engine::predicate::HEARTBEAT_ARG_BYTES_MAX),

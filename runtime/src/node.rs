@@ -167,6 +167,7 @@ impl Node {
         let gate = Gate::new(transcripts.clone()).with_heartbeat_seam(config.heartbeat_test_seam);
         let checks = crate::heartbeats::CheckServices {
             poster: config.run_services.poster.clone(),
+            secrets: config.run_services.secrets.clone(),
             spawner: config.run_services.spawner.clone(),
             work_dir: config.run_services.work_dir.clone(),
         };

@@ -235,8 +235,8 @@ impl SinkTask {
         // The poster sends exactly `serde_json::to_vec(body)`, so these are the signed bytes.
         let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
         let timestamp_ms = self.shell.clock().wall_now_ms();
-        let header = |name, value| Header {
-            name,
+        let header = |name: &'static str, value| Header {
+            name: name.into(),
             value,
             sensitive: false,
         };

@@ -24,6 +24,10 @@ pub struct HeartbeatCreate {
     /// With --http: the JSON pointer into the answer that is the state (e.g. /unread).
     #[arg(long)]
     pub pointer: Option<String>,
+    /// With --http: a header whose value is in the node's environment, as NAME=VARIABLE
+    /// (e.g. authorization=INBOX_AUTH); repeat for more.
+    #[arg(long = "secret-header")]
+    pub secret_headers: Vec<String>,
     /// Check: run this program (no shell); its stdout is the state.
     #[arg(long)]
     pub command: Option<String>,
@@ -57,11 +61,33 @@ impl HeartbeatCreate {
         if !self.args.is_empty() && self.command.is_none() {
             return Err(CliError::input("args", "--arg goes with --command"));
         }
+        if !self.secret_headers.is_empty() && self.http.is_none() {
+            return Err(CliError::input(
+                "secret_headers",
+                "--secret-header goes with --http",
+            ));
+        }
+        let mut headers = serde_json::Map::new();
+        for pair in &self.secret_headers {
+            let Some((name, variable)) = pair.split_once('=') else {
+                return Err(CliError::input(
+                    "secret_headers",
+                    format!("--secret-header takes NAME=VARIABLE (e.g. authorization=INBOX_AUTH), got {pair:?}"),
+                ));
+            };
+            headers.insert(name.to_string(), json!(variable));
+        }
         Ok(match (&self.http, &self.command) {
-            (Some(url), _) => match &self.pointer {
-                Some(pointer) => json!({"kind": "http", "url": url, "pointer": pointer}),
-                None => json!({"kind": "http", "url": url}),
-            },
+            (Some(url), _) => {
+                let mut check = json!({"kind": "http", "url": url});
+                if let Some(pointer) = &self.pointer {
+                    check["pointer"] = json!(pointer);
+                }
+                if !headers.is_empty() {
+                    check["secret_headers"] = Value::Object(headers);
+                }
+                check
+            }
             (_, Some(command)) => json!({"kind": "command", "command": command, "args": self.args}),
             _ => json!({"kind": "sample"}),
         })
@@ -278,6 +304,19 @@ mod tests {
             pointer: Some("/unread".into()),
             ..HeartbeatCreate::default()
         };
+        let with_header = HeartbeatCreate {
+            secret_headers: vec!["authorization=INBOX_AUTH".into()],
+            ..http.clone()
+        };
+        assert_eq!(
+            with_header.check().unwrap()["secret_headers"],
+            json!({"authorization": "INBOX_AUTH"})
+        );
+        let malformed = HeartbeatCreate {
+            secret_headers: vec!["authorization".into()],
+            ..http.clone()
+        };
+        assert!(matches!(malformed.check(), Err(CliError::Input { .. })));
         assert_eq!(
             http.check().unwrap(),
             json!({"kind": "http", "url": "https://x/inbox", "pointer": "/unread"})

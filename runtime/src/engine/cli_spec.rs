@@ -347,7 +347,7 @@ fn validate_template(field: &str, template: &str) -> Result<(), FieldError> {
 }
 
 /// A POSIX-portable variable name: letters, digits and `_`, not starting with a digit.
-fn validate_env_name(field: &str, name: &str) -> Result<(), FieldError> {
+pub(crate) fn validate_env_name(field: &str, name: &str) -> Result<(), FieldError> {
     let mut chars = name.chars();
     let portable = name.chars().count() <= ENV_NAME_CHARS_MAX
         && chars

@@ -46,6 +46,10 @@ pub const HEARTBEAT_ID_CHARS_MAX: usize = 64;
 pub const HEARTBEAT_URL_BYTES_MAX: usize = 2_048;
 /// Longest JSON pointer into an HTTP predicate's answer, in bytes.
 pub const HEARTBEAT_POINTER_BYTES_MAX: usize = 256;
+/// Most `secret_headers` of an HTTP check.
+pub const HEARTBEAT_SECRET_HEADERS_MAX: usize = 8;
+/// Longest header name of an HTTP check's `secret_headers`, in bytes.
+pub const HEARTBEAT_HEADER_NAME_BYTES_MAX: usize = 64;
 /// Longest program of a command predicate, in bytes.
 pub const HEARTBEAT_COMMAND_BYTES_MAX: usize = 1_024;
 /// Most arguments of a command predicate, and the longest one, in bytes.
@@ -75,6 +79,11 @@ pub enum Check {
         url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pointer: Option<String>,
+        /// Headers whose values are secrets: header name → the name of the node's environment
+        /// variable holding the value (`{"authorization": "INBOX_AUTH"}`). Read at each check,
+        /// sent redacted from every error; the values are never stored or shown.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        secret_headers: BTreeMap<String, String>,
     },
     /// `command args…` run through the node's spawner (no shell, its own process group, the
     /// node's allowed variables only; killed with its group past the budget): exit 0 and its
@@ -185,7 +194,12 @@ impl Check {
         match self {
             Check::Sample => Ok(()),
             Check::Command { command, args } => validate_command(command, args),
-            Check::Http { url, pointer } => {
+            Check::Http {
+                url,
+                pointer,
+                secret_headers,
+            } => {
+                validate_secret_headers(secret_headers)?;
                 let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
                 if !scheme_ok || url.len() > HEARTBEAT_URL_BYTES_MAX {
                     return Err(FieldError::new(
@@ -212,6 +226,48 @@ impl Check {
             }
         }
     }
+}
+
+/// Header names a check may not set: the transport sets them itself.
+const MANAGED_HEADER_NAMES: [&str; 6] = [
+    "host",
+    "content-type",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "accept",
+];
+
+fn validate_secret_headers(headers: &BTreeMap<String, String>) -> Result<(), FieldError> {
+    if headers.len() > HEARTBEAT_SECRET_HEADERS_MAX {
+        return Err(FieldError::new(
+            "check.secret_headers",
+            format!(
+                "check.secret_headers may name at most {HEARTBEAT_SECRET_HEADERS_MAX} headers, got {}",
+                headers.len()
+            ),
+        ));
+    }
+    for (name, variable) in headers {
+        let field = format!("check.secret_headers.{name}");
+        let token = !name.is_empty()
+            && name.len() <= HEARTBEAT_HEADER_NAME_BYTES_MAX
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+        if !token || MANAGED_HEADER_NAMES.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(FieldError::new(
+                field,
+                format!(
+                    "a header name is 1 to {HEARTBEAT_HEADER_NAME_BYTES_MAX} token characters, not one the transport sets ({}), got {}",
+                    MANAGED_HEADER_NAMES.join(", "),
+                    echo(name)
+                ),
+            ));
+        }
+        super::cli_spec::validate_env_name(&field, variable)?;
+    }
+    Ok(())
 }
 
 fn validate_command(command: &str, args: &[String]) -> Result<(), FieldError> {
@@ -778,22 +834,45 @@ mod tests {
         r.check = Check::Http {
             url: "ftp://x".into(),
             pointer: None,
+            secret_headers: BTreeMap::new(),
         };
         assert_eq!(r.validate().unwrap_err().field, "check.url");
         r.check = Check::Http {
             url: format!("http://x/{}", "a".repeat(HEARTBEAT_URL_BYTES_MAX)),
             pointer: None,
+            secret_headers: BTreeMap::new(),
         };
         assert_eq!(r.validate().unwrap_err().field, "check.url");
         r.check = Check::Http {
             url: "http://x/inbox".into(),
             pointer: Some("unread".into()),
+            secret_headers: BTreeMap::new(),
         };
         assert_eq!(r.validate().unwrap_err().field, "check.pointer");
         r.check = Check::Http {
             url: "http://x/inbox".into(),
             pointer: Some("/unread".into()),
+            secret_headers: BTreeMap::new(),
         };
+        assert!(r.validate().is_ok());
+        let headers = |pairs: &[(&str, &str)]| Check::Http {
+            url: "http://x/inbox".into(),
+            pointer: None,
+            secret_headers: pairs.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
+        };
+        r.check = headers(&[("authorization", "INBOX_AUTH"), ("x-api-key", "INBOX_KEY")]);
+        assert!(r.validate().is_ok());
+        r.check = headers(&[("Host", "H")]);
+        assert_eq!(r.validate().unwrap_err().field, "check.secret_headers.Host");
+        r.check = headers(&[("bad header", "H")]);
+        assert_eq!(r.validate().unwrap_err().field, "check.secret_headers.bad header");
+        r.check = headers(&[("authorization", "1NOT-A-VAR")]);
+        assert_eq!(r.validate().unwrap_err().field, "check.secret_headers.authorization");
+        let names: Vec<String> = (0..=HEARTBEAT_SECRET_HEADERS_MAX).map(|i| format!("x-h{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "V")).collect();
+        r.check = headers(&many);
+        assert_eq!(r.validate().unwrap_err().field, "check.secret_headers");
+        r.check = headers(&many[..HEARTBEAT_SECRET_HEADERS_MAX]);
         assert!(r.validate().is_ok());
         let command = |command: &str, args: Vec<String>| Check::Command {
             command: command.into(),

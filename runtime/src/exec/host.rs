@@ -200,6 +200,14 @@ impl RunHost for ShellHost {
     }
 }
 
+/// A poster's header as the transport takes it (a sensitive one stays redacted in errors).
+fn outbound_header(header: &super::model::Header) -> OutboundHeader<'_> {
+    match header.sensitive {
+        true => OutboundHeader::sensitive(&header.name, &header.value),
+        false => OutboundHeader::plain(&header.name, &header.value),
+    }
+}
+
 /// An outbound answer or error as the poster seam speaks them.
 fn post_result(result: Result<crate::net::OutboundAnswer, OutboundError>) -> Result<PostAnswer, PostError> {
     match result {
@@ -223,7 +231,8 @@ impl Poster for OutboundClient {
             let endpoint = Endpoint::parse(request.url)
                 .map_err(|error| PostError::Failed(error.to_string()))?;
             let bytes_max = usize::try_from(request.response_bytes_max).unwrap_or(usize::MAX);
-            post_result(self.get(&endpoint, request.timeout_ms, bytes_max).await)
+            let headers: Vec<OutboundHeader<'_>> = request.headers.iter().map(outbound_header).collect();
+            post_result(self.get(&endpoint, &headers, request.timeout_ms, bytes_max).await)
         })
     }
 
@@ -231,14 +240,8 @@ impl Poster for OutboundClient {
         Box::pin(async move {
             let endpoint = Endpoint::parse(request.base_url)
                 .map_err(|error| PostError::Failed(error.to_string()))?;
-            let headers: Vec<OutboundHeader<'_>> = request
-                .headers
-                .iter()
-                .map(|h| match h.sensitive {
-                    true => OutboundHeader::sensitive(h.name, &h.value),
-                    false => OutboundHeader::plain(h.name, &h.value),
-                })
-                .collect();
+            let headers: Vec<OutboundHeader<'_>> =
+                request.headers.iter().map(outbound_header).collect();
             let mut outbound = OutboundRequest::new(&endpoint, request.path, &request.body);
             outbound.headers = &headers;
             outbound.timeout_ms = request.timeout_ms;

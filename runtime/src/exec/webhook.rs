@@ -180,12 +180,12 @@ async fn post(
     let bytes = serde_json::to_vec(&body).expect("a JSON value serialises");
     let headers = vec![
         Header {
-            name: TIMESTAMP_HEADER,
+            name: TIMESTAMP_HEADER.into(),
             value: timestamp_ms.to_string(),
             sensitive: false,
         },
         Header {
-            name: SIGNATURE_HEADER,
+            name: SIGNATURE_HEADER.into(),
             value: signature(key, timestamp_ms, &bytes),
             sensitive: false,
         },

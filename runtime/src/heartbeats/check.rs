@@ -8,7 +8,8 @@ use super::CheckServices;
 use crate::engine::predicate::{HeartbeatId, HEARTBEAT_MAX_RUNTIME_MS};
 use crate::engine::run::RunId;
 use crate::exec::child_env::NODE_ENV_ALLOWED;
-use crate::exec::model::{GetRequest, PostError, Poster};
+use crate::exec::host::SecretSource;
+use crate::exec::model::{GetRequest, Header, PostError, Poster};
 use crate::exec::spawn::{Child, ChildEvent, GroupSignal, SpawnRequest, Stream};
 
 /// Largest answer an HTTP check may give, or stdout a command check may write, in bytes; more
@@ -17,14 +18,39 @@ pub const HEARTBEAT_ANSWER_BYTES_MAX: u64 = 256 * 1024;
 /// The variable a command check gets with its heartbeat's id.
 pub const HEARTBEAT_CHECK_ENV: &str = "VIGIL_HEARTBEAT_ID";
 
-/// GETs `url` and reads the state from its JSON answer (at `pointer`, if given).
+/// The check's secret headers, each value read from the node's environment variable it names
+/// (an unset one is an error naming the variable, never a value).
+pub(super) fn secret_headers(
+    secrets: &SecretSource,
+    named: &BTreeMap<String, String>,
+) -> Result<Vec<Header>, String> {
+    named
+        .iter()
+        .map(|(name, variable)| {
+            let value = secrets(variable).ok_or_else(|| {
+                format!(
+                    "the environment variable {variable} (check.secret_headers.{name}) is not set"
+                )
+            })?;
+            Ok(Header {
+                name: name.to_ascii_lowercase().into(),
+                value,
+                sensitive: true,
+            })
+        })
+        .collect()
+}
+
+/// GETs `url` with `headers` and reads the state from its JSON answer (at `pointer`, if given).
 pub(super) async fn http(
     poster: &dyn Poster,
     url: &str,
+    headers: Vec<Header>,
     pointer: Option<&str>,
 ) -> Result<serde_json::Value, String> {
     let request = GetRequest {
         url,
+        headers,
         // The tick's budget bounds it from outside; this only has to be no tighter.
         timeout_ms: HEARTBEAT_MAX_RUNTIME_MS,
         response_bytes_max: HEARTBEAT_ANSWER_BYTES_MAX,

@@ -107,6 +107,8 @@ type Key = (String, HeartbeatId);
 #[derive(Clone)]
 pub struct CheckServices {
     pub poster: Arc<dyn PosterSource>,
+    /// Where `secret_headers` values come from (the node's environment).
+    pub secrets: crate::exec::host::SecretSource,
     pub spawner: SharedSpawner,
     pub work_dir: Option<std::path::PathBuf>,
 }
@@ -351,9 +353,17 @@ impl HeartbeatRunner {
             (Observation::Check, Check::Sample) => {
                 Err("a sample heartbeat is observed through the test seam only".into())
             }
-            (Observation::Check, Check::Http { url, pointer }) => {
+            (
+                Observation::Check,
+                Check::Http {
+                    url,
+                    pointer,
+                    secret_headers,
+                },
+            ) => {
                 let poster = self.services.poster.clone().poster_for(tenant);
-                check::http(poster.as_ref(), url, pointer.as_deref()).await
+                let headers = check::secret_headers(&self.services.secrets, secret_headers)?;
+                check::http(poster.as_ref(), url, headers, pointer.as_deref()).await
             }
             (Observation::Check, Check::Command { command, args }) => {
                 check::command(&self.services, id, command, args).await

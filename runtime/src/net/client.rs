@@ -120,15 +120,21 @@ impl OutboundClient {
     pub async fn get(
         &self,
         endpoint: &Endpoint,
+        headers: &[OutboundHeader<'_>],
         timeout_ms: u64,
         response_bytes_max: usize,
     ) -> Result<OutboundAnswer, OutboundError> {
         let path = join_path(endpoint.base_path(), "")?;
-        let request = Request::builder()
+        let mut builder = Request::builder()
             .method(Method::GET)
             .uri(path.as_str())
             .header(hyper::header::HOST, endpoint.authority())
-            .header(hyper::header::ACCEPT, "application/json")
+            .header(hyper::header::ACCEPT, "application/json");
+        for header in headers {
+            let (name, value) = header_pair(header)?;
+            builder = builder.header(name, value);
+        }
+        let request = builder
             .body(Full::new(Bytes::new()))
             .map_err(|error| request_error(format!("the path `{path}` is not valid: {error}")))?;
         let exchange = self.exchange(endpoint, request, response_bytes_max);

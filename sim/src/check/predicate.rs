@@ -453,6 +453,7 @@ mod tests {
                 check: Check::Http {
                     url: state_server::state_url(id),
                     pointer: None,
+                    secret_headers: Default::default(),
                 },
                 on_change,
                 max_runtime_ms: 1_000,

@@ -35,13 +35,13 @@ pub fn request(
             .collect();
     }
     let mut headers = vec![Header {
-        name: "anthropic-version",
+        name: "anthropic-version".into(),
         value: ANTHROPIC_VERSION.into(),
         sensitive: false,
     }];
     if let Some(key) = api_key {
         headers.push(Header {
-            name: "x-api-key",
+            name: "x-api-key".into(),
             value: key.into(),
             sensitive: true,
         });

@@ -119,7 +119,7 @@ fn status_text(status: u16) -> String {
 /// log or transcript.
 #[derive(Clone)]
 pub struct Header {
-    pub name: &'static str,
+    pub name: std::borrow::Cow<'static, str>,
     pub value: String,
     pub sensitive: bool,
 }
@@ -173,6 +173,7 @@ pub type PostFuture<'a> = Pin<Box<dyn Future<Output = Result<PostAnswer, PostErr
 pub struct GetRequest<'a> {
     /// `https://host[:port]/path[?query]`.
     pub url: &'a str,
+    pub headers: Vec<Header>,
     /// Bounds the whole exchange.
     pub timeout_ms: u64,
     pub response_bytes_max: u64,
@@ -305,7 +306,7 @@ mod tests {
     #[test]
     fn sensitive_headers_do_not_print() {
         let header = Header {
-            name: "authorization",
+            name: "authorization".into(),
             value: "Bearer sk-secret-value".into(),
             sensitive: true,
         };

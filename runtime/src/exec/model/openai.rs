@@ -37,7 +37,7 @@ pub fn request(
     }
     let headers = api_key
         .map(|key| Header {
-            name: "authorization",
+            name: "authorization".into(),
             value: format!("Bearer {key}"),
             sensitive: true,
         })

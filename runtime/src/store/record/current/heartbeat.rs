@@ -27,6 +27,9 @@ pub enum CheckRecord {
         url: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         pointer: Option<String>,
+        /// Header name → environment variable name (absent: none).
+        #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+        secret_headers: std::collections::BTreeMap<String, String>,
     },
     Command {
         command: String,
@@ -64,9 +67,14 @@ impl From<&HeartbeatSpec> for HeartbeatSpecRecord {
         HeartbeatSpecRecord {
             interval_sec: spec.interval_sec,
             check: match &spec.check {
-                Check::Http { url, pointer } => CheckRecord::Http {
+                Check::Http {
+                    url,
+                    pointer,
+                    secret_headers,
+                } => CheckRecord::Http {
                     url: url.clone(),
                     pointer: pointer.clone(),
+                    secret_headers: secret_headers.clone(),
                 },
                 Check::Command { command, args } => CheckRecord::Command {
                     command: command.clone(),
@@ -88,7 +96,15 @@ impl HeartbeatSpecRecord {
         HeartbeatSpec {
             interval_sec: self.interval_sec,
             check: match self.check {
-                CheckRecord::Http { url, pointer } => Check::Http { url, pointer },
+                CheckRecord::Http {
+                    url,
+                    pointer,
+                    secret_headers,
+                } => Check::Http {
+                    url,
+                    pointer,
+                    secret_headers,
+                },
                 CheckRecord::Command { command, args } => Check::Command { command, args },
                 CheckRecord::Sample => Check::Sample,
             },
