@@ -569,3 +569,28 @@ async fn a_command_check_reads_stdout_and_a_hanging_one_is_killed_with_its_group
     );
     node.stop();
 }
+
+#[tokio::test]
+async fn a_heartbeat_deleted_and_defined_again_ticks_on_its_new_interval_at_once() {
+    let path = data_file("redefine");
+    let state_file = path.with_file_name("state");
+    std::fs::write(&state_file, "7\n").unwrap();
+    let (node, client) = start(&path, false).await;
+    let check =
+        json!({"kind": "command", "command": "cat", "args": [state_file.to_str().unwrap()]});
+    let agent = agent_with_heartbeat(&client, "slow", json!({"check": check.clone()})).await;
+    let deleted = client
+        .request(hyper::Method::DELETE, "/v1/heartbeats/slow", None)
+        .await
+        .unwrap();
+    assert_eq!(deleted.status.as_u16(), 200);
+    // The same id, every 5 s now: it must not wait out the old definition's hour.
+    let body = json!({"id": "slow", "agent": agent, "interval_sec": 1, "check": check});
+    assert_eq!(post(&client, "/v1/heartbeats", body).await.0, 201);
+    let shown = wait_for(&client, "slow", |shown| {
+        shown["counts"]["ok"].as_u64() >= Some(1)
+    })
+    .await;
+    assert_eq!(shown["state"], 7);
+    node.stop();
+}

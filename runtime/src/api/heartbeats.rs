@@ -237,15 +237,22 @@ pub async fn show(
         super::openapi::ErrorAnswers,
     )
 )]
-pub async fn delete(caller: Caller, Path(id): Path<String>) -> Result<Json<Deleted>, ApiError> {
+pub async fn delete(
+    State(gate): State<Gate>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<Deleted>, ApiError> {
     let tenant = caller.operator()?.to_string();
     let id = HeartbeatId(id);
     let decision = caller
         .execute(Command::DeleteHeartbeat {
-            tenant,
+            tenant: tenant.clone(),
             heartbeat: id.clone(),
         })
         .await?;
+    if let Some(runner) = gate.heartbeats() {
+        runner.forget(&tenant, &id);
+    }
     let seq = decision.events.last().map_or(0, |e| e.seq);
     Ok(Json(Deleted {
         id,

@@ -96,11 +96,20 @@ struct Track {
     in_flight: bool,
     recent: VecDeque<Evaluation>,
     counts: EvaluationCounts,
-    /// Whether a ticking task runs for it.
-    ticking: bool,
+    /// Its ticking task, and the definition it ticks for.
+    ticker: Option<(tokio::task::AbortHandle, Definition)>,
 }
 
 type Key = (String, HeartbeatId);
+
+/// What a ticking task was started for: the agent, the definition and when it was made. A
+/// heartbeat deleted and defined again (by the API or a fleet file) differs in one of them, and
+/// gets a new task at once rather than waiting out the old one's interval.
+type Definition = (
+    crate::engine::agent::AgentId,
+    crate::engine::predicate::HeartbeatSpec,
+    u64,
+);
 
 /// What checks reach the world through: the runs' poster source (the tenant's address policy
 /// applies) and spawner, and the children's working directory.
@@ -118,8 +127,6 @@ pub struct HeartbeatRunner {
     shell: Arc<Shell>,
     services: CheckServices,
     tracks: Mutex<BTreeMap<Key, Track>>,
-    /// The ticking tasks, stopped with the node.
-    tickers: Mutex<Vec<tokio::task::AbortHandle>>,
 }
 
 /// Clears a heartbeat's in-flight mark when its evaluation ends, however it ends (the seam's
@@ -143,7 +150,6 @@ impl HeartbeatRunner {
             shell,
             services,
             tracks: Mutex::default(),
-            tickers: Mutex::default(),
         })
     }
 
@@ -166,32 +172,40 @@ impl HeartbeatRunner {
         }
     }
 
-    /// Starts ticking one heartbeat (just created), unless it already ticks.
+    /// Starts ticking one heartbeat, unless a task already ticks for its current definition
+    /// (one that ticked for an earlier definition under the same id is stopped first).
     pub fn start(self: &Arc<Self>, tenant: &str, id: &HeartbeatId) {
         let key = (tenant.to_string(), id.clone());
-        {
-            let mut tracks = self.tracks();
-            let track = tracks.entry(key.clone()).or_default();
-            if track.ticking {
+        let definition = match self.shell.engine().heartbeat(tenant, id) {
+            Some(h) => (h.agent, h.spec.clone(), h.created_at_ms),
+            None => return,
+        };
+        let mut tracks = self.tracks();
+        let track = tracks.entry(key.clone()).or_default();
+        if let Some((ticker, ticking_for)) = &track.ticker {
+            if *ticking_for == definition && !ticker.is_finished() {
                 return;
             }
-            track.ticking = true;
+            ticker.abort();
         }
         let ticker = tokio::spawn(self.clone().tick_forever(key)).abort_handle();
-        let mut tickers = self.tickers.lock().unwrap_or_else(|p| p.into_inner());
-        tickers.retain(|t| !t.is_finished());
-        tickers.push(ticker);
+        track.ticker = Some((ticker, definition));
+    }
+
+    /// Stops ticking a deleted heartbeat and forgets its evaluations.
+    pub fn forget(&self, tenant: &str, id: &HeartbeatId) {
+        let removed = self.tracks().remove(&(tenant.to_string(), id.clone()));
+        if let Some((ticker, _)) = removed.and_then(|track| track.ticker) {
+            ticker.abort();
+        }
     }
 
     /// Stops every ticking task (the node is stopping).
     pub fn stop(&self) {
-        for ticker in self
-            .tickers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            ticker.abort();
+        for track in self.tracks().values_mut() {
+            if let Some((ticker, _)) = track.ticker.take() {
+                ticker.abort();
+            }
         }
     }
 
@@ -236,7 +250,9 @@ impl HeartbeatRunner {
             None => self.evaluation(EvaluationStatus::Skipped, None),
             Some(_in_flight) => self.evaluate(&key, observation).await,
         };
-        self.shell.metrics().heartbeat_evaluated(evaluation.status.as_str());
+        self.shell
+            .metrics()
+            .heartbeat_evaluated(evaluation.status.as_str());
         let mut tracks = self.tracks();
         let track = tracks.entry(key).or_default();
         match evaluation.status {
