@@ -1,6 +1,7 @@
 //! Named simulation scenarios and the machinery to run, sweep and check them for determinism.
 //! The `vigil-sim` binary (main.rs) is a thin CLI over this.
 
+pub mod fleet_report;
 pub mod wall_clock;
 
 /// Every simulator binary (vigil-sim and the simulation tests link this crate) allocates through
