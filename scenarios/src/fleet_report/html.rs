@@ -9,7 +9,9 @@
 //! Every string from the report is made visible with [`escape_controls`] and then HTML-escaped
 //! with [`escape_html`]. The page carries one small inline script that only records, on load,
 //! how many charts the browser laid out with a non-zero size (`data-svgs-rendered` on `<body>`),
-//! for the headless-browser test; the page needs no script to show anything.
+//! how many of the timelines' run marks have a non-zero width (`data-run-marks-rendered`) and how far the page
+//! overflows the window sideways (`data-page-overflow-px`), for the headless-browser test; the
+//! page needs no script to show anything.
 
 use std::fmt::Write as _;
 
@@ -170,8 +172,9 @@ svg text{font:11px system-ui,sans-serif;fill:#59636e}
 .scroll{overflow-x:auto}
 table{border-collapse:collapse;font-size:13px;font-variant-numeric:tabular-nums}
 th,td{border-bottom:1px solid var(--line);padding:4px 8px;text-align:right;white-space:nowrap}
-th:first-child,td:first-child{text-align:left}
+th:first-child,td:first-child,table.expectations th,table.violations th{text-align:left}
 td.text{text-align:left;white-space:normal}
+td.sub{padding-left:24px;color:var(--muted)}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:var(--card);padding:1px 4px;border-radius:3px;word-break:break-all}
 @media (max-width:600px){body{padding:8px}h1{font-size:18px}.card .value{font-size:17px}}
 ";
@@ -184,7 +187,8 @@ var m=document.querySelectorAll('svg.timeline rect.run'),k=0;\
 for(var j=0;j<m.length;j++){if(m[j].getBoundingClientRect().width>0)k++}\
 document.body.setAttribute('data-svgs-total',s.length);\
 document.body.setAttribute('data-svgs-rendered',n);\
-document.body.setAttribute('data-run-marks-rendered',k)});";
+document.body.setAttribute('data-run-marks-rendered',k);\
+document.body.setAttribute('data-page-overflow-px',Math.max(0,document.documentElement.scrollWidth-innerWidth))});";
 
 /// The HTML page of `report`.
 pub fn render(report: &FleetReport) -> String {
@@ -271,11 +275,15 @@ fn summary(out: &mut String, report: &FleetReport) {
         let value = typical_day(&report.fleet, figure)
             .map_or_else(|| "-".to_string(), |v| fmt_value(v, *unit));
         let under = whole_range(&report.fleet, figure).map_or_else(String::new, |(lo, hi)| {
-            format!(
-                "typical day; all days {}–{}",
-                fmt_value(lo, *unit),
-                fmt_value(hi, *unit)
-            )
+            if lo == hi {
+                format!("typical day; every day and seed {}", fmt_value(lo, *unit))
+            } else {
+                format!(
+                    "typical day; all days and seeds {}–{}",
+                    fmt_value(lo, *unit),
+                    fmt_value(hi, *unit)
+                )
+            }
         });
         card(out, label, &escape_html(&value), &escape_html(&under), "");
     }
@@ -589,9 +597,15 @@ fn cap_svg(out: &mut String, agent: &AgentReport, days: u32) {
     }
     for hour in (0..=24).step_by(AXIS_TICK_HOURS as usize) {
         let x = px(x_of(hour * MS_PER_HOUR));
+        // The ends' labels stay inside the chart.
+        let anchor = match hour {
+            0 => "start",
+            24 => "end",
+            _ => "middle",
+        };
         let _ = write!(
             out,
-            "<text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{hour:02}:00</text>",
+            "<text x=\"{x}\" y=\"{}\" text-anchor=\"{anchor}\">{hour:02}:00</text>",
             px(bottom + 16.0)
         );
     }
@@ -832,7 +846,15 @@ fn fleet_table(out: &mut String, report: &FleetReport) {
     }
     out.push_str("</tr></thead><tbody>\n");
     for row in figure_rows(&report.fleet) {
-        let _ = write!(out, "<tr><td>{}</td>", escape_html(&row.label));
+        // A source, stop reason or refusal reason sits indented under its total.
+        match row.label.strip_prefix("  ") {
+            Some(sub) => {
+                let _ = write!(out, "<tr><td class=\"sub\">{}</td>", escape_html(sub));
+            }
+            None => {
+                let _ = write!(out, "<tr><td>{}</td>", escape_html(&row.label));
+            }
+        }
         for day in 0..report.days as usize {
             let _ = write!(
                 out,
