@@ -63,8 +63,8 @@ fn agent(name: &str, interval_min: u64, cap: Option<u64>, ghost_every: u64) -> A
             let n = day * 1000 + minute;
             let stop = match n % ghost_every {
                 0 => "end_turn",
-                _ if n % 97 == 0 => "llm_error",
-                _ if n % 61 == 0 => "pause_heartbeats",
+                _ if n.is_multiple_of(97) => "llm_error",
+                _ if n.is_multiple_of(61) => "pause_heartbeats",
                 _ => "ghost",
             };
             let length_min = if stop == "ghost" { 1 } else { 4 + n % 9 };

@@ -456,7 +456,15 @@ fn timeline_svg(out: &mut String, agent: &AgentReport, days: u32) {
         px(TIMELINE_GHOST_TOP_PX + TIMELINE_GHOST_HEIGHT_PX / 2.0 + 4.0)
     );
     let mut sorted: Vec<&RunMark> = agent.runs.iter().collect();
-    sorted.sort_by(|a, b| (a.started_ms, a.finished_ms).cmp(&(b.started_ms, b.finished_ms)));
+    // Ordered by everything a mark shows, so the report's order of runs cannot change the page.
+    sorted.sort_by(|a, b| {
+        (a.started_ms, a.finished_ms, &a.stop, &a.source).cmp(&(
+            b.started_ms,
+            b.finished_ms,
+            &b.stop,
+            &b.source,
+        ))
+    });
     let worked = merged_marks(sorted.iter().copied().filter(|r| r.stop != "ghost"), &x_of);
     for mark in worked {
         let _ = write!(
@@ -1086,7 +1094,13 @@ mod tests {
         let json = serde_json::to_string(&report).unwrap();
         let read_back: FleetReport = serde_json::from_str(&json).unwrap();
         assert_eq!(page, render(&read_back));
-        // Spans given in another order draw the same page.
+        // Runs and spans given in another order draw the same page, even runs that share their
+        // start and end.
+        let mut report = report;
+        report.agents[0]
+            .runs
+            .push(run(0, 60, 5, "timer", "llm_error"));
+        let page = render(&report);
         let mut shuffled = report.clone();
         shuffled.agents[1].spans.reverse();
         shuffled.agents[0].runs.reverse();

@@ -566,7 +566,10 @@ pub(crate) mod fixture {
     use super::DAY_MS;
 
     /// `(figure, [(min, median, max) per day])` as [`DaySpreads`].
-    pub fn spreads(figures: &[(&str, &[(f64, f64, f64)])]) -> DaySpreads {
+    /// A figure's `(min, median, max)` for each day.
+    pub type Days = [(f64, f64, f64)];
+
+    pub fn spreads(figures: &[(&str, &Days)]) -> DaySpreads {
         figures
             .iter()
             .map(|(name, days)| {
@@ -1081,7 +1084,7 @@ mod tests {
         let mut report = report();
         let hostile = "<script>alert(1)</script>\x1b[31mred\u{9b}2J\u{202e}evil\nnext";
         report.agents[1].agent = hostile.to_string();
-        report.fleet_file = format!("fleet\x1b]0;title\x07.toml");
+        report.fleet_file = "fleet\x1b]0;title\x07.toml".to_string();
         report.expectations[1].scope = hostile.to_string();
         report.invariant_violations[0].agent = Some(hostile.to_string());
         report.invariant_violations[0].replay = "vigil-sim \x1b[2J".to_string();
