@@ -16,8 +16,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use vigil_scenarios::fleet_report::{
-    html, AgentReport, Breach, DaySpreads, ExpectationResult, FleetReport, RunMark, Span, Spread,
-    REPORT_FORMAT,
+    html, table, AgentReport, Breach, DaySpreads, ExpectationResult, FleetReport, RunMark, Span,
+    Spread, REPORT_FORMAT,
 };
 
 const DAY_MS: u64 = 86_400_000;
@@ -301,6 +301,8 @@ fn the_html_report_renders_its_charts_in_headless_chromium() {
         .join("fleet-report-screenshots");
     std::fs::create_dir_all(&kept).unwrap();
     std::fs::copy(&page, kept.join("report.html")).unwrap();
+    // The terminal table of the same report beside it, to compare by eye.
+    std::fs::write(kept.join("report.txt"), table::render(&report)).unwrap();
 
     // What the page should show: a timeline and a cost chart per agent, a cap chart per capped
     // agent, the fleet's cost chart; every run mark of the timelines.

@@ -397,26 +397,76 @@ pub(crate) fn earliest_cap_hit(spreads: &DaySpreads) -> Option<f64> {
         .min_by(f64::total_cmp)
 }
 
-/// The agents' columns after the name (and the day): `(header, figure, unit)`.
-const AGENT_COLUMNS: &[(&str, &str, Unit)] = &[
-    ("wakeups", "wakeups", Unit::Count),
-    ("runs", "runs", Unit::Count),
-    ("ghost", "ghost_rate", Unit::Percent),
-    ("LLM calls", "llm_invocations", Unit::Count),
-    ("tokens in", "input_tokens", Unit::Count),
-    ("tokens out", "output_tokens", Unit::Count),
-    ("cost", "cost_usd", Unit::Usd),
-    ("cap hits", "cap_hits", Unit::Count),
-    ("first cap hit", "first_cap_hit_minute", Unit::TimeOfDay),
-    ("breaker", "breaker_openings", Unit::Count),
-    ("pauses", "pauses", Unit::Count),
-    ("offline min", "offline_minutes", Unit::Count),
+/// The agents' columns after the name, the day and the cap: a header and the figures of its
+/// cell (more than one are written `a/b`). Short headers keep a row within 120 columns; the
+/// table's title explains them.
+const AGENT_COLUMNS: &[(&str, &[(&str, Unit)])] = &[
+    ("wakeups", &[("wakeups", Unit::Count)]),
+    ("runs", &[("runs", Unit::Count)]),
+    ("ghost", &[("ghost_rate", Unit::Percent)]),
+    ("LLM", &[("llm_invocations", Unit::Count)]),
+    (
+        "tokens",
+        &[
+            ("input_tokens", Unit::Count),
+            ("output_tokens", Unit::Count),
+        ],
+    ),
+    ("cost", &[("cost_usd", Unit::Usd)]),
+    ("cap hits", &[("cap_hits", Unit::Count)]),
+    ("cap at", &[("first_cap_hit_minute", Unit::TimeOfDay)]),
+    ("breaker", &[("breaker_openings", Unit::Count)]),
+    ("pauses", &[("pauses", Unit::Count)]),
+    ("offline", &[("offline_minutes", Unit::Count)]),
 ];
+
+/// What the agents' table's short headers mean.
+const AGENT_COLUMNS_KEY: &str = "LLM: model calls; tokens: input/output; cap at: the first cap \
+     hit's time of day; breaker: openings; offline: minutes";
 
 fn agent_cap(agent: &AgentReport) -> String {
     agent
         .daily_cap
         .map_or_else(|| "-".to_string(), |c| c.to_string())
+}
+
+/// One figure of an agent: the median of day index `day`, or with `None` its typical day (the
+/// median over the days of each day's median; for the first cap hit, the earliest day's).
+fn agent_value(
+    agent: &AgentReport,
+    figure: &str,
+    unit: Unit,
+    day: Option<usize>,
+) -> Option<String> {
+    let value = match (day, unit) {
+        (Some(day), Unit::TimeOfDay) if !cap_hit_on(&agent.days, day) => None,
+        (Some(day), _) => day_spread(&agent.days, figure, day).map(|s| s.median),
+        (None, Unit::TimeOfDay) => earliest_cap_hit(&agent.days),
+        (None, _) => typical_day(&agent.days, figure),
+    };
+    value.map(|v| fmt_value(v, unit))
+}
+
+/// The agent's cells of [`AGENT_COLUMNS`] for `day` (see [`agent_value`]); `-` for a figure the
+/// report lacks.
+fn agent_cells(agent: &AgentReport, day: Option<usize>) -> Vec<String> {
+    AGENT_COLUMNS
+        .iter()
+        .map(|(_, figures)| {
+            let values: Vec<Option<String>> = figures
+                .iter()
+                .map(|(figure, unit)| agent_value(agent, figure, *unit, day))
+                .collect();
+            if values.iter().all(Option::is_none) {
+                return "-".to_string();
+            }
+            values
+                .into_iter()
+                .map(|v| v.unwrap_or_else(|| "-".to_string()))
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect()
 }
 
 fn agents(out: &mut String, report: &FleetReport) {
@@ -426,55 +476,36 @@ fn agents(out: &mut String, report: &FleetReport) {
     let per_day = report.days <= AGENT_DAY_ROWS_DAYS_MAX;
     let mut headers = vec!["agent".to_string()];
     if per_day {
-        out.push_str("\nAgents, per day (median over the seeds):\n\n");
+        out.push_str("\nAgents, per day (median over the seeds):\n");
         headers.push("day".to_string());
     } else {
         let _ = writeln!(
             out,
-            "\nAgents, a typical day (median over the {} days of each day's median over the \
-             seeds; first cap hit: the earliest day's):\n",
+            "\nAgents, a typical day (the median over the {} days of each day's median over the \
+             seeds;\nthe first cap hit: the earliest day's):",
             report.days
         );
     }
+    let _ = writeln!(out, "{AGENT_COLUMNS_KEY}\n");
     headers.push("cap".to_string());
-    headers.extend(AGENT_COLUMNS.iter().map(|(h, _, _)| h.to_string()));
+    headers.extend(AGENT_COLUMNS.iter().map(|(h, _)| h.to_string()));
     let mut rows = Vec::new();
     for agent in &report.agents {
         let name = escape_controls(&agent.agent).into_owned();
         if per_day {
             for day in 0..report.days as usize {
-                let mut row = vec![
-                    if day == 0 {
-                        name.clone()
-                    } else {
-                        String::new()
-                    },
-                    (day + 1).to_string(),
-                    if day == 0 {
-                        agent_cap(agent)
-                    } else {
-                        String::new()
-                    },
-                ];
-                row.extend(AGENT_COLUMNS.iter().map(|(_, figure, unit)| {
-                    if *unit == Unit::TimeOfDay && !cap_hit_on(&agent.days, day) {
-                        return "-".to_string();
-                    }
-                    day_spread(&agent.days, figure, day)
-                        .map_or_else(|| "-".to_string(), |s| fmt_value(s.median, *unit))
-                }));
+                // The name and the cap on the agent's first row only.
+                let (name, cap) = match day {
+                    0 => (name.clone(), agent_cap(agent)),
+                    _ => (String::new(), String::new()),
+                };
+                let mut row = vec![name, (day + 1).to_string(), cap];
+                row.extend(agent_cells(agent, Some(day)));
                 rows.push(row);
             }
         } else {
             let mut row = vec![name, agent_cap(agent)];
-            row.extend(AGENT_COLUMNS.iter().map(|(_, figure, unit)| {
-                let value = if *unit == Unit::TimeOfDay {
-                    earliest_cap_hit(&agent.days)
-                } else {
-                    typical_day(&agent.days, figure)
-                };
-                value.map_or_else(|| "-".to_string(), |v| fmt_value(v, *unit))
-            }));
+            row.extend(agent_cells(agent, None));
             rows.push(row);
         }
     }
@@ -956,39 +987,51 @@ mod tests {
         assert_eq!(
             row(&text, agents, "agent"),
             [
-                "agent",
-                "day",
-                "cap",
-                "wakeups",
-                "runs",
-                "ghost",
-                "LLM calls",
-                "tokens in",
-                "tokens out",
-                "cost",
-                "cap hits",
-                "first cap hit",
-                "breaker",
-                "pauses",
-                "offline min"
+                "agent", "day", "cap", "wakeups", "runs", "ghost", "LLM", "tokens", "cost",
+                "cap hits", "cap at", "breaker", "pauses", "offline"
             ]
         );
         assert_eq!(
             row(&text, agents, "alpha"),
             [
-                "alpha", "1", "4", "7", "4", "25%", "12", "24.0k", "2000", "$0.62", "1", "09:14",
-                "0", "1", "0"
+                "alpha",
+                "1",
+                "4",
+                "7",
+                "4",
+                "25%",
+                "12",
+                "24.0k/2000",
+                "$0.62",
+                "1",
+                "09:14",
+                "0",
+                "1",
+                "0"
             ]
         );
         // Day 2's row has no name or cap; alpha hit no cap that day.
         assert_eq!(
             row(&text, agents, "2"),
-            ["2", "8", "4", "25%", "11", "22.0k", "1700", "$0.50", "0", "-", "0", "1", "0"]
+            [
+                "2",
+                "8",
+                "4",
+                "25%",
+                "11",
+                "22.0k/1700",
+                "$0.50",
+                "0",
+                "-",
+                "0",
+                "1",
+                "0"
+            ]
         );
         // beta has no cap and lacks most figures.
         assert_eq!(
             row(&text, agents, "beta"),
-            ["beta", "1", "-", "5", "7.5", "-", "-", "-", "-", "$0.62", "0", "-", "0", "-", "12"]
+            ["beta", "1", "-", "5", "7.5", "-", "-", "-", "$0.62", "0", "-", "0", "-", "12"]
         );
     }
 
@@ -1032,7 +1075,7 @@ mod tests {
         let alpha = row(&text, "Agents, a typical day", "alpha");
         // The median of the days' medians 1, 2, 3, 4, 100; the earliest day's first cap hit.
         assert_eq!(alpha[..4], ["alpha", "4", "3", "-"]);
-        assert_eq!(alpha[10], "08:01");
+        assert_eq!(alpha[9], "08:01");
     }
 
     #[test]
