@@ -12,6 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub mod html;
+pub mod table;
+
 /// Version of the JSON report's shape; raised on any change a reader would notice.
 pub const REPORT_FORMAT: u32 = 1;
 
