@@ -398,18 +398,23 @@ async function loadFleet() {
   // reads below and the stream's start is missed (a replayed event only re-reads an agent).
   const health = await (await fetch("/v1/health", { cache: "no-store" })).json().catch(() => ({}));
   const head = health.head_seq || 0;
-  const agents = new Map();
-  let after = 0;
-  let nowMs = null;
-  for (;;) {
-    const page = await api("GET", `/v1/agents?after=${after}&limit=${AGENTS_PAGE}`);
-    if (nowMs == null) nowMs = page.now_ms;
-    for (const agent of page.agents) agents.set(agent.id, agent);
-    if (page.next_after == null) break;
-    after = page.next_after;
-  }
-  const running = await api("GET", `/v1/runs?status=running&limit=${RUNS_PAGE}`);
-  const recent = await api("GET", `/v1/runs?limit=${RUNS_PAGE}`);
+  const readAgents = async () => {
+    const found = new Map();
+    let after = 0;
+    let now = null;
+    for (;;) {
+      const page = await api("GET", `/v1/agents?after=${after}&limit=${AGENTS_PAGE}`);
+      if (now == null) now = page.now_ms;
+      for (const agent of page.agents) found.set(agent.id, agent);
+      if (page.next_after == null) return [found, now];
+      after = page.next_after;
+    }
+  };
+  const [[agents, nowMs], running, recent] = await Promise.all([
+    readAgents(),
+    api("GET", `/v1/runs?status=running&limit=${RUNS_PAGE}`),
+    api("GET", `/v1/runs?limit=${RUNS_PAGE}`),
+  ]);
   if (generation !== state.generation) return;
   state.skewMs = nowMs - Date.now();
   state.agents = agents;
@@ -1063,7 +1068,9 @@ function wireActions() {
   $("pause-form").addEventListener("submit", (e) => {
     e.preventDefault();
     const minutes = $("pause-minutes").value.trim();
-    act("Pause", "POST", `/v1/agents/${state.view.id}/pause`, minutes ? { minutes: Number(minutes) } : {});
+    // Anything but a whole number goes as typed, so that the API refuses it in its own words.
+    const value = /^-?\d+$/.test(minutes) ? Number(minutes) : minutes;
+    act("Pause", "POST", `/v1/agents/${state.view.id}/pause`, minutes ? { minutes: value } : {});
   });
   $("resume").addEventListener("click", () => act("Resume", "POST", `/v1/agents/${state.view.id}/resume`));
   $("session-form").addEventListener("submit", (e) => {
@@ -1101,20 +1108,17 @@ async function signIn(token) {
   state.token = token;
   state.generation += 1;
   try {
-    // The one check: the operator's list (an agent token gets 403, an unknown one 401).
-    await api("GET", "/v1/agents?limit=1");
+    // Reading the operator's list is the check: an unknown token gets 401, an agent's 403.
+    await loadFleet();
   } catch (error) {
-    signOut(error instanceof ApiError ? error.words() : String(error));
-    return;
+    if (error.status === 401 || error.status === 403) {
+      signOut(error.words());
+      return;
+    }
+    streamNote(`could not read the fleet: ${error instanceof ApiError ? error.words() : error.message}`, "warn");
   }
   sessionStorage.setItem(TOKEN_KEY, token);
   setText($("sign-in-error"), "");
-  try {
-    await loadFleet();
-  } catch (error) {
-    if (error.status === 401) return signOut(error.words());
-    streamNote(`could not read the fleet: ${error.message}`, "warn");
-  }
   followEvents();
   route();
 }
