@@ -346,7 +346,10 @@ async fn the_example_fleet_live_runs_pause_resume_and_a_transcript() {
     )
     .await;
     // A scripted run's transcript is its stop entry: why and how it ended.
-    assert!(kinds.as_array().unwrap().contains(&json!("stop")), "{kinds}");
+    assert!(
+        kinds.as_array().unwrap().contains(&json!("stop")),
+        "{kinds}"
+    );
     wait_text(client, "#log", "end_turn: scripted step 0: Succeeded").await;
     // The timeline holds the agent's finished runs.
     wait_for(
@@ -356,7 +359,20 @@ async fn the_example_fleet_live_runs_pause_resume_and_a_transcript() {
         vec![],
     )
     .await;
+    client
+        .execute("window.scrollTo(0, 0); return true", vec![])
+        .await
+        .unwrap();
     screenshot(client, "agent").await;
+
+    // A phone's width: the fleet view still reads (its table scrolls sideways).
+    client.set_window_size(390, 844).await.unwrap();
+    client
+        .goto(&format!("http://{}/#/", node.local_addr()))
+        .await
+        .unwrap();
+    wait_text(client, "[data-count=agents]", "5").await;
+    screenshot(client, "fleet-phone").await;
 
     browser.close().await;
     node.stop();

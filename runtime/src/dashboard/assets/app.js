@@ -115,7 +115,7 @@ function span(ms) {
 }
 const ago = (ms) => (ms == null ? "—" : `${span(serverNow() - ms)} ago`);
 const within = (ms) => (ms == null ? "—" : ms <= serverNow() ? "due" : `in ${span(ms - serverNow())}`);
-const usd = (dollars) => `$${dollars.toFixed(dollars < 10 ? 4 : 2)}`;
+const usd = (dollars) => (dollars === 0 ? "$0" : `$${dollars.toFixed(dollars < 1 ? 4 : 2)}`);
 const clock = (ms) => (ms == null ? "—" : new Date(ms).toLocaleString());
 
 const dayFormats = new Map();
