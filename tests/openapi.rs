@@ -193,9 +193,14 @@ async fn paths_the_document_lacks_get_the_fallback() {
 
 /// The dashboard's files (docs/dashboard.md), restated: served to anyone, outside the document,
 /// read-only, with the page's security headers.
-const DASHBOARD_FILES: [(&str, &str); 4] = [
+const DASHBOARD_FILES: [(&str, &str); 9] = [
     ("/", "text/html; charset=utf-8"),
     ("/dashboard/app.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/state.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/api.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/fleet.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/live.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/agent.js", "text/javascript; charset=utf-8"),
     ("/dashboard/app.css", "text/css; charset=utf-8"),
     ("/dashboard/icon.svg", "image/svg+xml"),
 ];

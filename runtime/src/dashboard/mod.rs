@@ -18,16 +18,47 @@ pub struct Asset {
 }
 
 /// Every file of the dashboard. No other path is the dashboard's.
-pub const ASSETS: [Asset; 4] = [
+pub const ASSETS: [Asset; 9] = [
     Asset {
         path: "/",
         content_type: "text/html; charset=utf-8",
         body: include_str!("assets/index.html"),
     },
+    // Sign-in, routing, the start
     Asset {
         path: "/dashboard/app.js",
         content_type: "text/javascript; charset=utf-8",
         body: include_str!("assets/app.js"),
+    },
+    // Limits, the state, time and money
+    Asset {
+        path: "/dashboard/state.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/state.js"),
+    },
+    // Calls to /v1
+    Asset {
+        path: "/dashboard/api.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/api.js"),
+    },
+    // The fleet table
+    Asset {
+        path: "/dashboard/fleet.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/fleet.js"),
+    },
+    // Loading and the event stream
+    Asset {
+        path: "/dashboard/live.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/live.js"),
+    },
+    // The agent view
+    Asset {
+        path: "/dashboard/agent.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("assets/agent.js"),
     },
     Asset {
         path: "/dashboard/app.css",
