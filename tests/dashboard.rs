@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use browser::{browser_or_skip, Browser, POLL_MS};
+use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
 use vigil::api::client::ApiClient;
@@ -485,6 +486,24 @@ async fn a_thousand_agents_render_and_one_row_updates_live() {
         .await
         .unwrap();
     assert_eq!(kept, json!(true), "the page was not reloaded");
+
+    // Sorting by keyboard: Enter on the name column's header button, twice.
+    let header = client
+        .find(Locator::Css("th[data-col=name] button"))
+        .await
+        .unwrap();
+    for (order, first) in [("ascending", "agent-0000"), ("descending", "agent-0999")] {
+        header.send_keys(&Key::Enter.to_string()).await.unwrap();
+        wait_for(
+            client,
+            &format!("the rows sorted by name, {order}"),
+            "const th = document.querySelector('th[data-col=name]'); \
+             const top = document.querySelector('#fleet-rows tr [data-col=name]'); \
+             return th.getAttribute('aria-sort') === arguments[0] && top.textContent === arguments[1];",
+            vec![json!(order), json!(first)],
+        )
+        .await;
+    }
 
     // Filtering by name leaves one row.
     type_into(client, "#filter-name", "agent-0777").await;
