@@ -219,6 +219,11 @@ async fn the_dashboards_files_are_served_without_a_token_and_are_not_api_routes(
         let policy = answer.headers["content-security-policy"].to_str().unwrap();
         assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"));
         assert!(!answer.body.is_empty(), "{path}");
+        let head = anyone.request(hyper::Method::HEAD, path, None).await.unwrap();
+        assert_eq!(head.status.as_u16(), 200, "HEAD {path}");
+        assert!(head.body.is_empty(), "HEAD {path}");
+        let length = answer.body.len().to_string();
+        assert_eq!(head.headers["content-length"], length.as_str(), "HEAD {path}");
         let refused = ask(&anyone, "POST", path).await;
         assert_eq!((refused.0, &refused.1["error"]["code"]), (405, &Value::from("method_not_allowed")));
     }
