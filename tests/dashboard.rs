@@ -8,8 +8,10 @@
 #[path = "support/browser.rs"]
 mod browser;
 
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -526,4 +528,119 @@ async fn a_thousand_agents_render_and_one_row_updates_live() {
     eprintln!("dashboard with {FLEET_LARGE} agents, after a reload: {figures}");
     browser.close().await;
     node.stop();
+}
+
+/// A `vigil serve` child, SIGKILLed when dropped (a failed test leaves no node behind).
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `vigil serve` (the real binary) on `listen`, with the example fleet and the test's token;
+/// returns it and the address it listens on (its first stdout line).
+fn spawn_serve(data_dir: &Path, listen: &str) -> (Serve, SocketAddr) {
+    let fleet = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/fleet.toml");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--listen", listen, "--data-dir"])
+        .arg(data_dir)
+        .arg("--fleet")
+        .arg(fleet)
+        .env("VIGIL_LOG", "warn")
+        .env("VIGIL_OPERATOR_TOKEN", OPERATOR)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("vigil serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|addr| addr.parse().ok())
+        .unwrap_or_else(|| panic!("an address in {line:?}"));
+    (Serve(child), addr)
+}
+
+/// Waits until the node at `addr` has applied the example fleet (its five agents).
+async fn wait_ready(api: &ApiClient) {
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        if let Ok(answer) = api.get("/v1/agents").await {
+            let count = answer
+                .json()
+                .ok()
+                .and_then(|v| v["agents"].as_array().map(Vec::len));
+            if count == Some(5) {
+                return;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the node was not ready in {WAIT_MS_MAX} ms"
+        );
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_view_resumes_after_the_node_is_killed_and_restarted() {
+    let Some(tools) = browser_or_skip() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let data_dir = std::env::temp_dir().join(format!("vigil-dashboard-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let (first, addr) = spawn_serve(&data_dir, "127.0.0.1:0");
+    let api = ApiClient::with_token(addr, OPERATOR);
+    wait_ready(&api).await;
+    let browser = Browser::start(&tools, WINDOW.0, WINDOW.1).await;
+    let client = &browser.client;
+    client.goto(&format!("http://{addr}/")).await.unwrap();
+    type_into(client, "#token", OPERATOR).await;
+    click(client, "#sign-in-form button[type=submit]").await;
+    wait_text(client, "#stream", "live").await;
+    wait_text(client, "[data-count=agents]", "5").await;
+    client
+        .execute("window.notReloaded = true; return true", vec![])
+        .await
+        .unwrap();
+
+    // SIGKILL: the stream drops and the page says so.
+    drop(first);
+    wait_text(client, "#stream", "resuming").await;
+
+    // The node comes back on the same address; the page resumes, and an agent paused after
+    // the restart shows in its row.
+    let (second, again) = spawn_serve(&data_dir, &addr.to_string());
+    assert_eq!(again, addr);
+    wait_ready(&api).await;
+    let on_call = agent_id(&api, "on-call").await;
+    let paused = api
+        .post_json(&format!("/v1/agents/{on_call}/pause"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(paused.status.as_u16(), 200);
+    wait_text(
+        client,
+        &format!("tr[data-agent='{on_call}'] [data-col=status]"),
+        "paused",
+    )
+    .await;
+    wait_text(client, "#stream", "live").await;
+    let kept = client
+        .execute("return window.notReloaded === true", vec![])
+        .await
+        .unwrap();
+    assert_eq!(kept, json!(true), "the page was not reloaded");
+
+    browser.close().await;
+    drop(second);
+    let _ = std::fs::remove_dir_all(&data_dir);
 }
