@@ -54,10 +54,13 @@ async fn start(fleet: Option<&str>) -> Node {
         on_commit: None,
         on_replayed: None,
         adapters: vigil::exec::adapter::BuiltinAdapters::shared(),
+        // The stub model provider listens on loopback: allow it, as `[outbound] allow` does.
         run_services: vigil::exec::host::RunServices::guarded(
             &vigil::net::TlsOptions::default(),
             Default::default(),
-            vigil::net::OutboundPolicy::default(),
+            vigil::net::OutboundPolicy {
+                allow: vec!["127.0.0.1/32".parse().unwrap()],
+            },
         )
         .unwrap(),
         transcripts: Arc::new(vigil::transcript::MemoryTranscripts::new()),
@@ -643,4 +646,118 @@ async fn the_live_view_resumes_after_the_node_is_killed_and_restarted() {
     browser.close().await;
     drop(second);
     let _ = std::fs::remove_dir_all(&data_dir);
+}
+
+/// A model provider on loopback (plain HTTP, OpenAI's wire shape) that answers every call
+/// `[IDLE]`: the agent had nothing to do.
+async fn idle_provider() -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(|_request| async {
+                    let body = json!({
+                        "id": "chatcmpl-idle", "object": "chat.completion", "model": "stub",
+                        "choices": [{"index": 0, "finish_reason": "stop",
+                            "message": {"role": "assistant", "content": "[IDLE]"}}],
+                        "usage": {"prompt_tokens": 12, "completion_tokens": 2},
+                    });
+                    let answer = hyper::Response::builder()
+                        .header("content-type", "application/json")
+                        .body(http_body_util::Full::new(bytes::Bytes::from(
+                            body.to_string(),
+                        )))
+                        .unwrap();
+                    Ok::<_, std::convert::Infallible>(answer)
+                });
+                let io = hyper_util::rt::TokioIo::new(stream);
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(io, service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_answering_idle_on_its_timer_shows_idling_never_active() {
+    let Some(tools) = browser_or_skip() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let provider = idle_provider().await;
+    let node = start(None).await;
+    let api = ApiClient::with_token(node.local_addr(), OPERATOR);
+    let adapter = json!({"type": "llm", "base_url": format!("http://{provider}"), "model": "stub"});
+    // `idler`'s timer wakes it every second and it answers [IDLE]: ghost runs. `asked` answers
+    // the same to a wakeup someone asked for, which is a real turn, not a ghost.
+    let mut ids = Vec::new();
+    for (name, heartbeat) in [
+        ("idler", json!({"interval_ms": 1_000})),
+        ("asked", json!({"sources": ["on_demand"]})),
+    ] {
+        let spec = json!({"name": name, "adapter": adapter, "heartbeat": heartbeat});
+        let created = api.post_json("/v1/agents", &spec).await.unwrap();
+        assert_eq!(created.status.as_u16(), 201, "{:?}", created.json());
+        ids.push(created.json().unwrap()["agent"]["id"].as_u64().unwrap());
+    }
+    let (idler, asked) = (ids[0], ids[1]);
+    let browser = Browser::start(&tools, WINDOW.0, WINDOW.1).await;
+    let client = &browser.client;
+    sign_in(client, &node, OPERATOR).await;
+    wait_text(client, "[data-count=agents]", "2").await;
+    let woken = api
+        .post_json(
+            &format!("/v1/agents/{asked}/wakeup"),
+            &json!({"source": "on_demand", "reason": "anything new?"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(woken.json().unwrap()["outcome"], "queued");
+
+    // The ghosts arrive live; the idler's status says idling, the other stays active.
+    wait_for(
+        client,
+        "two ghost runs of the idler, all of its runs",
+        "const t = document.querySelector(`tr[data-agent='${arguments[0]}'] [data-col=ghosts]`).textContent; \
+         const m = t.match(/^(\\d+)\\/(\\d+) \\(100%\\)$/); return m && Number(m[1]) >= 2;",
+        vec![json!(idler)],
+    )
+    .await;
+    wait_text(
+        client,
+        &format!("tr[data-agent='{idler}'] [data-col=status]"),
+        "idling",
+    )
+    .await;
+    wait_text(
+        client,
+        &format!("tr[data-agent='{asked}'] [data-col=ghosts]"),
+        "0/1 (0%)",
+    )
+    .await;
+    assert_eq!(
+        text(
+            client,
+            &format!("tr[data-agent='{asked}'] [data-col=status]")
+        )
+        .await,
+        "active"
+    );
+    // The status filter finds the idler under idling, never under active.
+    let status = client.find(Locator::Css("#filter-status")).await.unwrap();
+    status.select_by_value("active").await.unwrap();
+    wait_text(client, "#shown", "1 of 2 shown").await;
+    let hidden = client
+        .execute(
+            "return document.querySelector(`tr[data-agent='${arguments[0]}']`).hidden",
+            vec![json!(idler)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(hidden, json!(true), "the idler is not among the active");
+    browser.close().await;
+    node.stop();
 }
