@@ -379,6 +379,54 @@ async fn the_example_fleet_live_runs_pause_resume_and_a_transcript() {
         .unwrap();
     wait_text(client, "[data-count=agents]", "5").await;
     screenshot(client, "fleet-phone").await;
+    client.set_window_size(WINDOW.0, WINDOW.1).await.unwrap();
+
+    // Cancel a run from its row: an agent whose run never ends by itself.
+    let spec = json!({"name": "hanger", "heartbeat": {"sources": ["on_demand"]},
+        "adapter": {"type": "scripted", "steps": [{"duration_ms": 0, "outcome": "hang"}]}});
+    let created = api.post_json("/v1/agents", &spec).await.unwrap();
+    let hanger = created.json().unwrap()["agent"]["id"].as_u64().unwrap();
+    wait_text(client, "[data-count=agents]", "6").await;
+    click(client, &format!("tr[data-agent='{hanger}'] a")).await;
+    wait_text(client, "#agent-title", "hanger").await;
+    type_into(client, "#wake-reason", "never ends").await;
+    click(client, "#wake").await;
+    let said = wait_text(client, "#action-result", "Wake: queued (run ").await;
+    let stuck: u64 = said
+        .split("(run ")
+        .nth(1)
+        .and_then(|rest| rest.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("a run id in {said:?}"));
+    click(client, &format!("button[data-cancel='{stuck}']")).await;
+    wait_text(
+        client,
+        "#action-result",
+        &format!("Cancel run {stuck}: run {stuck} cancelled"),
+    )
+    .await;
+    wait_for(
+        client,
+        "the cancelled run's row",
+        "const r = document.querySelector(`#runs tr[data-run='${arguments[0]}']`); \
+         return r && r.dataset.status === 'cancelled';",
+        vec![json!(stuck)],
+    )
+    .await;
+    // Cancelling it again: the API's refusal, in its words.
+    let again = api
+        .post_json(&format!("/v1/runs/{stuck}/cancel"), &json!(null))
+        .await
+        .unwrap();
+    assert_eq!(again.status.as_u16(), 409);
+    // Resetting a task session it never had: the API says there was none.
+    type_into(client, "#session-key", "ticket-9").await;
+    click(client, "#session-reset").await;
+    wait_text(
+        client,
+        "#action-result",
+        "Reset session: task ticket-9 had no session",
+    )
+    .await;
 
     browser.close().await;
     node.stop();
