@@ -15,7 +15,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use browser::{browser_or_skip, Browser, POLL_MS};
+use browser::{browser_or_skip, when_missing, Browser, Missing, POLL_MS};
 use fantoccini::key::Key;
 use fantoccini::{Client, Locator};
 use serde_json::{json, Value};
@@ -808,4 +808,22 @@ async fn an_agent_answering_idle_on_its_timer_shows_idling_never_active() {
     assert_eq!(hidden, json!(true), "the idler is not among the active");
     browser.close().await;
     node.stop();
+}
+
+#[test]
+fn without_chromium_the_tests_fail_under_ci_and_skip_elsewhere() {
+    assert_eq!(when_missing(&[], true), Missing::Nothing);
+    assert_eq!(
+        when_missing(&["/usr/bin/chromium"], false),
+        Missing::Skip(
+            "skipped: chromium not installed (apt-get install chromium chromium-driver)".into()
+        )
+    );
+    let Missing::Fail(message) = when_missing(&["/usr/bin/chromedriver"], true) else {
+        panic!("CI must fail without the browser");
+    };
+    assert!(
+        message.contains("/usr/bin/chromedriver") && message.contains("CI is set"),
+        "{message}"
+    );
 }

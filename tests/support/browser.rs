@@ -27,6 +27,30 @@ pub struct BrowserTools {
     pub chromedriver: PathBuf,
 }
 
+/// What a browser test does when some of the browser's programs are missing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Missing {
+    /// Nothing is missing: run.
+    Nothing,
+    /// Print this and return: the test passes without running.
+    Skip(String),
+    /// Fail with this: CI must run the browser tests.
+    Fail(String),
+}
+
+/// The decision for `missing` programs, with or without `CI` set.
+pub fn when_missing(missing: &[&str], ci: bool) -> Missing {
+    let fix = "apt-get install chromium chromium-driver";
+    match (missing.is_empty(), ci) {
+        (true, _) => Missing::Nothing,
+        (false, true) => Missing::Fail(format!(
+            "chromium not installed ({} missing) and CI is set: {fix}",
+            missing.join(", ")
+        )),
+        (false, false) => Missing::Skip(format!("skipped: chromium not installed ({fix})")),
+    }
+}
+
 /// The tools, or `None` after printing why the calling test is skipped. Panics (fails the test)
 /// when they are missing and `CI` is set.
 pub fn browser_or_skip() -> Option<BrowserTools> {
@@ -34,21 +58,17 @@ pub fn browser_or_skip() -> Option<BrowserTools> {
         .into_iter()
         .filter(|path| !std::path::Path::new(path).exists())
         .collect();
-    if missing.is_empty() {
-        return Some(BrowserTools {
+    match when_missing(&missing, std::env::var_os("CI").is_some()) {
+        Missing::Nothing => Some(BrowserTools {
             chromium: CHROMIUM.into(),
             chromedriver: CHROMEDRIVER.into(),
-        });
+        }),
+        Missing::Skip(message) => {
+            eprintln!("{message}");
+            None
+        }
+        Missing::Fail(message) => panic!("{message}"),
     }
-    let fix = "apt-get install chromium chromium-driver";
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "chromium not installed ({} missing) and CI is set: {fix}",
-            missing.join(", ")
-        );
-    }
-    eprintln!("skipped: chromium not installed ({fix})");
-    None
 }
 
 /// A chromedriver process and one headless Chromium session; the driver is killed on drop.
