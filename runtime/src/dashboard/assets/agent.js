@@ -2,7 +2,7 @@
 
 import { $, REFETCH_BATCH_MS, LOG_PAGE, TIMELINE_MS, WAKEUP_REQUESTS_MAX, WAKEUP_ROWS_MAX, SEEK_REQUESTS_MAX, state, serverNow, span, ago, clock } from "./state.js";
 import { ApiError, api } from "./api.js";
-import { liveness, pauseInForce, ghosts, cellText, setText, putAgent } from "./fleet.js";
+import { liveness, pauseInForce, cellText, setText, putAgent } from "./fleet.js";
 import { show, signOut } from "./app.js";
 
 // ---- Agent view --------------------------------------------------------------------------------

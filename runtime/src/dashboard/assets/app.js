@@ -5,7 +5,7 @@
 
 import { $, TOKEN_KEY, TICK_MS, state } from "./state.js";
 import { ApiError } from "./api.js";
-import { liveness, buildHead, setText, applyFilter } from "./fleet.js";
+import { buildHead, setText, applyFilter } from "./fleet.js";
 import { loadFleet, streamNote, followEvents, tick } from "./live.js";
 import { showAgent, wireActions } from "./agent.js";
 
