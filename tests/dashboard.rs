@@ -827,3 +827,53 @@ fn without_chromium_the_tests_fail_under_ci_and_skip_elsewhere() {
         "{message}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn liveness_goes_online_with_a_pulse_and_offline_when_silent() {
+    let Some(tools) = browser_or_skip() else {
+        return;
+    };
+    let _one = ONE_BROWSER.lock().unwrap_or_else(|e| e.into_inner());
+    let node = start(None).await;
+    let api = ApiClient::with_token(node.local_addr(), OPERATOR);
+    // Judged offline after 3 s without a pulse.
+    let spec = json!({"name": "pulser", "heartbeat": {"sources": ["on_demand"]},
+        "liveness": {"pulse_interval_ms": 1_000, "offline_after_misses": 3}});
+    let created = api.post_json("/v1/agents", &spec).await.unwrap();
+    let pulser = created.json().unwrap()["agent"]["id"].as_u64().unwrap();
+    let browser = Browser::start(&tools, WINDOW.0, WINDOW.1).await;
+    let client = &browser.client;
+    sign_in(client, &node, OPERATOR).await;
+    let cell = format!("tr[data-agent='{pulser}'] [data-col=liveness]");
+    wait_text(client, &cell, "unknown").await;
+    assert_eq!(
+        text(
+            client,
+            &format!("tr[data-agent='{pulser}'] [data-col=pulse]")
+        )
+        .await,
+        "—"
+    );
+
+    let pulsed = api
+        .post_json(
+            &format!("/v1/agents/{pulser}/pulse"),
+            &json!({"status": "busy"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pulsed.status.as_u16(), 200);
+    wait_text(client, &cell, "online").await;
+    wait_text(client, "[data-count=online]", "1").await;
+    wait_text(
+        client,
+        &format!("tr[data-agent='{pulser}'] [data-col=pulse]"),
+        " ago",
+    )
+    .await;
+    // Silent: the node's sweep records it offline, and the page shows it without a reload.
+    wait_text(client, &cell, "offline").await;
+    wait_text(client, "[data-count=online]", "0").await;
+    browser.close().await;
+    node.stop();
+}
