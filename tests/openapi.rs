@@ -169,7 +169,6 @@ async fn paths_the_document_lacks_get_the_fallback() {
     let routes = documented(&served_document(&node).await);
     let client = ApiClient::with_token(node.local_addr(), OPERATOR);
     let strays = [
-        "/",
         "/v1",
         "/v1/agent",
         "/v1/agents/1/nope",
@@ -177,6 +176,10 @@ async fn paths_the_document_lacks_get_the_fallback() {
         "/v1/runs/1/result/x",
         "/v1/openapi.yaml",
         "/v2/agents",
+        "/index.html",
+        "/dashboard",
+        "/dashboard/",
+        "/dashboard/nope.js",
     ];
     for path in strays {
         assert!(!routes.iter().any(|(_, p)| concrete(p) == path), "{path}");
@@ -184,6 +187,45 @@ async fn paths_the_document_lacks_get_the_fallback() {
             let answer = ask(&client, method, path).await;
             assert!(no_such_route(&answer), "{method} {path}: {answer:?}");
         }
+    }
+    node.stop();
+}
+
+/// The dashboard's files (docs/dashboard.md), restated: served to anyone, outside the document,
+/// read-only, with the page's security headers.
+const DASHBOARD_FILES: [(&str, &str); 9] = [
+    ("/", "text/html; charset=utf-8"),
+    ("/dashboard/app.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/state.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/api.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/fleet.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/live.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/agent.js", "text/javascript; charset=utf-8"),
+    ("/dashboard/app.css", "text/css; charset=utf-8"),
+    ("/dashboard/icon.svg", "image/svg+xml"),
+];
+
+#[tokio::test]
+async fn the_dashboards_files_are_served_without_a_token_and_are_not_api_routes() {
+    let node = start().await;
+    let routes = documented(&served_document(&node).await);
+    let anyone = ApiClient::new(node.local_addr());
+    for (path, content_type) in DASHBOARD_FILES {
+        assert!(!routes.iter().any(|(_, p)| p == path), "{path} is in the document");
+        let answer = anyone.get(path).await.unwrap();
+        assert_eq!(answer.status.as_u16(), 200, "{path}");
+        assert_eq!(answer.headers["content-type"], content_type, "{path}");
+        assert_eq!(answer.headers["cache-control"], "no-cache", "{path}");
+        let policy = answer.headers["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("default-src 'none'") && policy.contains("connect-src 'self'"));
+        assert!(!answer.body.is_empty(), "{path}");
+        let head = anyone.request(hyper::Method::HEAD, path, None).await.unwrap();
+        assert_eq!(head.status.as_u16(), 200, "HEAD {path}");
+        assert!(head.body.is_empty(), "HEAD {path}");
+        let length = answer.body.len().to_string();
+        assert_eq!(head.headers["content-length"], length.as_str(), "HEAD {path}");
+        let refused = ask(&anyone, "POST", path).await;
+        assert_eq!((refused.0, &refused.1["error"]["code"]), (405, &Value::from("method_not_allowed")));
     }
     node.stop();
 }

@@ -9,6 +9,7 @@
 pub mod alerts;
 pub mod api;
 pub mod cli;
+pub mod dashboard;
 pub mod engine;
 pub mod exec;
 pub mod fleet;

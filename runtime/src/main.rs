@@ -817,6 +817,10 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         OPERATOR_TOKEN_FILE,
         this_binary()
     );
+    eprintln!(
+        "dashboard: http://{}/ (sign in with the operator token)",
+        node.local_addr()
+    );
     let failed_write = tokio::select! {
         stop = stop_requested() => stop.map(|()| None)?,
         cause = node.failed() => Some(cause),

@@ -281,6 +281,7 @@ fn sim(args: &[String]) {
 }
 
 fn test() {
+    ensure_browser();
     eprintln!("==> 1/3 workspace tests (real tokio, real disk)");
     let (mut passed, mut failed) = cargo_test(&["test", "--workspace"], false);
     eprintln!(
@@ -294,6 +295,65 @@ fn test() {
     failed += sim_failed;
     // One closing line for the whole suite, whatever cargo's last (often empty doc-test) line says.
     println!("tests: {passed} passed, {failed} failed");
+}
+
+/// What the dashboard's browser tests (tests/dashboard.rs) drive: Debian's Chromium and its
+/// WebDriver server. Restated in tests/support/browser.rs, which skips (or fails under CI)
+/// without them.
+const BROWSER_FILES: [&str; 2] = ["/usr/bin/chromium", "/usr/bin/chromedriver"];
+const BROWSER_PACKAGES: [&str; 2] = ["chromium", "chromium-driver"];
+
+/// Installs Chromium and chromedriver when they are missing and this user can (root, apt-get),
+/// saying what it does; otherwise says plainly that the browser tests will be skipped, or fail
+/// under CI.
+fn ensure_browser() {
+    let missing: Vec<&str> = BROWSER_FILES
+        .into_iter()
+        .filter(|f| !std::path::Path::new(f).exists())
+        .collect();
+    if missing.is_empty() {
+        return;
+    }
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let apt = std::path::Path::new("/usr/bin/apt-get").exists();
+    if root && apt {
+        eprintln!(
+            "==> browser tests need {}: apt-get install -y {}",
+            missing.join(", "),
+            BROWSER_PACKAGES.join(" ")
+        );
+        let install = || {
+            std::process::Command::new("apt-get")
+                .args(["install", "-y"])
+                .args(BROWSER_PACKAGES)
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        let installed = install() || {
+            eprintln!("==> the install failed; apt-get update, then once more");
+            let _ = std::process::Command::new("apt-get")
+                .arg("update")
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .status();
+            install()
+        };
+        if installed {
+            return;
+        }
+    }
+    let consequence = if std::env::var_os("CI").is_some() {
+        "CI is set, so the browser tests will fail"
+    } else {
+        "the browser tests will be skipped"
+    };
+    eprintln!(
+        "==> could not install {} (needs root and apt-get: apt-get install chromium chromium-driver); {consequence}",
+        BROWSER_PACKAGES.join(" ")
+    );
 }
 
 /// Runs a `cargo test` command, echoing its output, and adds up its `test result:` lines.

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::{Json, Router};
 use hyper_util::rt::TokioIo;
@@ -117,7 +117,13 @@ fn routes() -> OpenApiRouter<Gate> {
 pub fn router(gate: Gate) -> Router {
     let (router, _document) = routes().split_for_parts();
     router
-        .fallback(|| async { ApiError::not_found("no such route; see docs/api.md") })
+        // Why the fallback: the dashboard's files are not API routes (no token, not in the
+        // document); every other unrouted path is the API's 404.
+        .fallback(|method: Method, uri: Uri, headers: HeaderMap| async move {
+            crate::dashboard::answer(&method, uri.path(), &headers).unwrap_or_else(|| {
+                ApiError::not_found("no such route; see docs/api.md").into_response()
+            })
+        })
         .method_not_allowed_fallback(|| async {
             ApiError {
                 status: StatusCode::METHOD_NOT_ALLOWED,
