@@ -161,6 +161,15 @@ struct FileShape {
     agents: Vec<AgentSpec>,
     #[serde(default)]
     heartbeats: Vec<FleetHeartbeat>,
+    /// What the outside world does in `vigil-sim fleet FILE` (docs/fleet-simulation.md). Read
+    /// only by the simulator, which parses it; accepted and ignored here so that one file both
+    /// deploys (`vigil serve --fleet`) and is simulated, while a misspelt top-level key is
+    /// still refused.
+    #[serde(default, rename = "simulation")]
+    _simulation: Option<toml::Value>,
+    /// The simulator's expectations (`[expect]`), ignored here for the same reason.
+    #[serde(default, rename = "expect")]
+    _expect: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -731,6 +740,18 @@ time_zone = "Europe/Paris"
 
     fn parse(text: &str) -> Result<Fleet, FleetError> {
         Fleet::parse("fleet.toml", text)
+    }
+
+    /// `vigil-sim fleet` reads `[simulation]` and `[expect]` from the same file: the node loads
+    /// such a file as if they were absent, and still refuses any other unknown top-level key.
+    #[test]
+    fn the_simulators_sections_are_accepted_and_ignored() {
+        let with_sections = format!(
+            "{GOOD}\n[simulation]\npulse_interval_s = 60\n[simulation.agent]\nidle_rate = 0.78\n\n[expect]\nmax_invocations_per_day = 48\n[expect.agents.triage]\nno_cap_hit_before = \"18:00\"\n"
+        );
+        assert_eq!(parse(&with_sections).unwrap(), parse(GOOD).unwrap());
+        let misspelt = parse(&format!("{GOOD}\n[simulations]\npulse_interval_s = 60\n")).unwrap_err();
+        assert!(misspelt.to_string().contains("unknown field `simulations`"), "{misspelt}");
     }
 
     #[test]
