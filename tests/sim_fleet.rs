@@ -117,22 +117,23 @@ fn travel_rescue_breaks_its_expectation_and_the_fix_keeps_it() {
         .all(|e| e["passed"] == true));
 }
 
-/// The fleet file is read by the runtime's own `Fleet::load`: a mistake gets exactly the
-/// message `vigil serve --fleet` prints, and exit status 2.
+/// The fleet file is read by the runtime's own `Fleet::load`: a mistake gets exactly its
+/// message, which `vigil serve --fleet` prints for the same file (tests/cli.rs), and exit
+/// status 2.
 #[test]
 fn a_fleet_file_with_an_error_gets_the_runtimes_message() {
-    let path = scratch("broken.toml");
-    std::fs::write(
-        &path,
-        "[[agents]]\nname = \"scout\"\n[agents.heartbeat]\ninterval_ms = 60_000\nintreval_ms = 5\n",
-    )
-    .unwrap();
+    let path = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/fixtures/broken_fleet.toml"
+    ))
+    .to_path_buf();
     let expected = vigil::fleet::Fleet::load(&path).unwrap_err().to_string();
     assert!(expected.contains("intreval_ms"), "{expected}");
     let output = vigil_sim(&["fleet", path.to_str().unwrap(), "--days", "1", "--seeds", "1"]);
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(stderr(&output), format!("error: {expected}\n"));
     // And the simulator's own sections name their field.
+    let path = scratch("bad-world.toml");
     std::fs::write(
         &path,
         "[[agents]]\nname = \"scout\"\n[simulation.agent]\nidle_rate = 2.0\n",

@@ -489,15 +489,17 @@ pub const FAULT_KIND_NAMES: [&str; 21] = [
     "catch_up",
 ];
 
-/// The built-in profiles: arrivals per simulated day of each kind.
+/// The built-in profiles: arrivals per simulated day of each kind. A provider spell lasts from a
+/// minute to two hours and reaches every agent that calls during it, so `typical` has one of
+/// some kind every other day or so (the Heart paper saw 2-5 breaker openings a week fleet-wide).
 const TYPICAL: [(&str, f64); 9] = [
     ("crash", 0.2),
     ("power_cut", 0.05),
     ("clock_jump", 0.1),
     ("net_delay", 0.5),
-    ("llm_server_error", 1.0),
-    ("llm_rate_limit", 0.5),
-    ("llm_timeout", 0.2),
+    ("llm_server_error", 0.3),
+    ("llm_rate_limit", 0.2),
+    ("llm_timeout", 0.1),
     ("pulse_loss", 0.3),
     ("tool_failure", 0.3),
 ];
@@ -655,6 +657,7 @@ mod tests {
         let typical = FaultProfile::named("typical").unwrap().rates(7);
         let crash = typical.iter().find(|r| r.kind == FaultKind::Crash).unwrap();
         assert!((crash.per_hour * 24.0 - 0.2).abs() < 1e-9);
+        assert!(typical.iter().all(|r| r.max_triggers >= 2));
         let parsed = FaultProfile::parse("p.toml", "[crash]\nper_day = 2\nmax = 1\n").unwrap();
         assert_eq!(parsed, vec![(FaultKind::Crash, 2.0, Some(1))]);
         let unknown = FaultProfile::parse("p.toml", "[meteor]\nper_day = 1\n").unwrap_err();
