@@ -28,12 +28,8 @@ fn stderr(output: &Output) -> String {
 }
 
 fn report(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "the report is JSON ({e}); stderr:\n{}",
-            stderr(output)
-        )
-    })
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("the report is JSON ({e}); stderr:\n{}", stderr(output)))
 }
 
 /// Every day's (min, median, max) of figure `key` of the first agent.
@@ -65,7 +61,14 @@ fn scratch(name: &str) -> PathBuf {
 fn travel_rescue_breaks_its_expectation_and_the_fix_keeps_it() {
     let storm_file = example("travel_rescue.toml");
     let storm = vigil_sim(&[
-        "fleet", &storm_file, "--days", "2", "--seeds", "2", "--format", "json",
+        "fleet",
+        &storm_file,
+        "--days",
+        "2",
+        "--seeds",
+        "2",
+        "--format",
+        "json",
     ]);
     assert_eq!(storm.status.code(), Some(1), "{}", stderr(&storm));
     let json = report(&storm);
@@ -129,7 +132,14 @@ fn a_fleet_file_with_an_error_gets_the_runtimes_message() {
     .to_path_buf();
     let expected = vigil::fleet::Fleet::load(&path).unwrap_err().to_string();
     assert!(expected.contains("intreval_ms"), "{expected}");
-    let output = vigil_sim(&["fleet", path.to_str().unwrap(), "--days", "1", "--seeds", "1"]);
+    let output = vigil_sim(&[
+        "fleet",
+        path.to_str().unwrap(),
+        "--days",
+        "1",
+        "--seeds",
+        "1",
+    ]);
     assert_eq!(output.status.code(), Some(2));
     assert_eq!(stderr(&output), format!("error: {expected}\n"));
     // And the simulator's own sections name their field.
@@ -139,7 +149,14 @@ fn a_fleet_file_with_an_error_gets_the_runtimes_message() {
         "[[agents]]\nname = \"scout\"\n[simulation.agent]\nidle_rate = 2.0\n",
     )
     .unwrap();
-    let output = vigil_sim(&["fleet", path.to_str().unwrap(), "--days", "1", "--seeds", "1"]);
+    let output = vigil_sim(&[
+        "fleet",
+        path.to_str().unwrap(),
+        "--days",
+        "1",
+        "--seeds",
+        "1",
+    ]);
     assert_eq!(output.status.code(), Some(2));
     assert!(
         stderr(&output).contains("simulation.agent.idle_rate = 2"),
@@ -162,7 +179,10 @@ fn counts_from_trace(path: &Path) -> BTreeMap<(String, u64), [u64; 3]> {
         let inner = &event["event"];
         let kind = inner["type"].as_str().unwrap();
         if kind == "agent_created" {
-            names.insert(inner["agent"].as_u64().unwrap(), inner["name"].as_str().unwrap().to_string());
+            names.insert(
+                inner["agent"].as_u64().unwrap(),
+                inner["name"].as_str().unwrap().to_string(),
+            );
             continue;
         }
         let slot = match kind {
@@ -205,10 +225,15 @@ fn the_json_report_agrees_with_the_trace_it_came_from() {
     let mut compared = 0;
     for agent in json["agents"].as_array().unwrap() {
         let name = agent["agent"].as_str().unwrap();
-        for (slot, key) in ["runs", "llm_invocations", "wakeups"].into_iter().enumerate() {
+        for (slot, key) in ["runs", "llm_invocations", "wakeups"]
+            .into_iter()
+            .enumerate()
+        {
             let days = agent["days"][key].as_array().unwrap();
             for (day, spread) in days.iter().enumerate() {
-                let from_trace = counts.get(&(name.to_string(), day as u64)).map_or(0, |c| c[slot]);
+                let from_trace = counts
+                    .get(&(name.to_string(), day as u64))
+                    .map_or(0, |c| c[slot]);
                 // One seed: min, median and max are its value.
                 for side in ["min", "median", "max"] {
                     assert_eq!(

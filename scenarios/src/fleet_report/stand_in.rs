@@ -20,7 +20,10 @@ pub mod table {
             report.fleet_file, report.days, report.seeds, report.faults
         );
         for key in ["wakeups", "runs", "llm_invocations", "cost_usd", "cap_hits"] {
-            out.push_str(&format!("  fleet {key} per day (median): {}\n", median(&report.fleet, key)));
+            out.push_str(&format!(
+                "  fleet {key} per day (median): {}\n",
+                median(&report.fleet, key)
+            ));
         }
         for agent in &report.agents {
             out.push_str(&format!(

@@ -626,15 +626,14 @@ mod tests {
 
     #[test]
     fn errors_name_the_field() {
-        let bad_rate = parse_sections(
-            "f.toml",
-            "[simulation.agent]\nidle_rate = 1.5\n",
-            &agents(),
-        )
-        .unwrap_err();
-        assert!(bad_rate.contains("simulation.agent.idle_rate = 1.5"), "{bad_rate}");
-        let unknown = parse_sections("f.toml", "[simulation]\nidel_rate = 1\n", &agents())
+        let bad_rate = parse_sections("f.toml", "[simulation.agent]\nidle_rate = 1.5\n", &agents())
             .unwrap_err();
+        assert!(
+            bad_rate.contains("simulation.agent.idle_rate = 1.5"),
+            "{bad_rate}"
+        );
+        let unknown =
+            parse_sections("f.toml", "[simulation]\nidel_rate = 1\n", &agents()).unwrap_err();
         assert!(unknown.contains("idel_rate"), "{unknown}");
         let stranger = parse_sections(
             "f.toml",
@@ -643,8 +642,12 @@ mod tests {
         )
         .unwrap_err();
         assert!(stranger.contains("expect.agents.nobody"), "{stranger}");
-        let time = parse_sections("f.toml", "[expect]\nno_cap_hit_before = \"6pm\"\n", &agents())
-            .unwrap_err();
+        let time = parse_sections(
+            "f.toml",
+            "[expect]\nno_cap_hit_before = \"6pm\"\n",
+            &agents(),
+        )
+        .unwrap_err();
         assert!(time.contains("expect.no_cap_hit_before"), "{time}");
     }
 
@@ -661,6 +664,9 @@ mod tests {
         let parsed = FaultProfile::parse("p.toml", "[crash]\nper_day = 2\nmax = 1\n").unwrap();
         assert_eq!(parsed, vec![(FaultKind::Crash, 2.0, Some(1))]);
         let unknown = FaultProfile::parse("p.toml", "[meteor]\nper_day = 1\n").unwrap_err();
-        assert!(unknown.contains("[meteor]: unknown fault kind"), "{unknown}");
+        assert!(
+            unknown.contains("[meteor]: unknown fault kind"),
+            "{unknown}"
+        );
     }
 }

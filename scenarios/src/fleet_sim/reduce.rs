@@ -280,7 +280,11 @@ impl Reducer<'_> {
             }
             return;
         }
-        let Some(agent) = event.kind.agent().and_then(|a| self.by_id.get(&a.0).copied()) else {
+        let Some(agent) = event
+            .kind
+            .agent()
+            .and_then(|a| self.by_id.get(&a.0).copied())
+        else {
             return;
         };
         let day = self.day(t_ms) as usize;
@@ -299,8 +303,11 @@ impl Reducer<'_> {
                 if *refusal == RefusalReason::DailyCap {
                     counts.cap_hits += 1;
                     let minute = local_minute(event.at_ms, &self.plan.agents[agent].time_zone);
-                    counts.first_cap_hit_minute =
-                        Some(counts.first_cap_hit_minute.map_or(minute, |m| m.min(minute)));
+                    counts.first_cap_hit_minute = Some(
+                        counts
+                            .first_cap_hit_minute
+                            .map_or(minute, |m| m.min(minute)),
+                    );
                     self.cross(
                         agent,
                         Key::NoCapHitBefore,

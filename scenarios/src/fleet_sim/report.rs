@@ -179,10 +179,7 @@ fn expected(check: &Check) -> String {
     let limit = check.limit;
     match check.key {
         Key::InvocationsPerDay => format!("at most {limit} LLM invocations per day"),
-        Key::CostPerDay => format!(
-            "at most ${} per day",
-            limit as f64 / MICRO_USD_PER_USD
-        ),
+        Key::CostPerDay => format!("at most ${} per day", limit as f64 / MICRO_USD_PER_USD),
         Key::OfflineMinutes => format!(
             "at most {} minutes offline per day",
             limit as f64 / MS_PER_MINUTE
@@ -262,7 +259,7 @@ pub fn build(
             Some(Breach {
                 seed: summary.seed,
                 at_ms,
-                day: (at_ms / super::config::DAY_MS) as u32 + 1,
+                day: ((at_ms / super::config::DAY_MS) as u32 + 1).min(plan.days),
                 agent: None,
                 expected: format!("runtime invariant `{invariant}` holds"),
                 actual: detail,

@@ -15,8 +15,7 @@ use vigil_world::tool_server::{tool_url, ToolScript};
 use vigil_world::workload::{Action, Step};
 
 use super::config::{
-    parse_sections, Expect, FaultProfile, SimSections, Simulation, AGENTS_PER_HOST_DEFAULT,
-    DAY_MS,
+    parse_sections, Expect, FaultProfile, SimSections, Simulation, AGENTS_PER_HOST_DEFAULT, DAY_MS,
 };
 use crate::phases::{AgentWorld as PhaseWorld, Setup};
 
@@ -340,10 +339,10 @@ impl FleetPlan {
         if pulsing == 0 {
             return;
         }
-        let hosts = self.simulation.pulse_hosts.map_or_else(
-            || pulsing.div_ceil(AGENTS_PER_HOST_DEFAULT),
-            |h| h as usize,
-        );
+        let hosts = self
+            .simulation
+            .pulse_hosts
+            .map_or_else(|| pulsing.div_ceil(AGENTS_PER_HOST_DEFAULT), |h| h as usize);
         let loss_permille = (self.simulation.pulse_loss * 1_000.0).round() as u32;
         let mut rng = stream(seed, "fleet/pulses");
         for (interval, names) in by_interval {
@@ -372,7 +371,10 @@ impl FleetPlan {
     /// The shared runner's setup for `seed`.
     pub fn setup(&self, seed: u64) -> Setup {
         let steps = self.steps(seed);
-        let llm = self.agents.iter().any(|a| a.spec["adapter"]["type"] == "llm");
+        let llm = self
+            .agents
+            .iter()
+            .any(|a| a.spec["adapter"]["type"] == "llm");
         let tools = self.agents.iter().any(|a| {
             a.spec["adapter"]["tools"]
                 .as_array()
@@ -402,7 +404,13 @@ impl FleetPlan {
             downtime_ms_max: DOWNTIME_MS_MAX,
             skew_ms_max: SKEW_MS_MAX,
             power_cut_wait_ms: POWER_CUT_WAIT_MS,
-            describe: format!("fleet={} agents={} days={} faults={}", self.file, self.agents.len(), self.days, self.faults.name),
+            describe: format!(
+                "fleet={} agents={} days={} faults={}",
+                self.file,
+                self.agents.len(),
+                self.days,
+                self.faults.name
+            ),
             steps,
             probe_every_ms: PROBE_EVERY_MS,
             tail_every_ms: TAIL_EVERY_MS,
