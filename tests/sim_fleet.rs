@@ -270,3 +270,82 @@ fn the_same_seeds_give_the_same_report_bytes() {
     ]);
     assert_ne!(one.stdout, other.stdout);
 }
+
+/// A breach's instant is the moment the limit was passed: for `max_invocations_per_day = 48`,
+/// the 49th model call of the day in the replayed seed's trace.
+#[test]
+fn a_breach_names_the_instant_the_replayed_trace_shows() {
+    let trace = scratch("storm-1.jsonl");
+    let output = vigil_sim(&[
+        "fleet",
+        &example("travel_rescue.toml"),
+        "--seed",
+        "1",
+        "--days",
+        "1",
+        "--format",
+        "json",
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let breach = report(&output)["expectations"][0]["breach"].clone();
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let forty_ninth = text
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|r| {
+            r["event"]["type"] == "committed" && r["event"]["event"]["type"] == "usage_recorded"
+        })
+        .nth(48)
+        .expect("more than 48 model calls on day 1");
+    assert_eq!(breach["at_ms"], forty_ninth["t_ms"]);
+    assert_eq!(breach["day"], 1);
+}
+
+/// `--world FILE` replaces the fleet file's `[simulation]`, and `--faults FILE` reads a
+/// profile: a model that never answers `[IDLE]` leaves no ghost run, and the report names the
+/// profile file.
+#[test]
+fn a_world_file_and_a_fault_profile_file_are_used() {
+    let world = scratch("world.toml");
+    std::fs::write(
+        &world,
+        "[simulation.agent]\nidle_rate = 0.0\ntool_call_rate = 0.0\nrest_rate = 0.0\ninputs_per_day = 0\n",
+    )
+    .unwrap();
+    let faults = scratch("faults.toml");
+    std::fs::write(&faults, "[crash]\nper_day = 0\n").unwrap();
+    let file = example("travel_rescue_fixed.toml");
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "fleet",
+            file.as_str(),
+            "--days",
+            "1",
+            "--seed",
+            "4",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let output = vigil_sim(&args);
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        report(&output)
+    };
+    let with_file = run(&[]);
+    let (_, ghosts, _) = agent_days(&with_file, "ghost_runs")[0];
+    assert!(
+        ghosts > 40.0,
+        "the file's world answers [IDLE] 99 % of the time: {ghosts}"
+    );
+    let with_world = run(&[
+        "--world",
+        world.to_str().unwrap(),
+        "--faults",
+        faults.to_str().unwrap(),
+    ]);
+    assert_eq!(agent_days(&with_world, "ghost_runs")[0], (0.0, 0.0, 0.0));
+    assert!(agent_days(&with_world, "runs.end_turn")[0].0 > 40.0);
+    assert_eq!(with_world["faults"], faults.to_str().unwrap());
+}
