@@ -184,6 +184,7 @@ struct Reducer<'a> {
     checks_of: Vec<Vec<usize>>,
     days: u32,
     end_ms: u64,
+    by_name: BTreeMap<&'a str, usize>,
     by_id: BTreeMap<u64, usize>,
     counts: Vec<Vec<DayCounts>>,
     crossings: Vec<Option<Crossing>>,
@@ -275,8 +276,8 @@ impl Reducer<'_> {
             return;
         };
         if let EventKind::AgentCreated { agent, name, .. } = &event.kind {
-            if let Some(index) = self.plan.agents.iter().position(|a| &a.name == name) {
-                self.by_id.insert(agent.0, index);
+            if let Some(index) = self.by_name.get(name.as_str()) {
+                self.by_id.insert(agent.0, *index);
             }
             return;
         }
@@ -454,6 +455,12 @@ pub fn reduce(
         checks_of,
         days,
         end_ms: plan.virtual_ms(),
+        by_name: plan
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (a.name.as_str(), i))
+            .collect(),
         by_id: BTreeMap::new(),
         counts: vec![vec![DayCounts::default(); days as usize]; agents],
         crossings: vec![None; checks.len()],

@@ -83,6 +83,7 @@ pub fn load(
         .map_err(|e| format!("could not read fleet file {file}: {e}"))?;
     let mut agents = Vec::new();
     let mut warnings = Vec::new();
+    let mut names_seen = std::collections::BTreeSet::new();
     for tenant in &fleet.tenants {
         if !tenant.heartbeats.is_empty() {
             warnings.push(format!(
@@ -97,7 +98,8 @@ pub fn load(
             } else {
                 format!("{}/{}", tenant.name, spec.name)
             };
-            if agents.iter().any(|a: &PlannedAgent| a.name == spec.name) {
+            // A set, not a scan: fleets of many thousands of agents are declared this way.
+            if !names_seen.insert(spec.name.clone()) {
                 return Err(format!(
                     "{file}: agent {:?} is declared in two tenants; the simulator runs one tenant and needs distinct agent names",
                     spec.name
