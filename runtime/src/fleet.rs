@@ -1069,6 +1069,21 @@ on_change = "event"
         assert_eq!(with_llm.tenants[0].heartbeats.len(), 1, "the commented heartbeat too");
     }
 
+    /// The fleet files written for `vigil-sim fleet` (docs/fleet-simulation.md) deploy as they
+    /// are: their `[simulation]` and `[expect]` sections are ignored here.
+    #[test]
+    fn the_simulation_examples_load_as_fleets() {
+        for (name, text, agents) in [
+            ("travel_rescue.toml", include_str!("../../examples/travel_rescue.toml"), 1),
+            ("travel_rescue_fixed.toml", include_str!("../../examples/travel_rescue_fixed.toml"), 1),
+            ("heart_fleet.toml", include_str!("../../examples/heart_fleet.toml"), 75),
+        ] {
+            let fleet = Fleet::parse(name, text).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(fleet.agent_count(), agents, "{name}");
+            assert!(text.contains("[expect]"), "{name} shows an expectation");
+        }
+    }
+
     #[test]
     fn a_tenant_may_carry_a_daily_budget() {
         let fleet = parse("[[tenants]]\nname = \"default\"\ndaily_budget_usd = 2.5\n").unwrap();
