@@ -29,6 +29,8 @@ pub const TOOL_ROUNDS_MAX: u32 = 100;
 pub const FAULTS_PER_DAY_MAX: f64 = 1_000.0;
 /// Minutes in a day.
 pub const DAY_MINUTES: u32 = 24 * 60;
+/// Agent names an error about an unknown agent lists.
+const KNOWN_AGENTS_SHOWN_MAX: usize = 10;
 
 /// One agent's world, resolved (defaults applied).
 #[derive(Debug, Clone, PartialEq)]
@@ -285,7 +287,7 @@ fn resolve_agent(
             &f("rest_minutes"),
             shape.rest_minutes,
             base.rest_minutes,
-            24 * 60,
+            u64::from(DAY_MINUTES),
         )?,
         inputs_per_day: per_day(
             path,
@@ -305,13 +307,23 @@ fn resolve_agent(
 
 fn known_agent(path: &str, section: &str, name: &str, agents: &[String]) -> Result<(), String> {
     if agents.iter().any(|a| a == name) {
-        Ok(())
-    } else {
-        Err(format!(
-            "{path}: {section}.agents.{name}: no agent named {name:?} in the fleet (known: {})",
-            agents.join(", ")
-        ))
+        return Ok(());
     }
+    let shown: Vec<&str> = agents
+        .iter()
+        .take(KNOWN_AGENTS_SHOWN_MAX)
+        .map(String::as_str)
+        .collect();
+    let more = agents.len().saturating_sub(KNOWN_AGENTS_SHOWN_MAX);
+    Err(format!(
+        "{path}: {section}.agents.{name}: no agent named {name:?} in the fleet (known: {}{})",
+        shown.join(", "),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
 }
 
 fn resolve_simulation(
