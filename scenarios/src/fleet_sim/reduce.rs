@@ -490,3 +490,188 @@ pub fn reduce(
         spans: reducer.spans,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet_sim::config::{Expect, FaultProfile, Simulation};
+    use crate::fleet_sim::world::PlannedAgent;
+    use vigil::engine::agent::AgentId;
+    use vigil::engine::event::Event;
+    use vigil::engine::tenant::TokenHash;
+    use vigil::engine::wakeup::WakeupId;
+
+    const HOUR_MS: u64 = 60 * MINUTE_MS;
+    /// 2026-01-15 19:00 UTC: 14:00 in New York.
+    const TWO_PM_NEW_YORK_MS: u64 = 1_768_503_600_000;
+
+    fn plan(limits: Limits) -> FleetPlan {
+        FleetPlan {
+            file: "f.toml".into(),
+            agents: vec![PlannedAgent {
+                shown: "scout".into(),
+                name: "scout".into(),
+                spec: serde_json::json!({ "name": "scout" }),
+                time_zone: "America/New_York".into(),
+                daily_cap: Some(5),
+                pulse_interval_ms: None,
+            }],
+            simulation: Simulation::default(),
+            expect: Expect {
+                fleet: limits,
+                agents: BTreeMap::new(),
+            },
+            faults: FaultProfile::named("none").unwrap(),
+            days: 2,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn record(t_ms: u64, at_ms: u64, kind: EventKind) -> TraceRecord {
+        TraceRecord {
+            t_ms,
+            node: "vigil-1",
+            event: TraceEvent::Committed {
+                event: Event {
+                    seq: t_ms,
+                    at_ms,
+                    tenant: "default".into(),
+                    kind,
+                },
+            },
+        }
+    }
+
+    fn trace() -> Vec<TraceRecord> {
+        let agent = AgentId(7);
+        vec![
+            record(
+                1_000,
+                0,
+                EventKind::AgentCreated {
+                    agent,
+                    name: "scout".into(),
+                    spec: Box::new(
+                        serde_json::from_value(serde_json::json!({ "name": "scout" })).unwrap(),
+                    ),
+                    token_hash: TokenHash::of("a"),
+                    first_fire_at_ms: None,
+                },
+            ),
+            // Offline from 23:00 on day 1 to 01:00 on day 2: an hour on each day.
+            record(
+                DAY_MS - HOUR_MS,
+                0,
+                EventKind::AgentOffline {
+                    agent,
+                    silent_ms: 30_000,
+                    report: Default::default(),
+                },
+            ),
+            record(
+                DAY_MS + HOUR_MS,
+                0,
+                EventKind::AgentOnline {
+                    agent,
+                    report: Default::default(),
+                },
+            ),
+            record(
+                DAY_MS + 2 * HOUR_MS,
+                TWO_PM_NEW_YORK_MS,
+                EventKind::WakeupRefused {
+                    wakeup: WakeupId(1),
+                    agent,
+                    source: WakeupSource::Timer,
+                    reason: String::new(),
+                    task_key: None,
+                    idempotency_key: None,
+                    requested_by: None,
+                    trigger_detail: None,
+                    refusal: RefusalReason::DailyCap,
+                },
+            ),
+        ]
+    }
+
+    /// Offline time splits at the day's end, and a limit is crossed at the very instant the
+    /// day's total passed it; a daily-cap refusal is placed at the agent's local minute.
+    #[test]
+    fn offline_spells_split_by_day_and_cap_hits_by_local_minute() {
+        let plan = plan(Limits {
+            max_offline_minutes: Some(30),
+            no_cap_hit_before: Some("18:00".into()),
+            max_wakeups_per_day: Some(1),
+            ..Limits::default()
+        });
+        let checks = checks(&plan);
+        let keys: Vec<Key> = checks.iter().map(|c| c.key).collect();
+        assert_eq!(
+            keys,
+            [Key::OfflineMinutes, Key::NoCapHitBefore, Key::WakeupsPerDay]
+        );
+        let summary = reduce(&plan, &checks, 5, &trace(), None, true);
+        let days = &summary.agents[0];
+        assert_eq!(days[0].offline_ms, HOUR_MS);
+        assert_eq!(days[1].offline_ms, HOUR_MS);
+        assert_eq!(days[1].cap_hits, 1);
+        assert_eq!(days[1].first_cap_hit_minute, Some(14 * 60));
+        assert_eq!(days[1].refusals_by_reason["daily_cap"], 1);
+        assert_eq!(
+            summary.crossings[0],
+            Some(Crossing {
+                agent: 0,
+                at_ms: DAY_MS - HOUR_MS + 30 * MINUTE_MS,
+                day: 0,
+                minute: None,
+            })
+        );
+        assert_eq!(
+            summary.crossings[1],
+            Some(Crossing {
+                agent: 0,
+                at_ms: DAY_MS + 2 * HOUR_MS,
+                day: 1,
+                minute: Some(14 * 60),
+            })
+        );
+        // One wakeup a day is within a limit of one.
+        assert_eq!(summary.crossings[2], None);
+        assert_eq!(
+            summary.spans[0],
+            vec![crate::fleet_report::Span {
+                from_ms: DAY_MS - HOUR_MS,
+                to_ms: DAY_MS + HOUR_MS,
+                kind: "offline".into(),
+            }]
+        );
+        let report = crate::fleet_sim::report::build(&plan, None, &checks, vec![summary]);
+        assert!(!report.passed());
+        let breach = report.expectations[1].breach.as_ref().unwrap();
+        assert_eq!(breach.day, 2);
+        assert!(
+            breach.actual.contains("at 14:00 local time on day 2"),
+            "{}",
+            breach.actual
+        );
+        assert_eq!(
+            breach.replay,
+            "vigil-sim fleet f.toml --seed 5 --days 2 --faults none --trace vigil-sim-fleet-5.jsonl"
+        );
+        assert!(report.expectations[2].passed);
+        assert_eq!(report.agents[0].days["offline_minutes"][1].median, 60.0);
+    }
+
+    /// A cap hit after the limit's local time breaks nothing.
+    #[test]
+    fn a_cap_hit_after_the_limit_keeps_no_cap_hit_before() {
+        let plan = plan(Limits {
+            no_cap_hit_before: Some("13:59".into()),
+            ..Limits::default()
+        });
+        let checks = checks(&plan);
+        let summary = reduce(&plan, &checks, 1, &trace(), None, false);
+        assert_eq!(summary.crossings, vec![None]);
+        assert!(summary.runs.is_empty());
+    }
+}
