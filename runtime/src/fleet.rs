@@ -39,6 +39,9 @@
 //! creates the agents that do not exist yet (by name, within their tenant) and updates those
 //! whose spec differs to the file's spec; it never deletes (`vigil fleet apply --prune` does,
 //! when asked). `fleet_plan` says what applying would do.
+//!
+//! Top-level `[simulation]` and `[expect]` sections belong to `vigil-sim fleet FILE`, which
+//! simulates the same file (docs/fleet-simulation.md); they are accepted and ignored here.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -338,10 +338,14 @@ mod cli {
             .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         let total = seeds.len();
         let interactive = std::io::stderr().is_terminal();
+        // On a terminal one line that counts; in a CI log a line per tenth of the seeds.
+        let step = (total / 10).max(1);
         let progress = |done: usize| {
             if interactive {
                 eprint!("\rfleet: {done}/{total} seeds");
                 let _ = std::io::stderr().flush();
+            } else if done.is_multiple_of(step) || done == total {
+                eprintln!("fleet: {done}/{total} seeds");
             }
         };
         let report = match fleet_sim::simulate_fleet(
