@@ -885,6 +885,28 @@ fn the_example_agent_spec_creates_a_working_agent() {
     server.wait_run(run, "succeeded", |run| run["status"] == "succeeded");
 }
 
+/// A fleet file with a mistake stops `vigil serve` with the fleet parser's own message, the
+/// one `vigil-sim fleet` prints for the same file (tests/sim_fleet.rs).
+#[test]
+fn a_fleet_file_with_an_error_stops_serve_with_the_parsers_message() {
+    let fleet = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/fixtures/broken_fleet.toml"));
+    let expected = vigil::fleet::Fleet::load(fleet).unwrap_err().to_string();
+    assert!(expected.contains("intreval_ms"), "{expected}");
+    let data_dir = std::env::temp_dir().join(format!("vigil-cli-broken-fleet-{}", std::process::id()));
+    let output = Command::new(env!("CARGO_BIN_EXE_vigil"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data_dir)
+        .arg("--fleet")
+        .arg(fleet)
+        .env("VIGIL_LOG", "warn")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains(&expected), "{stderr}");
+}
+
 #[test]
 fn a_database_of_a_newer_format_is_refused_at_start_with_what_to_do() {
     // A node wrote the database and stopped; then a newer Vigil (a later format) took it over.

@@ -39,6 +39,9 @@
 //! creates the agents that do not exist yet (by name, within their tenant) and updates those
 //! whose spec differs to the file's spec; it never deletes (`vigil fleet apply --prune` does,
 //! when asked). `fleet_plan` says what applying would do.
+//!
+//! Top-level `[simulation]` and `[expect]` sections belong to `vigil-sim fleet FILE`, which
+//! simulates the same file (docs/fleet-simulation.md); they are accepted and ignored here.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -161,6 +164,15 @@ struct FileShape {
     agents: Vec<AgentSpec>,
     #[serde(default)]
     heartbeats: Vec<FleetHeartbeat>,
+    /// What the outside world does in `vigil-sim fleet FILE` (docs/fleet-simulation.md). Read
+    /// only by the simulator, which parses it; accepted and ignored here so that one file both
+    /// deploys (`vigil serve --fleet`) and is simulated, while a misspelt top-level key is
+    /// still refused.
+    #[serde(default, rename = "simulation")]
+    _simulation: Option<toml::Value>,
+    /// The simulator's expectations (`[expect]`), ignored here for the same reason.
+    #[serde(default, rename = "expect")]
+    _expect: Option<toml::Value>,
 }
 
 #[derive(Deserialize)]
@@ -733,6 +745,18 @@ time_zone = "Europe/Paris"
         Fleet::parse("fleet.toml", text)
     }
 
+    /// `vigil-sim fleet` reads `[simulation]` and `[expect]` from the same file: the node loads
+    /// such a file as if they were absent, and still refuses any other unknown top-level key.
+    #[test]
+    fn the_simulators_sections_are_accepted_and_ignored() {
+        let with_sections = format!(
+            "{GOOD}\n[simulation]\npulse_interval_s = 60\n[simulation.agent]\nidle_rate = 0.78\n\n[expect]\nmax_invocations_per_day = 48\n[expect.agents.triage]\nno_cap_hit_before = \"18:00\"\n"
+        );
+        assert_eq!(parse(&with_sections).unwrap(), parse(GOOD).unwrap());
+        let misspelt = parse(&format!("{GOOD}\n[simulations]\npulse_interval_s = 60\n")).unwrap_err();
+        assert!(misspelt.to_string().contains("unknown field `simulations`"), "{misspelt}");
+    }
+
     #[test]
     fn parses_agents_per_tenant_with_the_api_spec() {
         let fleet = parse(GOOD).unwrap();
@@ -1046,6 +1070,21 @@ on_change = "event"
         let with_llm = parse(&format!("{}\n{uncommented}\n", &text[..start])).unwrap();
         assert_eq!(with_llm.agent_count(), plain.agent_count() + 1);
         assert_eq!(with_llm.tenants[0].heartbeats.len(), 1, "the commented heartbeat too");
+    }
+
+    /// The fleet files written for `vigil-sim fleet` (docs/fleet-simulation.md) deploy as they
+    /// are: their `[simulation]` and `[expect]` sections are ignored here.
+    #[test]
+    fn the_simulation_examples_load_as_fleets() {
+        for (name, text, agents) in [
+            ("travel_rescue.toml", include_str!("../../examples/travel_rescue.toml"), 1),
+            ("travel_rescue_fixed.toml", include_str!("../../examples/travel_rescue_fixed.toml"), 1),
+            ("heart_fleet.toml", include_str!("../../examples/heart_fleet.toml"), 75),
+        ] {
+            let fleet = Fleet::parse(name, text).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(fleet.agent_count(), agents, "{name}");
+            assert!(text.contains("[expect]"), "{name} shows an expectation");
+        }
     }
 
     #[test]

@@ -74,6 +74,7 @@ pub fn provider_script() -> ProviderScript {
             tool_rounds: (1, 2),
             calls_per_round: (1, 2),
             answer_tokens: (40, 400),
+            latency_ms: (0, 0),
         },
         by_name_prefix: Vec::new(),
     }

@@ -116,6 +116,48 @@ mod cli {
         Regress { file: std::path::PathBuf },
         /// List the scenarios.
         List,
+        /// Simulate your own fleet file (the one `vigil serve --fleet` takes) for days over many
+        /// seeds, report what it did, and fail when an `[expect]` or a runtime invariant breaks
+        /// (docs/fleet-simulation.md).
+        Fleet {
+            /// The fleet file.
+            file: String,
+            /// Simulated days per seed.
+            #[arg(long, default_value_t = 7)]
+            days: u32,
+            /// Seeds 1..=K.
+            #[arg(long, default_value_t = 20)]
+            seeds: u64,
+            /// One seed only (instead of --seeds), e.g. to replay a breach.
+            #[arg(long)]
+            seed: Option<u64>,
+            /// Fault profile: none, typical, harsh, or a TOML profile file.
+            #[arg(long, default_value = "typical")]
+            faults: String,
+            /// The report's format.
+            #[arg(long, value_enum, default_value_t = FleetFormat::Text)]
+            format: FleetFormat,
+            /// Write the report here instead of stdout.
+            #[arg(long, value_name = "FILE")]
+            out: Option<std::path::PathBuf>,
+            /// A file whose `[simulation]` (and `[expect]`) replace the fleet file's.
+            #[arg(long, value_name = "FILE")]
+            world: Option<String>,
+            /// Seeds run in parallel (default: all cores).
+            #[arg(long)]
+            jobs: Option<usize>,
+            /// Write the seed's whole trace, one JSON record per line (with --seed).
+            #[arg(long, value_name = "FILE")]
+            trace: Option<std::path::PathBuf>,
+        },
+    }
+
+    /// How `fleet` prints its report.
+    #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+    enum FleetFormat {
+        Text,
+        Json,
+        Html,
     }
 
     pub fn main() -> ExitCode {
@@ -217,12 +259,136 @@ mod cli {
                 }
             }
             Command::Regress { file } => regress(&file),
+            Command::Fleet {
+                file,
+                days,
+                seeds,
+                seed,
+                faults,
+                format,
+                out,
+                world,
+                jobs,
+                trace,
+            } => fleet(FleetArgs {
+                file,
+                days,
+                seeds,
+                seed,
+                faults,
+                format,
+                out,
+                world,
+                jobs,
+                trace,
+            }),
             Command::List => {
                 for scenario in SCENARIOS {
                     println!("{:<24} {}", scenario.name, scenario.summary);
                 }
                 ExitCode::SUCCESS
             }
+        }
+    }
+
+    struct FleetArgs {
+        file: String,
+        days: u32,
+        seeds: u64,
+        seed: Option<u64>,
+        faults: String,
+        format: FleetFormat,
+        out: Option<std::path::PathBuf>,
+        world: Option<String>,
+        jobs: Option<usize>,
+        trace: Option<std::path::PathBuf>,
+    }
+
+    /// `fleet`: exit 0 when every expectation and invariant held, 1 when one broke, 2 when the
+    /// files or arguments are wrong.
+    fn fleet(args: FleetArgs) -> ExitCode {
+        use vigil_scenarios::fleet_sim::{self, config};
+        if args.days == 0 || args.days > config::DAYS_MAX {
+            eprintln!("error: --days must be between 1 and {}", config::DAYS_MAX);
+            return ExitCode::from(2);
+        }
+        let seeds: Vec<u64> = match args.seed {
+            Some(seed) => vec![seed],
+            None if args.seeds == 0 => {
+                eprintln!("error: --seeds must be at least 1");
+                return ExitCode::from(2);
+            }
+            None => (1..=args.seeds).collect(),
+        };
+        let loaded = config::FaultProfile::named(&args.faults).and_then(|faults| {
+            fleet_sim::world::load(&args.file, args.world.as_deref(), faults, args.days)
+        });
+        let plan = match loaded {
+            Ok(plan) => plan,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        for warning in &plan.warnings {
+            eprintln!("warning: {warning}");
+        }
+        let jobs = args
+            .jobs
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        let total = seeds.len();
+        let interactive = std::io::stderr().is_terminal();
+        // On a terminal one line that counts; in a CI log a line per tenth of the seeds.
+        let step = (total / 10).max(1);
+        let progress = |done: usize| {
+            if interactive {
+                eprint!("\rfleet: {done}/{total} seeds");
+                let _ = std::io::stderr().flush();
+            } else if done.is_multiple_of(step) || done == total {
+                eprintln!("fleet: {done}/{total} seeds");
+            }
+        };
+        let report = match fleet_sim::simulate_fleet(
+            plan,
+            args.world.as_deref(),
+            &seeds,
+            jobs,
+            args.trace.as_deref(),
+            &progress,
+        ) {
+            Ok(report) => report,
+            Err(error) => {
+                eprintln!("error: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        if interactive {
+            eprintln!();
+        }
+        let rendered = match args.format {
+            FleetFormat::Text => vigil_scenarios::fleet_report::table::render(&report),
+            FleetFormat::Json => {
+                serde_json::to_string_pretty(&report).expect("reports serialize") + "\n"
+            }
+            FleetFormat::Html => vigil_scenarios::fleet_report::html::render(&report),
+        };
+        match &args.out {
+            Some(path) => {
+                if let Err(error) = std::fs::write(path, rendered) {
+                    eprintln!("error: could not write the report to {}: {error}", path.display());
+                    return ExitCode::from(2);
+                }
+            }
+            None => print!("{rendered}"),
+        }
+        if let Some(path) = &args.trace {
+            eprintln!("trace written to {}", path.display());
+        }
+        if report.passed() {
+            ExitCode::SUCCESS
+        } else {
+            eprint!("{}", fleet_sim::failure_lines(&report));
+            ExitCode::FAILURE
         }
     }
 

@@ -44,6 +44,7 @@ fn looping() -> Behaviour {
         tool_rounds: (20, 40),
         calls_per_round: (1, 3),
         answer_tokens: (50, 300),
+        latency_ms: (0, 0),
     }
 }
 
@@ -72,6 +73,7 @@ pub fn provider_script() -> ProviderScript {
                     tool_rounds: (1, 2),
                     calls_per_round: (1, 1),
                     answer_tokens: (20, 100),
+                    latency_ms: (0, 0),
                 },
             ),
         ],

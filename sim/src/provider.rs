@@ -86,6 +86,9 @@ pub struct Behaviour {
     pub calls_per_round: (u32, u32),
     /// Completion tokens of a final answer (drawn uniformly).
     pub answer_tokens: (u64, u64),
+    /// How long the model takes to answer one call, in ms (drawn uniformly from the call's own
+    /// stream, so a latency never moves another draw; `(0, 0)`: at once, without a sleep).
+    pub latency_ms: (u64, u64),
 }
 
 impl Default for Behaviour {
@@ -99,6 +102,7 @@ impl Default for Behaviour {
             tool_rounds: (1, 1),
             calls_per_round: (1, 1),
             answer_tokens: (20, 200),
+            latency_ms: (0, 0),
         }
     }
 }
@@ -346,6 +350,8 @@ pub struct Turn {
     pub input_tokens: u64,
     pub cached_tokens: u64,
     pub output_tokens: u64,
+    /// How long the model takes to give it, in ms.
+    pub latency_ms: u64,
 }
 
 impl Turn {
@@ -417,12 +423,18 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
     } else {
         0
     };
+    let latency_ms = match behaviour.latency_ms {
+        (0, 0) => 0,
+        (low, high) => vigil_faults::stream(seed, &format!("provider/{who}/{}/latency", request.round))
+            .gen_range(low..=high.max(low)),
+    };
     let mut turn = Turn {
         text: String::new(),
         calls: Vec::new(),
         input_tokens,
         cached_tokens,
         output_tokens: 0,
+        latency_ms,
     };
     let call_id = |n: u32| {
         format!(
@@ -482,6 +494,9 @@ async fn answer(
         Some(LlmFault::Malformed) => ModelReply::Malformed,
         None => turn.reply(),
     };
+    if fault.is_none() && turn.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(turn.latency_ms)).await;
+    }
     let host = headers
         .get("host")
         .and_then(|h| h.to_str().ok())
