@@ -8,6 +8,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+#[path = "support/chromium_page.rs"]
+mod chromium_page;
+
 const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 
 fn example(name: &str) -> String {
@@ -348,4 +351,60 @@ fn a_world_file_and_a_fault_profile_file_are_used() {
     assert_eq!(agent_days(&with_world, "ghost_runs")[0], (0.0, 0.0, 0.0));
     assert!(agent_days(&with_world, "runs.end_turn")[0].0 > 40.0);
     assert_eq!(with_world["faults"], faults.to_str().unwrap());
+}
+
+/// The page `--format html` writes, opened in headless Chromium from its file: every chart the
+/// page holds is laid out with a non-zero size, every run mark is drawn, and each agent of the
+/// JSON report of the same seeds is on the page. Without Chromium the test says it skipped
+/// (fails under CI).
+#[test]
+fn the_html_report_of_a_real_run_shows_its_charts_in_chromium() {
+    let Some(browser) = chromium_page::browser() else {
+        return;
+    };
+    let file = example("travel_rescue_fixed.toml");
+    let page = scratch("travel_rescue_fixed.html");
+    let args = ["fleet", &file, "--days", "2", "--seeds", "2"];
+    let written = vigil_sim(
+        &[
+            &args[..],
+            &["--format", "html", "--out", page.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(written.status.code(), Some(0), "{}", stderr(&written));
+    let json = report(&vigil_sim(&[&args[..], &["--format", "json"]].concat()));
+    let html = std::fs::read_to_string(&page).expect("the page was written");
+    let charts = html.matches("<svg ").count() as u64;
+    let run_marks = html.matches("<rect class=\"run").count() as u64;
+    // A timeline and a cost chart per agent, a cap chart for the capped one, the fleet's cost.
+    let agents = json["agents"].as_array().unwrap();
+    assert_eq!(charts, 2 * agents.len() as u64 + 2, "{charts} charts");
+    assert!(run_marks > 0, "no run drawn");
+
+    let work = scratch("chromium");
+    std::fs::create_dir_all(&work).unwrap();
+    let dom = chromium_page::headless(
+        &browser,
+        &work,
+        &page,
+        &[
+            "--window-size=1280,2000".to_string(),
+            "--dump-dom".to_string(),
+        ],
+    );
+    assert_eq!(chromium_page::body_attribute(&dom, "svgs-total"), charts);
+    assert_eq!(
+        chromium_page::body_attribute(&dom, "svgs-rendered"),
+        charts,
+        "a chart laid out empty"
+    );
+    assert_eq!(
+        chromium_page::body_attribute(&dom, "run-marks-rendered"),
+        run_marks
+    );
+    for agent in agents {
+        let name = agent["agent"].as_str().unwrap();
+        assert!(dom.contains(name), "{name} not on the page");
+    }
 }
