@@ -15,8 +15,8 @@ use vigil::engine::agent::AdapterSpec;
 use vigil::engine::breaker::FailureCause;
 use vigil::engine::run::RunStatus;
 use vigil::exec::adapter::{
-    adapter_for, Adapter, AdapterFuture, AdapterOutcome, AdapterSource, RunContext,
-    SharedAdapterSource,
+    Adapter, AdapterFuture, AdapterOutcome, AdapterSource, RunContext,
+    BuiltinAdapters, SharedAdapterSource,
 };
 
 /// What a run fault does to a run that starts while it is open.
@@ -114,6 +114,7 @@ impl RunFaults {
     /// The adapter source for a node whose runs these windows strike.
     pub fn adapters(&self) -> SharedAdapterSource {
         Arc::new(FaultyAdapters {
+            builtin: BuiltinAdapters::default(),
             faults: self.clone(),
         })
     }
@@ -121,13 +122,14 @@ impl RunFaults {
 
 /// The production adapters, with the run faults in front of them.
 struct FaultyAdapters {
+    builtin: BuiltinAdapters,
     faults: RunFaults,
 }
 
 impl AdapterSource for FaultyAdapters {
     fn adapter_for(&self, spec: &AdapterSpec) -> Box<dyn Adapter> {
         Box::new(FaultyAdapter {
-            inner: adapter_for(spec),
+            inner: self.builtin.adapter(spec),
             faults: self.faults.clone(),
         })
     }

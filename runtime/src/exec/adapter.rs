@@ -162,27 +162,35 @@ pub trait AdapterSource: Send + Sync {
 /// An adapter source shared by a node's executor.
 pub type SharedAdapterSource = Arc<dyn AdapterSource>;
 
-/// The adapters this binary ships, as agent policies name them.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BuiltinAdapters;
+/// The adapters this binary ships, as agent policies name them. One per node: it holds what
+/// the node's runs share (the compiled tool lists of `llm` agents).
+#[derive(Debug, Clone, Default)]
+pub struct BuiltinAdapters {
+    tools: Arc<super::tools::CompiledTools>,
+}
 
 impl BuiltinAdapters {
     pub fn shared() -> SharedAdapterSource {
-        Arc::new(BuiltinAdapters)
+        Arc::new(BuiltinAdapters::default())
+    }
+
+    /// The built-in adapter an agent's policy names.
+    pub fn adapter(&self, spec: &AdapterSpec) -> Box<dyn Adapter> {
+        adapter_for(spec, &self.tools)
     }
 }
 
 impl AdapterSource for BuiltinAdapters {
     fn adapter_for(&self, spec: &AdapterSpec) -> Box<dyn Adapter> {
-        adapter_for(spec)
+        self.adapter(spec)
     }
 }
 
-/// The built-in adapter an agent's policy names.
-pub fn adapter_for(spec: &AdapterSpec) -> Box<dyn Adapter> {
+/// The built-in adapter an agent's policy names, its `llm` runs compiling tools into `tools`.
+fn adapter_for(spec: &AdapterSpec, tools: &Arc<super::tools::CompiledTools>) -> Box<dyn Adapter> {
     match spec {
         AdapterSpec::Scripted(script) => Box::new(super::scripted::Scripted::new(script.clone())),
-        AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone())),
+        AdapterSpec::Llm(llm) => Box::new(super::llm::Llm::new(llm.clone(), tools.clone())),
         AdapterSpec::Process(process) => Box::new(super::process::Process::new(process.clone())),
         AdapterSpec::ClaudeLocal(cli) => Box::new(super::coding_cli::CodingCli::new(
             super::coding_cli::CliKind::Claude,

@@ -5,7 +5,9 @@ use super::adapter::{Adapter, AdapterFuture, AdapterOutcome, RunContext};
 use super::agent_loop::{run_loop, Prompts};
 use super::host::PosterToolHttp;
 use super::prompt::{render_system, render_wakeup, PromptVars};
-use super::tools::Toolbox;
+use std::sync::Arc;
+
+use super::tools::{CompiledTools, Toolbox};
 use crate::engine::breaker::FailureCause;
 use crate::engine::llm_spec::LlmSpec;
 use crate::engine::run::{RunStatus, StopReason};
@@ -14,11 +16,13 @@ use crate::engine::run::{RunStatus, StopReason};
 #[derive(Debug, Clone)]
 pub struct Llm {
     spec: LlmSpec,
+    /// The node's compiled tool lists (shared by every run of the node).
+    tools: Arc<CompiledTools>,
 }
 
 impl Llm {
-    pub fn new(spec: LlmSpec) -> Self {
-        Llm { spec }
+    pub fn new(spec: LlmSpec, tools: Arc<CompiledTools>) -> Self {
+        Llm { spec, tools }
     }
 }
 
@@ -43,14 +47,15 @@ fn not_started(detail: String) -> AdapterOutcome {
 impl Adapter for Llm {
     fn execute(&self, run: RunContext) -> AdapterFuture {
         let spec = self.spec.clone();
+        let compiled = self.tools.clone();
         Box::pin(async move {
             let prompts = match prompts(&spec, &run) {
                 Ok(prompts) => prompts,
                 Err(error) => return not_started(error),
             };
             let redactor = run.transcript.redactor().clone();
-            let http = std::sync::Arc::new(PosterToolHttp(run.host.poster(), redactor));
-            let tools = match Toolbox::new(&spec.tools, http) {
+            let http = Arc::new(PosterToolHttp(run.host.poster(), redactor));
+            let tools = match Toolbox::cached(&spec.tools, http, &compiled) {
                 Ok(tools) => tools,
                 Err(error) => return not_started(error.to_string()),
             };

@@ -136,10 +136,71 @@ pub fn warm_builtin_schemas() {
     std::sync::LazyLock::force(&PAUSE_VALIDATOR);
 }
 
+/// Most distinct tool lists a node keeps compiled ([`CompiledTools`]); past it the cache is
+/// emptied and refills from the runs that follow.
+pub const COMPILED_TOOL_LISTS_MAX: usize = 1_024;
+
+/// The tool lists a node's runs used, validated and with their schemas compiled, by the list's
+/// JSON text. An agent's tools change only with its spec, yet every `llm` run used to validate
+/// and compile each schema twice (about 5 % of a simulated fleet's time). One per node (the
+/// adapter source holds it), so a simulated seed never sees another seed's compilations;
+/// compiling is pure and offline, so a hit and a miss give the same tool box.
+#[derive(Default)]
+pub struct CompiledTools {
+    lists: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Vec<HttpTool>>>>,
+}
+
+impl std::fmt::Debug for CompiledTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompiledTools").finish_non_exhaustive()
+    }
+}
+
+impl CompiledTools {
+    /// `specs` validated (as `adapter.tools`) and compiled, from the cache when it has them.
+    /// The lock is never held while compiling.
+    fn get(&self, specs: &[HttpToolSpec]) -> Result<Arc<Vec<HttpTool>>, SpecError> {
+        let key = serde_json::to_string(specs).expect("tool specs serialize");
+        if let Some(hit) = self.lists.lock().expect("cache lock").get(&key) {
+            return Ok(hit.clone());
+        }
+        let compiled = Arc::new(compile_tools(specs)?);
+        let mut lists = self.lists.lock().expect("cache lock");
+        if lists.len() >= COMPILED_TOOL_LISTS_MAX {
+            lists.clear();
+        }
+        lists.insert(key, compiled.clone());
+        Ok(compiled)
+    }
+
+    /// How many tool lists are kept (tests).
+    pub fn len(&self) -> usize {
+        self.lists.lock().expect("cache lock").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Validates `specs` (as `adapter.tools`) and compiles their schemas.
+fn compile_tools(specs: &[HttpToolSpec]) -> Result<Vec<HttpTool>, SpecError> {
+    validate_tools(specs, "adapter.tools")?;
+    let compile =
+        |schema: &Value| compile_parameters(schema).expect("validated schemas compile");
+    Ok(specs
+        .iter()
+        .map(|spec| HttpTool {
+            validator: compile(&spec.parameters),
+            spec: spec.clone(),
+        })
+        .collect())
+}
+
 /// An agent's tools, schemas compiled, ready to carry out calls.
 pub struct Toolbox {
     pause: &'static jsonschema::Validator,
-    tools: Vec<HttpTool>,
+    tools: Arc<Vec<HttpTool>>,
     http: Arc<dyn ToolHttp>,
 }
 
@@ -151,18 +212,22 @@ struct HttpTool {
 impl Toolbox {
     /// Validates `specs` (as `adapter.tools`) and compiles their schemas.
     pub fn new(specs: &[HttpToolSpec], http: Arc<dyn ToolHttp>) -> Result<Self, SpecError> {
-        validate_tools(specs, "adapter.tools")?;
-        let compile =
-            |schema: &Value| compile_parameters(schema).expect("validated schemas compile");
         Ok(Toolbox {
             pause: &PAUSE_VALIDATOR,
-            tools: specs
-                .iter()
-                .map(|spec| HttpTool {
-                    validator: compile(&spec.parameters),
-                    spec: spec.clone(),
-                })
-                .collect(),
+            tools: Arc::new(compile_tools(specs)?),
+            http,
+        })
+    }
+
+    /// Like [`Toolbox::new`], with the compiled tools taken from (or kept in) `cache`.
+    pub fn cached(
+        specs: &[HttpToolSpec],
+        http: Arc<dyn ToolHttp>,
+        cache: &CompiledTools,
+    ) -> Result<Self, SpecError> {
+        Ok(Toolbox {
+            pause: &PAUSE_VALIDATOR,
+            tools: cache.get(specs)?,
             http,
         })
     }
@@ -695,5 +760,41 @@ mod tests {
         assert_eq!(ToolResult::error(at_max.clone()).output, at_max);
         let over = ToolResult::error(format!("{at_max}y")).output;
         assert_eq!(over, format!("{at_max}…"));
+    }
+
+    #[tokio::test]
+    async fn a_node_compiles_a_tool_list_once_and_its_cache_is_bounded() {
+        let cache = CompiledTools::default();
+        let named = |name: &str| HttpToolSpec {
+            name: name.into(),
+            ..search()
+        };
+        let first = Toolbox::cached(&[search()], FakeHttp::new(Reply::Never), &cache).unwrap();
+        let again = Toolbox::cached(&[search()], FakeHttp::new(Reply::Never), &cache).unwrap();
+        assert!(Arc::ptr_eq(&first.tools, &again.tools), "the same list compiled twice");
+        assert_eq!(cache.len(), 1);
+        // A cached tool box checks arguments like a fresh one.
+        let http = FakeHttp::new(Reply::Answer(200, b"{}"));
+        let cached = Toolbox::cached(&[search()], http.clone(), &cache).unwrap();
+        let refused = cached
+            .call(&call("search", json!({"q": 1})), &context())
+            .await;
+        assert!(refused.is_error && http.posts().is_empty(), "{}", refused.output);
+
+        // A list that fails validation is an error every time and never kept.
+        let twice = [search(), search()];
+        assert!(Toolbox::cached(&twice, FakeHttp::new(Reply::Never), &cache).is_err());
+        assert_eq!(cache.len(), 1);
+
+        // At COMPILED_TOOL_LISTS_MAX lists kept, the next new one empties the cache first.
+        for i in 1..COMPILED_TOOL_LISTS_MAX {
+            Toolbox::cached(&[named(&format!("t{i}"))], FakeHttp::new(Reply::Never), &cache)
+                .unwrap();
+        }
+        assert_eq!(cache.len(), COMPILED_TOOL_LISTS_MAX);
+        Toolbox::cached(&[search()], FakeHttp::new(Reply::Never), &cache).unwrap();
+        assert_eq!(cache.len(), COMPILED_TOOL_LISTS_MAX, "a hit adds nothing");
+        Toolbox::cached(&[named("new")], FakeHttp::new(Reply::Never), &cache).unwrap();
+        assert_eq!(cache.len(), 1);
     }
 }
