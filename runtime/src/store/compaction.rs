@@ -70,7 +70,7 @@ impl Store {
 
     /// The log position just before the first event at or after the wall instant `since_ms`:
     /// a reader that wants the log from that instant on reads after it. A binary search over
-    /// the kept log (about 2·log2(events) row reads, each decoding only `at_ms`), so a long log
+    /// the kept log (about log2(events) row reads, each decoding only `at_ms`), so a long log
     /// is not read from its start. It takes the log as ordered by `at_ms`; after a wall clock
     /// that went back it may land late by the events written before the clock caught up.
     pub fn seq_before_ms(&self, since_ms: u64) -> Result<u64, StoreError> {
