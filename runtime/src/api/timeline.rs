@@ -135,6 +135,8 @@ pub async fn show(
     let limit = query.limit(TIMELINE_PAGE_DEFAULT, TIMELINE_PAGE_MAX)?;
     // 404 for an agent of another tenant (or none), 403 for another agent's token.
     caller.with_agent(agent, |_| ())?;
+    // A blocking thread, as for backups (madsim marks it deprecated).
+    #[allow(deprecated)]
     let read = tokio::task::spawn_blocking(move || {
         let page = read_page(&caller, agent, since_ms, after, limit);
         (caller, page)
