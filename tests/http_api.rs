@@ -2504,3 +2504,68 @@ async fn an_agents_timeline_reads_its_pauses_liveness_and_runs_since_an_instant_
     assert_eq!(b_page["entries"].as_array().unwrap().len(), default);
     assert_eq!(b_page["next_after"], b_all["entries"][default - 1]["seq"]);
 }
+
+#[tokio::test]
+async fn an_agents_timeline_shows_its_breaker_open_half_open_close_and_reset() {
+    let f = start("timeline-breaker").await;
+    let steps = json!([
+        { "duration_ms": 10, "outcome": "failed" },
+        { "duration_ms": 10, "outcome": "succeeded" },
+        { "duration_ms": 10, "outcome": "failed" },
+    ]);
+    let (a, _) = create(
+        &f.acme,
+        json!({ "name": "a", "adapter": script(steps),
+                "breaker": { "failures_to_open": 1, "cooldown_ms": 1000 } }),
+    )
+    .await;
+    let run_of = |answer: (u16, Value)| answer.1["run"].as_u64().unwrap();
+    // A failure opens the breaker for a second.
+    let first = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, first, terminal).await["status"], "failed");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "open").await;
+    // Past the cooldown, the next wakeup is the probe; it succeeds and closes the breaker.
+    f.clock.0.store(START_MS + 2_000, Ordering::SeqCst);
+    let probe = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, probe, terminal).await["status"], "succeeded");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "closed").await;
+    // Another failure opens it; an operator closes it.
+    let third = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, third, terminal).await["status"], "failed");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "open").await;
+    let (status, _) = post_empty(&f.acme, &format!("/v1/agents/{a}/breaker/reset")).await;
+    assert_eq!(status, 200);
+
+    let breaker_changes = |page: &Value| -> Vec<String> {
+        timeline_types(page)
+            .into_iter()
+            .filter(|t| t.starts_with("breaker_"))
+            .collect()
+    };
+    let expected = [
+        "breaker_opened",
+        "breaker_half_opened",
+        "breaker_closed",
+        "breaker_opened",
+        "breaker_reset",
+    ];
+    let page = wait_page(
+        &f.acme,
+        &format!("/v1/agents/{a}/timeline?since_ms={START_MS}"),
+        |p| breaker_changes(p).len() == expected.len(),
+    )
+    .await;
+    assert_eq!(breaker_changes(&page), expected, "{page}");
+    let opened = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "breaker_opened")
+        .unwrap();
+    assert_eq!(opened["until_ms"], START_MS + 1_000, "{opened}");
+    assert_eq!(opened["trigger"], "llm", "{opened}");
+    // Each run started and finished, as many times as it was woken.
+    let types = timeline_types(&page);
+    assert_eq!(types.iter().filter(|t| *t == "run_started").count(), 3, "{page}");
+    assert_eq!(types.iter().filter(|t| *t == "run_finished").count(), 3, "{page}");
+}
