@@ -176,6 +176,47 @@ async fn screenshot(client: &Client, name: &str) {
 }
 
 /// The id of the agent named `name`.
+/// Pauses `agent` until resumed, then resumes it, through the API; answers when each happened,
+/// as the agent's timeline reads them from the log.
+async fn pause_and_resume(api: &ApiClient, agent: u64) -> (u64, u64) {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let paused = api
+        .post_json(&format!("/v1/agents/{agent}/pause"), &json!({}))
+        .await
+        .unwrap();
+    assert_eq!(paused.status.as_u16(), 200);
+    let resumed = api
+        .post_json(&format!("/v1/agents/{agent}/resume"), &json!(null))
+        .await
+        .unwrap();
+    assert_eq!(resumed.status.as_u16(), 200);
+    let deadline = Instant::now() + Duration::from_millis(WAIT_MS_MAX);
+    loop {
+        let timeline = api
+            .get(&format!("/v1/agents/{agent}/timeline?since_ms={since}"))
+            .await
+            .unwrap()
+            .json()
+            .unwrap();
+        let at = |kind: &str| {
+            timeline["entries"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["type"] == kind)
+                .map(|e| e["at_ms"].as_u64().unwrap())
+        };
+        if let (Some(from), Some(to)) = (at("agent_paused"), at("agent_resumed")) {
+            return (from, to);
+        }
+        assert!(Instant::now() < deadline, "the pause never reached the log: {timeline}");
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
 async fn agent_id(api: &ApiClient, name: &str) -> u64 {
     let answer = api.get(&format!("/v1/agents?name={name}")).await.unwrap();
     answer.json().unwrap()["agents"][0]["id"]
@@ -193,6 +234,9 @@ async fn the_example_fleet_live_runs_pause_resume_and_a_transcript() {
     let api = ApiClient::with_token(node.local_addr(), OPERATOR);
     let browser = Browser::start(&tools, WINDOW.0, WINDOW.1).await;
     let client = &browser.client;
+    // Before the page is opened: on-call paused and resumed, which only the log remembers.
+    let on_call = agent_id(&api, "on-call").await;
+    let earlier = pause_and_resume(&api, on_call).await;
     sign_in(client, &node, OPERATOR).await;
 
     // Every agent of the example fleet has its row, and the counts agree.
@@ -242,9 +286,19 @@ async fn the_example_fleet_live_runs_pause_resume_and_a_transcript() {
     screenshot(client, "fleet").await;
 
     // The agent view of on-call, opened from its row.
-    let on_call = agent_id(&api, "on-call").await;
     click(client, &format!("tr[data-agent='{on_call}'] a")).await;
     wait_text(client, "#agent-title", "on-call").await;
+    // The pause made before the page was opened is a band of the timeline, from the pause to
+    // the resume as the log has them.
+    let band = wait_for(
+        client,
+        "the earlier pause in the timeline",
+        "const b = document.querySelector(`#timeline rect.pause[data-from='${arguments[0]}']`); \
+         return b ? Number(b.dataset.to) : null;",
+        vec![json!(earlier.0)],
+    )
+    .await;
+    assert_eq!(band, json!(earlier.1), "the band ends at the resume");
     client
         .execute("window.notReloaded = true; return true", vec![])
         .await

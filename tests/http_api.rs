@@ -2295,3 +2295,277 @@ async fn a_read_from_before_the_oldest_kept_event_is_refused_compacted() {
     assert_eq!(status, 200);
     node.stop();
 }
+
+/// The types of a timeline page's entries, in order.
+fn timeline_types(page: &Value) -> Vec<String> {
+    page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agents_timeline_reads_its_pauses_liveness_and_runs_since_an_instant_from_the_log() {
+    const MINUTE_MS: u64 = 60_000;
+    let f = start("timeline").await;
+    let quick = script(json!([{ "duration_ms": 10, "outcome": "succeeded" }]));
+    let (a, a_token) = create(
+        &f.acme,
+        json!({ "name": "a", "adapter": quick,
+                "liveness": { "pulse_interval_ms": 1000, "offline_after_misses": 2 } }),
+    )
+    .await;
+    let (b, b_token) = create(&f.acme, json!({ "name": "b" })).await;
+    let (g, _) = create(&f.globex, json!({ "name": "g" })).await;
+    let at = |ms: u64| f.clock.0.store(ms, Ordering::SeqCst);
+    let pause = format!("/v1/agents/{a}/pause");
+    let resume = format!("/v1/agents/{a}/resume");
+
+    // Before the window: a pause and its resume.
+    assert_eq!(post(&f.acme, &pause, json!({})).await.0, 200);
+    at(START_MS + MINUTE_MS);
+    assert_eq!(post_empty(&f.acme, &resume).await.0, 200);
+
+    // The window opens an hour later, with a timed pause of a (and one of b, not a's).
+    let since = START_MS + 60 * MINUTE_MS;
+    at(since);
+    let (status, paused) = post(&f.acme, &pause, json!({ "minutes": 30 })).await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(
+        post(&f.acme, &format!("/v1/agents/{b}/pause"), json!({}))
+            .await
+            .0,
+        200
+    );
+    at(since + MINUTE_MS);
+    assert_eq!(post_empty(&f.acme, &resume).await.0, 200);
+    // A run.
+    at(since + 2 * MINUTE_MS);
+    let run = wake(&f.acme, a, json!({ "source": "on_demand" })).await.1["run"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(wait_run(&f.acme, run, terminal).await["status"], "succeeded");
+    // Online, offline after 2 s of silence on the monotonic clock, online again.
+    at(since + 3 * MINUTE_MS);
+    let agent_a = f.as_token(&a_token);
+    let pulse = format!("/v1/agents/{a}/pulse");
+    assert_eq!(post_empty(&agent_a, &pulse).await.1["liveness"], "online");
+    at(since + 4 * MINUTE_MS);
+    f.clock.1.store(2_001, Ordering::SeqCst);
+    wait_agent(&f.acme, a, |agent| liveness(agent) == "offline").await;
+    at(since + 5 * MINUTE_MS);
+    assert_eq!(post_empty(&agent_a, &pulse).await.1["liveness"], "online");
+
+    let path = |since_ms: u64, rest: &str| format!("/v1/agents/{a}/timeline?since_ms={since_ms}{rest}");
+    let expected = [
+        "agent_paused",
+        "agent_resumed",
+        "run_started",
+        "run_finished",
+        "agent_online",
+        "agent_offline",
+        "agent_online",
+    ];
+    let whole = wait_page(&f.acme, &path(since, ""), |p| {
+        p["entries"].as_array().unwrap().len() == expected.len()
+    })
+    .await;
+    assert_eq!(timeline_types(&whole), expected, "{whole}");
+    assert_eq!(whole["agent"], a);
+    assert_eq!(whole["since_ms"], since);
+    let entries = whole["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["at_ms"], since, "the window's first instant is in it");
+    assert_eq!(entries[0]["by"], "operator");
+    assert_eq!(entries[0]["until_ms"], since + 30 * MINUTE_MS);
+    assert_eq!(entries[1]["at_ms"], since + MINUTE_MS);
+    assert_eq!(entries[2]["run"], run);
+    assert_eq!(entries[3]["status"], "succeeded");
+    assert_eq!(entries[5]["at_ms"], since + 4 * MINUTE_MS);
+    assert!(whole["next_after"].as_u64() >= whole["head_seq"].as_u64(), "{whole}");
+    let seqs: Vec<u64> = entries.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "oldest first: {seqs:?}");
+    // The payload of each entry is the logged event of that seq.
+    let (_, events) = get(&f.acme, &format!("/v1/events?after={}&limit=1", seqs[0] - 1)).await;
+    assert_eq!(events["events"][0]["type"], "agent_paused");
+    assert_eq!(events["events"][0]["agent"], a);
+
+    // The window's boundary: from the start of the log, the earlier pause is in it too; one
+    // millisecond after the window's pause, that pause is not.
+    let (_, all) = get(&f.acme, &path(0, "")).await;
+    let mut earlier = vec!["agent_paused", "agent_resumed"];
+    earlier.extend(expected);
+    assert_eq!(timeline_types(&all), earlier, "{all}");
+    let (_, later) = get(&f.acme, &path(since + 1, "")).await;
+    assert_eq!(timeline_types(&later), expected[1..], "{later}");
+    let (_, last) = get(&f.acme, &path(since + 5 * MINUTE_MS, "")).await;
+    assert_eq!(timeline_types(&last), ["agent_online"], "{last}");
+    let (_, none) = get(&f.acme, &path(since + 5 * MINUTE_MS + 1, "")).await;
+    assert_eq!(timeline_types(&none), Vec::<String>::new(), "{none}");
+
+    // Pages: two entries, then the rest after `next_after`, together the whole.
+    let (_, first) = get(&f.acme, &path(since, "&limit=2")).await;
+    assert_eq!(timeline_types(&first), expected[..2]);
+    assert_eq!(first["next_after"], entries[1]["seq"]);
+    let (_, rest) = get(
+        &f.acme,
+        &path(since, &format!("&after={}", first["next_after"])),
+    )
+    .await;
+    assert_eq!(timeline_types(&rest), expected[2..]);
+
+    // Scoping: the agent itself reads the same; another agent's token is refused; another
+    // tenant's operator and unknown agents are not found.
+    let (status, own) = get(&agent_a, &path(since, "")).await;
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(own["entries"], whole["entries"]);
+    assert_error(
+        &get(&f.as_token(&b_token), &path(since, "")).await,
+        403,
+        "forbidden",
+        None,
+    );
+    assert_error(&get(&f.globex, &path(since, "")).await, 404, "not_found", None);
+    assert_error(
+        &get(&f.acme, &format!("/v1/agents/{g}/timeline?since_ms=0")).await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &get(&f.acme, "/v1/agents/999/timeline?since_ms=0").await,
+        404,
+        "not_found",
+        None,
+    );
+    assert_error(
+        &get(&f.anonymous(), &path(since, "")).await,
+        401,
+        "unauthenticated",
+        None,
+    );
+
+    // Bad input names its field; limits at their boundary.
+    let bad = |query: &str| format!("/v1/agents/{a}/timeline{query}");
+    for (query, field) in [
+        ("", "since_ms"),
+        ("?since_ms=", "since_ms"),
+        ("?since_ms=-1", "since_ms"),
+        ("?since_ms=yesterday", "since_ms"),
+        ("?since_ms=0&after=x", "after"),
+        ("?since_ms=0&limit=0", "limit"),
+        ("?since_ms=0&until_ms=5", "until_ms"),
+    ] {
+        assert_error(&get(&f.acme, &bad(query)).await, 400, "invalid_field", Some(field));
+    }
+    assert_error(
+        &get(&f.acme, "/v1/agents/x/timeline?since_ms=0").await,
+        400,
+        "invalid_field",
+        Some("id"),
+    );
+    let instant_max = vigil::store::record::current::INSTANT_MS_MAX;
+    let (status, end) = get(&f.acme, &path(instant_max, "")).await;
+    assert_eq!(status, 200, "{end}");
+    assert_eq!(end["entries"], json!([]));
+    assert_error(
+        &get(&f.acme, &path(instant_max + 1, "")).await,
+        400,
+        "invalid_field",
+        Some("since_ms"),
+    );
+    let max = vigil::api::TIMELINE_PAGE_MAX;
+    let (status, page) = get(&f.acme, &path(0, &format!("&limit={max}"))).await;
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(timeline_types(&page), earlier);
+    assert_error(
+        &get(&f.acme, &path(0, &format!("&limit={}", max + 1))).await,
+        400,
+        "invalid_field",
+        Some("limit"),
+    );
+    // Without `limit`, a page holds `TIMELINE_PAGE_DEFAULT` entries: b, paused once above,
+    // is resumed and paused again until it has one more than that.
+    let default = vigil::api::TIMELINE_PAGE_DEFAULT;
+    for _ in 0..default / 2 {
+        assert_eq!(post_empty(&f.acme, &format!("/v1/agents/{b}/resume")).await.0, 200);
+        assert_eq!(
+            post(&f.acme, &format!("/v1/agents/{b}/pause"), json!({}))
+                .await
+                .0,
+            200
+        );
+    }
+    let b_path = format!("/v1/agents/{b}/timeline?since_ms={since}");
+    let (_, b_all) = get(&f.acme, &format!("{b_path}&limit={max}")).await;
+    assert_eq!(b_all["entries"].as_array().unwrap().len(), default + 1, "{b_all}");
+    let (_, b_page) = get(&f.acme, &b_path).await;
+    assert_eq!(b_page["entries"].as_array().unwrap().len(), default);
+    assert_eq!(b_page["next_after"], b_all["entries"][default - 1]["seq"]);
+}
+
+#[tokio::test]
+async fn an_agents_timeline_shows_its_breaker_open_half_open_close_and_reset() {
+    let f = start("timeline-breaker").await;
+    let steps = json!([
+        { "duration_ms": 10, "outcome": "failed" },
+        { "duration_ms": 10, "outcome": "succeeded" },
+        { "duration_ms": 10, "outcome": "failed" },
+    ]);
+    let (a, _) = create(
+        &f.acme,
+        json!({ "name": "a", "adapter": script(steps),
+                "breaker": { "failures_to_open": 1, "cooldown_ms": 1000 } }),
+    )
+    .await;
+    let run_of = |answer: (u16, Value)| answer.1["run"].as_u64().unwrap();
+    // A failure opens the breaker for a second.
+    let first = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, first, terminal).await["status"], "failed");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "open").await;
+    // Past the cooldown, the next wakeup is the probe; it succeeds and closes the breaker.
+    f.clock.0.store(START_MS + 2_000, Ordering::SeqCst);
+    let probe = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, probe, terminal).await["status"], "succeeded");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "closed").await;
+    // Another failure opens it; an operator closes it.
+    let third = run_of(wake(&f.acme, a, json!({ "source": "on_demand" })).await);
+    assert_eq!(wait_run(&f.acme, third, terminal).await["status"], "failed");
+    wait_agent(&f.acme, a, |agent| agent["breaker"]["state"] == "open").await;
+    let (status, _) = post_empty(&f.acme, &format!("/v1/agents/{a}/breaker/reset")).await;
+    assert_eq!(status, 200);
+
+    let breaker_changes = |page: &Value| -> Vec<String> {
+        timeline_types(page)
+            .into_iter()
+            .filter(|t| t.starts_with("breaker_"))
+            .collect()
+    };
+    let expected = [
+        "breaker_opened",
+        "breaker_half_opened",
+        "breaker_closed",
+        "breaker_opened",
+        "breaker_reset",
+    ];
+    let page = wait_page(
+        &f.acme,
+        &format!("/v1/agents/{a}/timeline?since_ms={START_MS}"),
+        |p| breaker_changes(p).len() == expected.len(),
+    )
+    .await;
+    assert_eq!(breaker_changes(&page), expected, "{page}");
+    let opened = page["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["type"] == "breaker_opened")
+        .unwrap();
+    assert_eq!(opened["until_ms"], START_MS + 1_000, "{opened}");
+    assert_eq!(opened["trigger"], "llm", "{opened}");
+    // Each run started and finished, as many times as it was woken.
+    let types = timeline_types(&page);
+    assert_eq!(types.iter().filter(|t| *t == "run_started").count(), 3, "{page}");
+    assert_eq!(types.iter().filter(|t| *t == "run_finished").count(), 3, "{page}");
+}

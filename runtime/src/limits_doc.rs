@@ -112,6 +112,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::wakeup::PAYLOAD_BYTES_MAX),
         limit!(engine::wakeup::TRIGGER_DETAIL_BYTES_MAX),
         limit!(api::wakeups::WAKEUPS_PAGE_MAX),
+        limit!(api::timeline::TIMELINE_PAGE_DEFAULT),
+        limit!(api::timeline::TIMELINE_PAGE_MAX),
         limit!(engine::tenant::TENANT_NAME_CHARS_MAX),
         limit!(engine::tenant::TENANTS_MAX),
         limit!(engine::liveness::PULSE_INTERVAL_MS_MIN),

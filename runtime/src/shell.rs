@@ -631,6 +631,12 @@ impl Shell {
         self.store.oldest_seq()
     }
 
+    /// The log position just before the first event at or after the wall instant `since_ms`
+    /// (a binary search of the log; blocking, so only from a blocking thread).
+    pub fn seq_before_ms(&self, since_ms: u64) -> Result<u64, StoreError> {
+        self.store.seq_before_ms(since_ms)
+    }
+
     /// A page of the durable log after `after`, and the log's head at the time of reading.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<(Vec<Event>, u64), StoreError> {
         // Head first: a page may then contain events newer than `head`, never the reverse. The

@@ -22,6 +22,7 @@ mod sessions;
 mod slots;
 pub(crate) mod streams;
 mod usage;
+pub(crate) mod timeline;
 pub(crate) mod wakeups;
 mod timer;
 
@@ -63,6 +64,7 @@ pub use streams::{
     SSE_STREAMS_PER_TENANT_MAX, SSE_STREAMS_PER_TOKEN_MAX, SSE_STREAMS_TENANT_OPERATOR_RESERVE,
 };
 pub use runs::{RUN_LOG_PAGE_DEFAULT, RUN_LOG_PAGE_MAX};
+pub use timeline::{TIMELINE_PAGE_DEFAULT, TIMELINE_PAGE_MAX};
 
 /// Most connections served at once; further clients wait in the listen backlog.
 pub const CONNECTIONS_MAX: usize = 1_024;
@@ -107,6 +109,7 @@ fn routes() -> OpenApiRouter<Gate> {
         .routes(routes!(run_result::report))
         .routes(routes!(events::list))
         .routes(routes!(wakeups::list))
+        .routes(routes!(timeline::show))
         .routes(routes!(heartbeats::list, heartbeats::create))
         .routes(routes!(heartbeats::show, heartbeats::delete))
         .routes(routes!(heartbeats::capabilities))

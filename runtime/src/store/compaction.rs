@@ -68,6 +68,54 @@ impl Store {
         }
     }
 
+    /// The log position just before the first event at or after the wall instant `since_ms`:
+    /// a reader that wants the log from that instant on reads after it. A binary search over
+    /// the kept log (about log2(events) row reads, each decoding only `at_ms`), so a long log
+    /// is not read from its start. It takes the log as ordered by `at_ms`; after a wall clock
+    /// that went back it may land late by the events written before the clock caught up.
+    pub fn seq_before_ms(&self, since_ms: u64) -> Result<u64, StoreError> {
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let events = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        let at_ms = |seq: u64, bytes: &[u8]| -> Result<u64, StoreError> {
+            serde_json::from_slice::<Instant>(bytes)
+                .map(|instant| instant.at_ms)
+                .map_err(|error| StoreError::Corrupt {
+                    seq,
+                    reason: format!("no at_ms to seek by: {error}"),
+                })
+        };
+        let Some((first, _)) = events.first().map_err(redb::Error::from)? else {
+            return Ok(0);
+        };
+        let Some((last, _)) = events.last().map_err(redb::Error::from)? else {
+            return Ok(0);
+        };
+        // Invariant: every event before `lo` is older than `since_ms`; the answer is in lo..=hi,
+        // hi = last + 1 meaning no event is recent enough.
+        let (mut lo, mut hi) = (first.value(), last.value() + 1);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            // The first kept event at or after `mid` (robust to gaps in the sequence).
+            let found = events
+                .range(mid..)
+                .map_err(redb::Error::from)?
+                .next()
+                .transpose()
+                .map_err(redb::Error::from)?;
+            let Some((seq, bytes)) = found else {
+                hi = mid;
+                continue;
+            };
+            let seq = seq.value();
+            if at_ms(seq, bytes.value())? >= since_ms {
+                hi = mid;
+            } else {
+                lo = seq + 1;
+            }
+        }
+        Ok(lo.saturating_sub(1))
+    }
+
     /// The oldest event the log still holds (1 until something is compacted; one past the head
     /// for an empty log).
     pub fn oldest_seq(&self) -> Result<u64, StoreError> {
@@ -179,6 +227,34 @@ mod tests {
         let restored = Store::open(StorageLocation::File(backup.path)).unwrap();
         assert_eq!(restored.oldest_seq().unwrap(), store.oldest_seq().unwrap());
         assert_eq!(restored.recover().unwrap(), engine);
+    }
+
+    #[test]
+    fn the_seek_by_time_lands_just_before_the_first_event_at_or_after_the_instant() {
+        let (store, _) = store("seek");
+        let mut engine = Engine::new();
+        assert_eq!(store.seq_before_ms(0).unwrap(), 0, "an empty log");
+        history(&mut engine, &store, 10);
+        // Checked against a plain walk of the whole log, for every instant that matters.
+        let check = |store: &Store| {
+            let all = store.events_after(0, 1_000).unwrap();
+            for since_ms in (0..=11 * HOUR_MS).step_by((HOUR_MS / 2) as usize) {
+                let expected = all
+                    .iter()
+                    .find(|e| e.at_ms >= since_ms)
+                    .map_or(all.last().unwrap().seq, |e| e.seq - 1);
+                assert_eq!(store.seq_before_ms(since_ms).unwrap(), expected, "since {since_ms}");
+            }
+        };
+        check(&store);
+        assert_eq!(store.seq_before_ms(0).unwrap(), 0);
+        assert_eq!(store.seq_before_ms(u64::MAX).unwrap(), store.head_seq().unwrap());
+        // After compaction the seek starts from the oldest kept event.
+        store.write_snapshot(&engine.image()).unwrap();
+        history_more(&mut engine, &store, 11..=12);
+        assert!(store.compact(4 * HOUR_MS).unwrap() > 0);
+        assert_eq!(store.seq_before_ms(0).unwrap(), store.oldest_seq().unwrap() - 1);
+        check(&store);
     }
 
     fn history_more(engine: &mut Engine, store: &Store, hours: std::ops::RangeInclusive<u64>) {

@@ -1,6 +1,6 @@
 // The agent view: facts, actions, the 24 h timeline, runs, a run's transcript, wakeups.
 
-import { $, REFETCH_BATCH_MS, LOG_PAGE, TIMELINE_MS, WAKEUP_REQUESTS_MAX, WAKEUP_ROWS_MAX, SEEK_REQUESTS_MAX, state, serverNow, span, ago, clock } from "./state.js";
+import { $, REFETCH_BATCH_MS, LOG_PAGE, TIMELINE_MS, TIMELINE_REQUESTS_MAX, TIMELINE_PAGE, TIMELINE_ENTRIES_MAX, WAKEUP_REQUESTS_MAX, WAKEUP_ROWS_MAX, SEEK_REQUESTS_MAX, state, serverNow, span, ago, clock } from "./state.js";
 import { ApiError, api } from "./api.js";
 import { liveness, pauseInForce, cellText, setText, putAgent } from "./fleet.js";
 import { show, signOut } from "./app.js";
@@ -52,7 +52,7 @@ export function renderAgentFacts(agent) {
 export async function showAgent(id, run) {
   const generation = state.generation;
   const sameAgent = state.view && state.view.kind === "agent" && state.view.id === id;
-  state.view = { kind: "agent", id, run, wakeups: sameAgent ? state.view.wakeups : null };
+  state.view = { kind: "agent", id, run, wakeups: sameAgent ? state.view.wakeups : null, timeline: sameAgent ? state.view.timeline : null };
   show("agent");
   if (!sameAgent) {
     setText($("action-result"), "");
@@ -89,7 +89,9 @@ export async function refreshAgentView(full) {
   renderSessions(sessions.sessions || []);
   await loadWakeups(view, full);
   if (state.view !== view) return;
-  renderTimeline(agent, runs.runs, view.wakeups.rows);
+  await loadTimeline(view, full);
+  if (state.view !== view) return;
+  renderTimeline(agent, runs.runs, view.wakeups.rows, changes(agent, view.timeline));
 }
 
 export function renderRuns(runs) {
@@ -215,6 +217,31 @@ export async function loadWakeups(view, full) {
   renderWakeups(wakeups.rows);
 }
 
+/**
+ * The agent's state changes (pauses, liveness, breaker, runs) of the last 24 h from the log
+ * (GET /v1/agents/{id}/timeline), read on from where the previous update stopped.
+ */
+export async function loadTimeline(view, full) {
+  if (full || !view.timeline) view.timeline = { since: serverNow() - TIMELINE_MS, after: 0, head: 0, entries: [] };
+  const timeline = view.timeline;
+  for (let requests = 0; requests < TIMELINE_REQUESTS_MAX; requests += 1) {
+    const page = await api("GET", `/v1/agents/${view.id}/timeline?since_ms=${timeline.since}&after=${timeline.after}&limit=${TIMELINE_PAGE}`);
+    timeline.entries.push(...page.entries);
+    timeline.after = page.next_after;
+    timeline.head = page.head_seq;
+    if (page.next_after >= page.head_seq) break;
+  }
+  if (timeline.entries.length > TIMELINE_ENTRIES_MAX) timeline.entries.splice(0, timeline.entries.length - TIMELINE_ENTRIES_MAX);
+}
+
+/** The timeline's entries, then the changes seen live on the event stream since it was read. */
+export function changes(agent, timeline) {
+  const after = timeline ? timeline.after : 0;
+  const all = timeline ? timeline.entries.slice() : [];
+  for (const event of state.seen.get(agent.id) || []) if (event.seq > after) all.push(event);
+  return all.sort((a, b) => a.seq - b.seq);
+}
+
 export function renderWakeups(rows) {
   const body = $("wakeups");
   body.textContent = "";
@@ -242,9 +269,9 @@ export function svg(name, attributes, text) {
   return node;
 }
 
-export function renderTimeline(agent, runs, wakeups) {
+export function renderTimeline(agent, runs, wakeups, history) {
   const width = 1000;
-  const lanes = ["runs", "wakeups", "pauses", "liveness"];
+  const lanes = ["runs", "wakeups", "pauses", "liveness", "breaker"];
   const laneHeight = 22;
   const left = 80;
   const top = 18;
@@ -252,7 +279,7 @@ export function renderTimeline(agent, runs, wakeups) {
   const end = serverNow();
   const start = end - TIMELINE_MS;
   const x = (ms) => left + ((Math.min(Math.max(ms, start), end) - start) / TIMELINE_MS) * (width - left);
-  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `${agent.name}: runs, wakeups, pauses and liveness over the last 24 hours`, class: "chart" });
+  const root = svg("svg", { viewBox: `0 0 ${width} ${height}`, role: "img", "aria-label": `${agent.name}: runs, wakeups, pauses, liveness and breaker over the last 24 hours`, class: "chart" });
   for (let h = 0; h <= 24; h += 6) {
     const at = start + h * 3600000;
     root.appendChild(svg("line", { x1: x(at), x2: x(at), y1: top - 4, y2: height, class: "grid" }));
@@ -274,13 +301,22 @@ export function renderTimeline(agent, runs, wakeups) {
     mark.appendChild(svg("title", {}, `wakeup ${row.wakeup} (${row.source}): ${row.status}${row.refusal ? `, ${row.refusal}` : ""}`));
     root.appendChild(mark);
   }
-  for (const [from, to, by] of pauseSpans(agent, start, end)) {
-    const bar = svg("rect", { x: x(from), y: y("pauses"), width: Math.max(2, x(to) - x(from)), height: 14, class: "pause" });
-    bar.appendChild(svg("title", {}, `paused by ${by || "operator"}`));
+  for (const [from, to, by] of pauseSpans(agent, start, end, history)) {
+    if (to < start) continue;
+    const bar = svg("rect", { x: x(from), y: y("pauses"), width: Math.max(2, x(to) - x(from)), height: 14, class: "pause", "data-from": from, "data-to": to });
+    bar.appendChild(svg("title", {}, `paused${by ? ` by ${by}` : ""}, ${clock(from)} to ${to >= end ? "now" : clock(to)}`));
     root.appendChild(bar);
   }
-  for (const [from, to, status] of livenessSpans(agent, start, end)) {
-    root.appendChild(svg("rect", { x: x(from), y: y("liveness"), width: Math.max(2, x(to) - x(from)), height: 14, class: `live ${status}` }));
+  for (const [from, to, status] of livenessSpans(agent, start, end, history)) {
+    const bar = svg("rect", { x: x(from), y: y("liveness"), width: Math.max(2, x(to) - x(from)), height: 14, class: `live ${status}`, "data-from": from, "data-to": to });
+    bar.appendChild(svg("title", {}, `${status}, ${clock(from)} to ${to >= end ? "now" : clock(to)}`));
+    root.appendChild(bar);
+  }
+  for (const [from, to, breaker] of breakerSpans(agent, start, end, history)) {
+    if (breaker === "closed") continue;
+    const bar = svg("rect", { x: x(from), y: y("breaker"), width: Math.max(2, x(to) - x(from)), height: 14, class: `breaker ${breaker}`, "data-from": from, "data-to": to });
+    bar.appendChild(svg("title", {}, `breaker ${breaker.replace("_", "-")}, ${clock(from)} to ${to >= end ? "now" : clock(to)}`));
+    root.appendChild(bar);
   }
   if (agent.pulse && agent.pulse.heartbeat_at_ms >= start) {
     const pulse = svg("circle", { cx: x(agent.pulse.heartbeat_at_ms), cy: y("liveness") + 7, r: 4, class: "pulse" });
@@ -292,42 +328,75 @@ export function renderTimeline(agent, runs, wakeups) {
   box.appendChild(root);
   const note = document.createElement("p");
   note.className = "hint";
-  note.textContent = "Runs: those the node holds (its latest 100 finished per agent). Pauses and liveness: the one in force now, and the changes seen live since this page loaded (pulses are kept in memory, only online/offline changes are events).";
+  note.textContent = "Runs: those the node holds (its latest 100 finished per agent). Pauses, liveness and the breaker: their changes of the last 24 hours from the node's event log, then those seen live (pulses themselves are kept in memory; only online/offline changes are events).";
   box.appendChild(note);
 }
 
-export function pauseSpans(agent, start, end) {
+/** [from, to, by] of each pause in the window: the logged changes folded in order. */
+export function pauseSpans(agent, start, end, history) {
   const spans = [];
   let open = null;
-  for (const event of state.seen.get(agent.id) || []) {
-    if (event.type === "agent_paused") open = [event.at_ms, event.until_ms, event.by];
-    if (event.type === "agent_resumed" && open) {
-      spans.push([open[0], event.at_ms, open[2]]);
-      open = null;
+  let changed = false;
+  const close = (at) => {
+    spans.push([open[0], open[1] == null ? at : Math.min(open[1], at), open[2]]);
+    open = null;
+  };
+  for (const event of history) {
+    if (event.type === "agent_paused") {
+      if (open) close(event.at_ms);
+      open = [event.at_ms, event.until_ms, event.by];
+      changed = true;
+    } else if (event.type === "agent_resumed") {
+      // A resume with no pause before it in the window: paused since before the window.
+      if (open) close(event.at_ms);
+      else if (!changed) spans.push([start, event.at_ms, null]);
+      changed = true;
     }
   }
-  if (open) spans.push([open[0], open[1] == null ? end : Math.min(open[1], end), open[2]]);
-  else if (pauseInForce(agent)) spans.push([start, agent.status === "paused" ? end : Math.min(agent.paused_until_ms, end), agent.paused_by]);
-  return spans;
+  if (open) close(end);
+  else if (!changed && pauseInForce(agent)) spans.push([start, agent.status === "paused" ? end : Math.min(agent.paused_until_ms, end), agent.paused_by]);
+  return spans.filter(([a, b]) => b >= a);
 }
 
-export function livenessSpans(agent, start, end) {
+/** [from, to, status] of liveness across the window: before the first change, what it implies. */
+export function livenessSpans(agent, start, end, history) {
   const spans = [];
   let from = start;
-  let status = "unknown";
-  for (const event of state.seen.get(agent.id) || []) {
+  let status = null;
+  for (const event of history) {
     if (event.type !== "agent_online" && event.type !== "agent_offline") continue;
+    // Before an `agent_online`, the agent was offline or had never pulsed; before an
+    // `agent_offline`, it was online.
+    if (status == null) status = event.type === "agent_online" ? "unknown" : "online";
     spans.push([from, event.at_ms, status]);
     from = event.at_ms;
     status = event.type === "agent_online" ? "online" : "offline";
   }
   const now = liveness(agent);
   const since = agent.liveness && agent.liveness.since_ms;
-  if (since != null && since > from) {
+  if (status != null && since != null && since > from) {
     spans.push([from, since, status]);
     from = since;
   }
   spans.push([from, end, now]);
+  return spans.filter(([a, b]) => b > a);
+}
+
+/** [from, to, state] of the breaker across the window (`closed`, `open`, `half_open`). */
+export function breakerSpans(agent, start, end, history) {
+  const after = { breaker_opened: "open", breaker_half_opened: "half_open", breaker_closed: "closed", breaker_reset: "closed" };
+  const before = { breaker_opened: "closed", breaker_half_opened: "open", breaker_closed: "half_open", breaker_reset: "open" };
+  const spans = [];
+  let from = start;
+  let breaker = null;
+  for (const event of history) {
+    if (!(event.type in after)) continue;
+    if (breaker == null) breaker = before[event.type];
+    spans.push([from, event.at_ms, breaker]);
+    from = event.at_ms;
+    breaker = after[event.type];
+  }
+  spans.push([from, end, agent.breaker ? agent.breaker.state : breaker || "closed"]);
   return spans.filter(([a, b]) => b > a);
 }
 

@@ -158,6 +158,10 @@ export function onEvent(event) {
     case "agent_online":
     case "agent_offline":
     case "agent_terminated":
+    case "breaker_opened":
+    case "breaker_half_opened":
+    case "breaker_closed":
+    case "breaker_reset":
       remember(id, event);
       break;
     default:
@@ -173,7 +177,7 @@ export function remember(id, event) {
     list = [];
     state.seen.set(id, list);
   }
-  list.push({ type: event.type, at_ms: event.at_ms, until_ms: event.until_ms, by: event.by });
+  list.push({ seq: event.seq, type: event.type, at_ms: event.at_ms, until_ms: event.until_ms, by: event.by });
 }
 
 /** Re-read `id` soon, together with the other agents events name meanwhile. */

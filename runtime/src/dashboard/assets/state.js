@@ -30,6 +30,12 @@ export const TIMELINE_MS = 24 * 3600 * 1000;
 export const WAKEUP_REQUESTS_MAX = 20;
 /** Wakeup rows kept for the agent view (the newest). */
 export const WAKEUP_ROWS_MAX = 200;
+/** Timeline requests per agent view update (each scans at most 16 log pages on the node). */
+export const TIMELINE_REQUESTS_MAX = 20;
+/** Timeline entries asked per request (the API's largest page). */
+export const TIMELINE_PAGE = 1000;
+/** Timeline entries kept for the agent view (the newest). */
+export const TIMELINE_ENTRIES_MAX = 5000;
 /** Requests of the binary search for the log position 24 h ago. */
 export const SEEK_REQUESTS_MAX = 40;
 export const DAY_MS = 86400000;
@@ -49,7 +55,7 @@ export const state = {
   deadlineSeen: new Map(), // agent id -> the deadline it was last re-read for
   sort: { key: "id", dir: 1 },
   view: null, // {kind: "fleet"} or {kind: "agent", id, run}
-  seen: new Map(), // agent id -> events seen live (pauses, liveness) for the timeline
+  seen: new Map(), // agent id -> events seen live (pauses, liveness, breaker) for the timeline
   generation: 0, // bumped at sign-out: late answers of an old session are dropped
   rendered: false,
 };
