@@ -169,8 +169,20 @@ fn a_fleet_file_with_an_error_gets_the_runtimes_message() {
 }
 
 /// Per agent and day from the trace file alone: finished runs, usage records, wakeups asked.
+/// Where day 1 starts in a written trace, in virtual ms: its first record names it.
+fn day_one_ms(text: &str) -> u64 {
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let plan = first["event"]["plan"].as_str().unwrap().to_string();
+    plan.split(' ')
+        .find_map(|word| word.strip_prefix("day1_at_ms="))
+        .unwrap_or_else(|| panic!("day1_at_ms in {plan}"))
+        .parse()
+        .unwrap()
+}
+
 fn counts_from_trace(path: &Path) -> BTreeMap<(String, u64), [u64; 3]> {
     let text = std::fs::read_to_string(path).unwrap();
+    let day_one = day_one_ms(&text);
     let mut names = BTreeMap::new();
     let mut counts: BTreeMap<(String, u64), [u64; 3]> = BTreeMap::new();
     for line in text.lines() {
@@ -195,7 +207,7 @@ fn counts_from_trace(path: &Path) -> BTreeMap<(String, u64), [u64; 3]> {
             _ => continue,
         };
         let agent = names[&inner["agent"].as_u64().unwrap()].clone();
-        let day = record["t_ms"].as_u64().unwrap() / DAY_MS;
+        let day = record["t_ms"].as_u64().unwrap().saturating_sub(day_one) / DAY_MS;
         counts.entry((agent, day)).or_default()[slot] += 1;
     }
     counts
@@ -302,8 +314,43 @@ fn a_breach_names_the_instant_the_replayed_trace_shows() {
         })
         .nth(48)
         .expect("more than 48 model calls on day 1");
-    assert_eq!(breach["at_ms"], forty_ninth["t_ms"]);
+    // Day 1 starts at the first local midnight after the simulation's start: the trace's
+    // first record names that instant, and the node's first event's wall clock puts it at
+    // 00:00 in the agent's time zone (within the node's skew of at most 2 s).
+    let records: Vec<serde_json::Value> = text
+        .lines()
+        .take(4)
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let plan = records[0]["event"]["plan"].as_str().unwrap();
+    let lead_ms = day_one_ms(&text);
+    assert!(plan.contains("day_zone=America/New_York"), "{plan}");
+    let first = records
+        .iter()
+        .find(|r| r["event"]["type"] == "committed")
+        .unwrap();
+    let wall_ms = first["event"]["event"]["at_ms"].as_u64().unwrap()
+        - first["t_ms"].as_u64().unwrap()
+        + lead_ms;
+    let local = jiff::Timestamp::from_millisecond(wall_ms as i64)
+        .unwrap()
+        .to_zoned(jiff::tz::TimeZone::get("America/New_York").unwrap());
+    let from_midnight_s = i64::from(local.hour()) * 3_600
+        + i64::from(local.minute()) * 60
+        + i64::from(local.second());
+    let off_s = from_midnight_s.min(86_400 - from_midnight_s);
+    assert!(off_s <= 3, "day 1 starts at {local}, not a local midnight");
+
+    let forty_ninth_ms = forty_ninth["t_ms"].as_u64().unwrap();
+    assert_eq!(breach["at_ms"].as_u64().unwrap(), forty_ninth_ms - lead_ms);
     assert_eq!(breach["day"], 1);
+    // 48 five-minute slots after the first (created in the first minute, its grid jittered by
+    // less than an interval): a little after 04:00.
+    let at_ms = breach["at_ms"].as_u64().unwrap();
+    assert!(
+        (4 * 3_600_000..4 * 3_600_000 + 10 * 60_000).contains(&at_ms),
+        "the 49th call at {at_ms} ms into day 1"
+    );
 }
 
 /// `--world FILE` replaces the fleet file's `[simulation]`, and `--faults FILE` reads a

@@ -16,7 +16,7 @@ pub mod world;
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,12 +36,18 @@ pub fn run_seed(
     timelines: bool,
     trace: Option<&Path>,
 ) -> Result<reduce::SeedSummary, String> {
-    let time_limit = Duration::from_millis(plan.virtual_ms() * TIME_LIMIT_FACTOR);
+    // Day 1 starts at most a day after the simulation does (the lead to a local midnight).
+    let time_limit = Duration::from_millis((plan.virtual_ms() + config::DAY_MS) * TIME_LIMIT_FACTOR);
     let for_seed = plan.clone();
+    let lead = Arc::new(AtomicU64::new(0));
+    let lead_of_seed = lead.clone();
     let result = simulate(seed, time_limit, move |recorder| async move {
-        let setup = for_seed.setup(seed);
+        let lead_ms = for_seed.lead_ms(vigil_world::harness::epoch_wall_ms());
+        lead_of_seed.store(lead_ms, Ordering::SeqCst);
+        let setup = for_seed.setup(seed, lead_ms);
         crate::phases::run(setup, recorder).await;
     });
+    let lead_ms = lead.load(Ordering::SeqCst);
     if let Some(path) = trace {
         let write = || -> std::io::Result<()> {
             let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
@@ -61,6 +67,7 @@ pub fn run_seed(
         checks,
         seed,
         &result.records,
+        lead_ms,
         violation,
         timelines,
     ))

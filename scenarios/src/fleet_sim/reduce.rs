@@ -438,6 +438,7 @@ pub fn reduce(
     checks: &[Check],
     seed: u64,
     records: &[TraceRecord],
+    lead_ms: u64,
     violation: Option<(u64, String, String)>,
     timelines: bool,
 ) -> SeedSummary {
@@ -474,8 +475,9 @@ pub fn reduce(
         runs: vec![Vec::new(); if timelines { agents } else { 0 }],
         spans: vec![Vec::new(); if timelines { agents } else { 0 }],
     };
+    // Instants count from the start of day 1 (a local midnight), `lead_ms` into the trace.
     for record in records {
-        reducer.record(record.t_ms, record);
+        reducer.record(record.t_ms.saturating_sub(lead_ms), record);
     }
     reducer.finish();
     for spans in &mut reducer.spans {
@@ -485,7 +487,9 @@ pub fn reduce(
         seed,
         agents: reducer.counts,
         crossings: reducer.crossings,
-        violation,
+        violation: violation.map(|(t_ms, invariant, detail)| {
+            (t_ms.saturating_sub(lead_ms), invariant, detail)
+        }),
         runs: reducer.runs,
         spans: reducer.spans,
     }
@@ -610,7 +614,7 @@ mod tests {
             keys,
             [Key::OfflineMinutes, Key::NoCapHitBefore, Key::WakeupsPerDay]
         );
-        let summary = reduce(&plan, &checks, 5, &trace(), None, true);
+        let summary = reduce(&plan, &checks, 5, &trace(), 0, None, true);
         let days = &summary.agents[0];
         assert_eq!(days[0].offline_ms, HOUR_MS);
         assert_eq!(days[1].offline_ms, HOUR_MS);
@@ -670,8 +674,47 @@ mod tests {
             ..Limits::default()
         });
         let checks = checks(&plan);
-        let summary = reduce(&plan, &checks, 1, &trace(), None, false);
+        let summary = reduce(&plan, &checks, 1, &trace(), 0, None, false);
         assert_eq!(summary.crossings, vec![None]);
         assert!(summary.runs.is_empty());
+    }
+
+    /// Instants count from day 1: the same trace moved later by a lead, reduced with that
+    /// lead, gives the same summary; a violation's instant moves with it.
+    #[test]
+    fn a_lead_before_day_one_is_taken_off_every_instant() {
+        let plan = plan(Limits {
+            max_offline_minutes: Some(30),
+            ..Limits::default()
+        });
+        let checks = checks(&plan);
+        let lead_ms = 7 * HOUR_MS + 13;
+        let violation = |t_ms| Some((t_ms, "x".to_string(), "y".to_string()));
+        let plain = reduce(&plan, &checks, 5, &trace(), 0, violation(HOUR_MS), true);
+        let led: Vec<TraceRecord> = trace()
+            .into_iter()
+            .map(|mut r| {
+                r.t_ms += lead_ms;
+                r
+            })
+            .collect();
+        let moved = reduce(&plan, &checks, 5, &led, lead_ms, violation(lead_ms + HOUR_MS), true);
+        assert_eq!(plain, moved);
+        // Without the lead taken off, the same records fall on other days.
+        let unled = reduce(&plan, &checks, 5, &led, 0, violation(HOUR_MS), true);
+        assert_ne!(plain.agents, unled.agents);
+    }
+
+    /// Day 1 starts at the next midnight of the first agent's time zone.
+    #[test]
+    fn day_one_starts_at_the_next_local_midnight() {
+        let plan = plan(Limits::default());
+        assert_eq!(plan.reference_time_zone(), "America/New_York");
+        // 14:00 in New York: ten hours to midnight.
+        assert_eq!(plan.lead_ms(TWO_PM_NEW_YORK_MS), 10 * HOUR_MS);
+        // At a midnight: none.
+        let midnight = TWO_PM_NEW_YORK_MS + 10 * HOUR_MS;
+        assert_eq!(plan.lead_ms(midnight), 0);
+        assert_eq!(plan.lead_ms(midnight + 1), DAY_MS - 1);
     }
 }

@@ -202,9 +202,24 @@ fn simulated_spec(spec: &mut serde_json::Value) {
 }
 
 impl FleetPlan {
-    /// Simulated length of one seed.
+    /// Simulated length of one seed, from the start of day 1 (the lead before it not counted).
     pub fn virtual_ms(&self) -> u64 {
         u64::from(self.days) * DAY_MS
+    }
+
+    /// The time zone whose midnights bound the report's days: the first agent's (UTC for an
+    /// empty fleet). Daily caps count local days, so a report day must be one too, or a day
+    /// would straddle a cap's reset and show twice the cap.
+    pub fn reference_time_zone(&self) -> &str {
+        self.agents.first().map_or("UTC", |a| a.time_zone.as_str())
+    }
+
+    /// How long after the simulation's start (the seed's wall instant `epoch_wall_ms`) day 1
+    /// begins: the next midnight in [`FleetPlan::reference_time_zone`], or at once when the
+    /// start is one. Nothing happens before it; the node merely runs, empty.
+    pub fn lead_ms(&self, epoch_wall_ms: u64) -> u64 {
+        next_midnight_ms(epoch_wall_ms, self.reference_time_zone())
+            .map_or(0, |midnight| midnight - epoch_wall_ms)
     }
 
     /// The model's behaviour: each agent's own (the provider matches by name prefix, so every
@@ -370,9 +385,13 @@ impl FleetPlan {
         }
     }
 
-    /// The shared runner's setup for `seed`.
-    pub fn setup(&self, seed: u64) -> Setup {
-        let steps = self.steps(seed);
+    /// The shared runner's setup for `seed`, whose simulation started at wall instant
+    /// `epoch_wall_ms`: every step moved by the lead to day 1 (`lead_ms`).
+    pub fn setup(&self, seed: u64, lead_ms: u64) -> Setup {
+        let mut steps = self.steps(seed);
+        for step in &mut steps {
+            step.at_ms += lead_ms;
+        }
         let llm = self
             .agents
             .iter()
@@ -400,18 +419,19 @@ impl FleetPlan {
             pinned: Vec::new(),
             scenario: SCENARIO,
             seed,
-            safety_ms: self.virtual_ms() - QUIET_MS,
+            safety_ms: lead_ms + self.virtual_ms() - QUIET_MS,
             quiet_ms: QUIET_MS,
             rates: self.rates(),
             downtime_ms_max: DOWNTIME_MS_MAX,
             skew_ms_max: SKEW_MS_MAX,
             power_cut_wait_ms: POWER_CUT_WAIT_MS,
             describe: format!(
-                "fleet={} agents={} days={} faults={}",
+                "fleet={} agents={} days={} faults={} day1_at_ms={lead_ms} day_zone={}",
                 self.file,
                 self.agents.len(),
                 self.days,
-                self.faults.name
+                self.faults.name,
+                self.reference_time_zone()
             ),
             steps,
             probe_every_ms: PROBE_EVERY_MS,
@@ -419,6 +439,20 @@ impl FleetPlan {
             sse_readers: 0,
         }
     }
+}
+
+/// The first midnight at or after wall instant `wall_ms` in `time_zone` (Unix ms), if the zone
+/// is known (the fleet's own validation already refused an unknown one).
+fn next_midnight_ms(wall_ms: u64, time_zone: &str) -> Option<u64> {
+    let tz = jiff::tz::TimeZone::get(time_zone).ok()?;
+    let now = jiff::Timestamp::from_millisecond(wall_ms as i64).ok()?.to_zoned(tz);
+    let today = now.start_of_day().ok()?;
+    let midnight = if today.timestamp() == now.timestamp() {
+        today
+    } else {
+        now.tomorrow().ok()?.start_of_day().ok()?
+    };
+    u64::try_from(midnight.timestamp().as_millisecond()).ok()
 }
 
 /// Instants of events arriving `per_day` times a day on average over `days` days: each day
