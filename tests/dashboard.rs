@@ -212,7 +212,10 @@ async fn pause_and_resume(api: &ApiClient, agent: u64) -> (u64, u64) {
         if let (Some(from), Some(to)) = (at("agent_paused"), at("agent_resumed")) {
             return (from, to);
         }
-        assert!(Instant::now() < deadline, "the pause never reached the log: {timeline}");
+        assert!(
+            Instant::now() < deadline,
+            "the pause never reached the log: {timeline}"
+        );
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
     }
 }
@@ -526,6 +529,20 @@ async fn a_wrong_token_is_refused_in_the_apis_words() {
     node.stop();
 }
 
+/// The layout shifts `window.shifts` collected, read after two animation frames and a
+/// moment (shift entries are delivered after the frame that caused them is rendered).
+async fn settled_shifts(client: &fantoccini::Client) -> serde_json::Value {
+    client
+        .execute_async(
+            "const done = arguments[arguments.length - 1]; \
+             requestAnimationFrame(() => requestAnimationFrame(() => \
+               setTimeout(() => done(window.shifts.slice()), 100)));",
+            vec![],
+        )
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_agents_render_and_one_row_updates_live() {
     let Some(tools) = browser_or_skip() else {
@@ -567,6 +584,21 @@ async fn a_thousand_agents_render_and_one_row_updates_live() {
         .execute("window.notReloaded = true; return true", vec![])
         .await
         .unwrap();
+    // No layout shift on a live update: the row in view, the browser's own Layout Instability
+    // API counts every shift of visible content from here on (none follows an input).
+    client
+        .execute(
+            "document.querySelector(`tr[data-agent='${arguments[0]}']`) \
+               .scrollIntoView({block: 'center'}); \
+             window.shifts = []; \
+             new PerformanceObserver(list => { \
+               for (const e of list.getEntries()) if (!e.hadRecentInput) window.shifts.push(e.value); \
+             }).observe({type: 'layout-shift'}); \
+             return true",
+            vec![json!(target)],
+        )
+        .await
+        .unwrap();
     let paused = api
         .post_json(&format!("/v1/agents/{target}/pause"), &json!({}))
         .await
@@ -588,6 +620,23 @@ async fn a_thousand_agents_render_and_one_row_updates_live() {
         .await
         .unwrap();
     assert_eq!(others, json!(1), "only the paused agent's row says paused");
+    let shifts = settled_shifts(client).await;
+    assert_eq!(
+        shifts,
+        json!([]),
+        "the live update moved what was on screen"
+    );
+    // The measure sees a shift when there is one: content pushed in above the table.
+    client
+        .execute(
+            "const pad = document.createElement('div'); pad.style.height = '120px'; \
+             document.querySelector('#fleet-rows').closest('table').before(pad); return true",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let shifts = settled_shifts(client).await;
+    assert_ne!(shifts, json!([]), "a shift the observer did not see");
     let kept = client
         .execute("return window.notReloaded === true", vec![])
         .await
