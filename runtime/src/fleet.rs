@@ -653,7 +653,7 @@ fn held_agents(engine: &Engine, fleet: &Fleet) -> BTreeMap<String, Vec<HeldAgent
         if let Some(agents) = held.get_mut(&agent.tenant) {
             agents.push(HeldAgent {
                 id: agent.id,
-                spec: agent.spec.clone(),
+                spec: (*agent.spec).clone(),
                 terminated: agent.status == AgentStatus::Terminated,
             });
         }

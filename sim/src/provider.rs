@@ -251,74 +251,12 @@ pub struct Request {
     pub bytes: u64,
 }
 
-/// Reads a request body of `api`'s shape.
+/// Reads a request body of `api`'s shape. Typed: only the fields read are decoded (a body
+/// carries the whole bounded history and every tool's schema).
 pub fn read_request(api: WireApi, body: &[u8]) -> Request {
-    let value: Value = serde_json::from_slice(body).unwrap_or_default();
-    let messages = value["messages"].as_array().cloned().unwrap_or_default();
-    let (system, tools, round) = match api {
-        WireApi::Openai => {
-            let system = messages
-                .iter()
-                .find(|m| m["role"] == "system")
-                .and_then(|m| m["content"].as_str())
-                .unwrap_or_default()
-                .to_string();
-            let tools: Vec<(String, Value)> = value["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .map(|t| {
-                            let f = &t["function"];
-                            (
-                                f["name"].as_str().unwrap_or_default().to_string(),
-                                f["parameters"].clone(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let mut round = 0;
-            for m in &messages {
-                match m["role"].as_str() {
-                    Some("user") => round = 0,
-                    Some("assistant") if m["tool_calls"].is_array() => round += 1,
-                    _ => {}
-                }
-            }
-            (system, tools, round)
-        }
-        WireApi::Anthropic => {
-            let system = value["system"].as_str().unwrap_or_default().to_string();
-            let tools: Vec<(String, Value)> = value["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .map(|t| {
-                            (
-                                t["name"].as_str().unwrap_or_default().to_string(),
-                                t["input_schema"].clone(),
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            let blocks_of = |m: &Value, kind: &str| {
-                m["content"]
-                    .as_array()
-                    .is_some_and(|c| c.iter().any(|b| b["type"] == kind))
-            };
-            let mut round = 0;
-            for m in &messages {
-                match m["role"].as_str() {
-                    Some("user") if blocks_of(m, "text") => round = 0,
-                    Some("assistant") if blocks_of(m, "tool_use") => round += 1,
-                    _ => {}
-                }
-            }
-            (system, tools, round)
-        }
+    let (model, system, tools, round, messages) = match api {
+        WireApi::Openai => read_openai(body),
+        WireApi::Anthropic => read_anthropic(body),
     };
     let tools: Vec<(String, Value)> = tools
         .into_iter()
@@ -326,12 +264,175 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
         .collect();
     Request {
         caller: parse_marker(&system),
-        model: value["model"].as_str().unwrap_or("unknown").to_string(),
+        model: model.unwrap_or_else(|| "unknown".to_string()),
         round,
         tools,
-        messages: messages.len() as u64,
+        messages,
         bytes: body.len() as u64,
     }
+}
+
+/// A request's model, system prompt, tools, tool round and message count.
+type ReadBody = (Option<String>, String, Vec<(String, Value)>, u32, u64);
+
+/// A string field that may hold another JSON type (then read as absent).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum MaybeText {
+    Text(String),
+    Other(serde::de::IgnoredAny),
+}
+
+impl MaybeText {
+    fn text(value: Option<MaybeText>) -> Option<String> {
+        match value {
+            Some(MaybeText::Text(text)) => Some(text),
+            _ => None,
+        }
+    }
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OpenaiBody {
+    model: Option<MaybeText>,
+    messages: Vec<OpenaiMessage>,
+    tools: Vec<OpenaiTool>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OpenaiMessage {
+    role: Option<MaybeText>,
+    content: Option<MaybeText>,
+    tool_calls: Option<MaybeArray>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OpenaiTool {
+    function: OpenaiFunction,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct OpenaiFunction {
+    name: Option<MaybeText>,
+    parameters: Value,
+}
+
+/// Whether a field holds an array (its items are not read).
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum MaybeArray {
+    // Only which variant matched is read.
+    Array(#[allow(dead_code)] Vec<serde::de::IgnoredAny>),
+    Other(serde::de::IgnoredAny),
+}
+
+fn read_openai(body: &[u8]) -> ReadBody {
+    let body: OpenaiBody = serde_json::from_slice(body).unwrap_or_default();
+    let mut system = None;
+    let mut round = 0;
+    let count = body.messages.len() as u64;
+    for m in body.messages {
+        let role = MaybeText::text(m.role);
+        if system.is_none() && role.as_deref() == Some("system") {
+            system = Some(MaybeText::text(m.content).unwrap_or_default());
+        }
+        match role.as_deref() {
+            Some("user") => round = 0,
+            Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array(_))) => round += 1,
+            _ => {}
+        }
+    }
+    let tools = body
+        .tools
+        .into_iter()
+        .map(|t| {
+            let name = MaybeText::text(t.function.name).unwrap_or_default();
+            (name, t.function.parameters)
+        })
+        .collect();
+    (
+        MaybeText::text(body.model),
+        system.unwrap_or_default(),
+        tools,
+        round,
+        count,
+    )
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct AnthropicBody {
+    model: Option<MaybeText>,
+    system: Option<MaybeText>,
+    messages: Vec<AnthropicMessage>,
+    tools: Vec<AnthropicTool>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct AnthropicMessage {
+    role: Option<MaybeText>,
+    content: Option<Blocks>,
+}
+
+/// A message's content: blocks (only their types read), or anything else.
+#[derive(serde::Deserialize)]
+#[serde(untagged)]
+enum Blocks {
+    Blocks(Vec<BlockKind>),
+    Other(serde::de::IgnoredAny),
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct BlockKind {
+    #[serde(rename = "type")]
+    kind: Option<MaybeText>,
+}
+
+#[derive(serde::Deserialize, Default)]
+#[serde(default)]
+struct AnthropicTool {
+    name: Option<MaybeText>,
+    input_schema: Value,
+}
+
+fn read_anthropic(body: &[u8]) -> ReadBody {
+    let body: AnthropicBody = serde_json::from_slice(body).unwrap_or_default();
+    let has_block = |content: &Option<Blocks>, kind: &str| match content {
+        Some(Blocks::Blocks(blocks)) => blocks
+            .iter()
+            .any(|b| matches!(&b.kind, Some(MaybeText::Text(k)) if k == kind)),
+        _ => false,
+    };
+    let mut round = 0;
+    for m in &body.messages {
+        match &m.role {
+            Some(MaybeText::Text(role)) if role == "user" && has_block(&m.content, "text") => {
+                round = 0
+            }
+            Some(MaybeText::Text(role)) if role == "assistant" && has_block(&m.content, "tool_use") => {
+                round += 1
+            }
+            _ => {}
+        }
+    }
+    let tools = body
+        .tools
+        .into_iter()
+        .map(|t| (MaybeText::text(t.name).unwrap_or_default(), t.input_schema))
+        .collect();
+    (
+        MaybeText::text(body.model),
+        MaybeText::text(body.system).unwrap_or_default(),
+        tools,
+        round,
+        body.messages.len() as u64,
+    )
 }
 
 /// A tool call the model asks for.

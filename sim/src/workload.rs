@@ -430,6 +430,21 @@ async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64
     }
 }
 
+/// The part of a `GET /v1/agents` answer a probe reads.
+#[derive(serde::Deserialize)]
+struct ProbedListing {
+    now_ms: u64,
+    agents: Vec<ProbedAgent>,
+}
+
+/// The part of one agent's view a probe reads.
+#[derive(serde::Deserialize)]
+struct ProbedAgent {
+    id: u64,
+    name: String,
+    next_fire_at_ms: Option<u64>,
+}
+
 /// The part of a `GET /v1/events` page the tail reads.
 #[derive(serde::Deserialize)]
 struct EventPage {
@@ -445,20 +460,15 @@ impl Workload {
         if !answer.status.is_success() {
             return;
         }
-        let json = answer.json().expect("agent lists are JSON");
-        let agents = json["agents"]
-            .as_array()
-            .expect("agents array")
-            .iter()
-            .map(|a| {
-                (
-                    a["id"].as_u64().expect("id"),
-                    a["name"].as_str().expect("name").to_string(),
-                    a["next_fire_at_ms"].as_u64(),
-                )
-            })
+        // Typed: only the fields the probe reads are decoded (a listing's views are large).
+        let listing: ProbedListing =
+            serde_json::from_slice(&answer.body).expect("agent lists are JSON");
+        let agents = listing
+            .agents
+            .into_iter()
+            .map(|a| (a.id, a.name, a.next_fire_at_ms))
             .collect();
-        let now_ms = json["now_ms"].as_u64().expect("now_ms");
+        let now_ms = listing.now_ms;
         recorder.record(
             "workload",
             TraceEvent::Probe {

@@ -2,6 +2,7 @@
 
 use super::agent_error::{AgentError, ErrorCounts};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use super::breaker::{BreakerPolicy, BreakerState};
 use super::cli_spec::{CodingCliSpec, ProcessSpec, WebhookSpec};
@@ -447,7 +448,9 @@ pub struct Agent {
     pub id: AgentId,
     pub tenant: TenantName,
     pub name: String,
-    pub spec: AgentSpec,
+    /// Shared: the engine decides on a scratch copy of an agent (ADR 0005), and a spec (its tools,
+    /// schemas and prompts) is the largest part of one; it changes only on an update.
+    pub spec: Arc<AgentSpec>,
     pub status: AgentStatus,
     /// Hash of the agent's own token; the token itself is shown once, at creation.
     #[serde(skip)]

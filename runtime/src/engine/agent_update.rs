@@ -13,6 +13,8 @@
 //! - a pause, the day's cap count and spend, the breaker's state and a cooldown in progress are
 //!   kept; new limits apply from the next decision that reads them.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use super::agent::FieldError;
@@ -179,7 +181,7 @@ pub fn fold(agent: &mut Agent, spec: &AgentSpec, first_fire_at_ms: Option<u64>, 
             .map(|after| at_ms.saturating_add(after));
     }
     agent.name = spec.name.clone();
-    agent.spec = spec.clone();
+    agent.spec = Arc::new(spec.clone());
 }
 
 #[cfg(test)]

@@ -359,6 +359,9 @@ impl Coordinator {
         if self.active != Some(run) {
             return Err(Refusal::RunNotRunning(run));
         }
+        if let Some(usage) = &end.last_call {
+            self.record_usage(draft, run, usage)?;
+        }
         let probe =
             matches!(self.agent.breaker, BreakerState::HalfOpen { probe: Some(p), .. } if p == run);
         let cooldown_ms = match self.agent.breaker {

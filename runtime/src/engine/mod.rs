@@ -911,7 +911,7 @@ impl Engine {
                     id: *agent,
                     tenant: event.tenant.clone(),
                     name: name.clone(),
-                    spec: (**spec).clone(),
+                    spec: Arc::new((**spec).clone()),
                     status: AgentStatus::Active,
                     token_hash: token_hash.clone(),
                     created_at_ms: event.at_ms,

@@ -254,6 +254,11 @@ pub struct RunEnd {
     /// Set by adapters that know better than [`ErrorClass::implied`].
     #[serde(default)]
     pub error_class: Option<ErrorClass>,
+    /// The spend of the run's last model call, not yet recorded: its `usage_recorded` is
+    /// committed with the `run_finished`, in one commit (ADR 0010). Calls followed by another
+    /// call are recorded at once, so the budget is checked before the next.
+    #[serde(default)]
+    pub last_call: Option<Usage>,
 }
 
 impl RunEnd {
@@ -268,6 +273,7 @@ impl RunEnd {
             stop_reason: None,
             report: None,
             error_class: None,
+            last_call: None,
         }
     }
 

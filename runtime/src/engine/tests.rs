@@ -1390,6 +1390,36 @@ fn a_pause_asked_from_inside_a_run_ends_it_succeeded_in_the_same_decision() {
 }
 
 #[test]
+fn the_last_model_calls_spend_is_recorded_with_the_runs_end_in_one_decision() {
+    let mut engine = with_tenant();
+    let mut spec = AgentSpec::with_interval("a", None);
+    spec.limits.daily_budget_usd = Some(super::usage::MicroUsd(100));
+    let agent = create_with(&mut engine, spec, 0);
+    let run_id = running_run(&mut engine, agent, 1_000);
+    record_usage(&mut engine, run_id, 30, 1_000);
+    let mut end = RunEnd::new(RunStatus::Succeeded, "done");
+    end.last_call = Some(usage_costing(70));
+    let decision = run(&mut engine, Command::FinishRun { run: run_id, end: end.clone() }, 2_000);
+    assert_eq!(types(&decision.events), ["usage_recorded", "run_finished"]);
+    let finished = engine.run(run_id).unwrap();
+    assert_eq!(finished.usage.cost_micro_usd, 100, "both calls count on the run");
+    assert_eq!(finished.usage.llm_calls, 2);
+    // The spend counts on the day as a separately recorded call would: the budget is spent.
+    let refused = wake(&mut engine, agent, WakeupSource::OnDemand, None, 3_000);
+    assert_eq!(
+        outcome(&refused),
+        WakeupOutcome::Refused {
+            refusal: RefusalReason::Budget
+        }
+    );
+    // A run that is no longer running records neither its end nor the spend carried with it.
+    let before = engine.last_seq();
+    let again = engine.decide(&Command::FinishRun { run: run_id, end }, 4_000);
+    assert!(again.is_err(), "{again:?}");
+    assert_eq!(engine.last_seq(), before);
+}
+
+#[test]
 fn an_agents_budget_refuses_wakeups_once_spent_and_a_new_local_day_starts_afresh() {
     let mut engine = with_tenant();
     let mut spec = AgentSpec::with_interval("a", None);

@@ -127,6 +127,9 @@ pub struct AdapterOutcome {
     pub report: Option<RunReport>,
     /// The error class of an unsuccessful end, when the adapter knows better than its stop.
     pub error_class: Option<ErrorClass>,
+    /// The spend of the run's last model call, recorded with the run's end
+    /// ([`RunEnd::last_call`](crate::engine::run::RunEnd::last_call)).
+    pub last_call: Option<Usage>,
 }
 
 impl AdapterOutcome {
@@ -139,6 +142,7 @@ impl AdapterOutcome {
             stop_reason: None,
             report: None,
             error_class: None,
+            last_call: None,
         }
     }
 }

@@ -5,7 +5,8 @@
 //!
 //! Spend is recorded after every model call (an event per call, through the run host), and the
 //! daily budget is checked before every call, so one run can overshoot its budget by at most the
-//! one call that crossed it.
+//! one call that crossed it. The last call's spend (the model ended its turn) rides with the
+//! run's end instead: its `usage_recorded` and the `run_finished` are one commit.
 
 use std::time::Duration;
 
@@ -104,6 +105,15 @@ pub async fn run_loop(
             }
         };
         state.log_response(&turn, sent_at.elapsed()).await;
+        if turn.tool_calls.is_empty() {
+            // The run's last call: its spend is committed with the run's end, one commit
+            // instead of two (no budget check is left to make before another call).
+            let last_call = state.usage_of(&turn);
+            return AdapterOutcome {
+                last_call: Some(last_call),
+                ..state.final_answer(turn.text)
+            };
+        }
         if let Err(outcome) = state.record(&turn).await {
             return outcome;
         }
@@ -220,14 +230,18 @@ impl Loop<'_> {
         result
     }
 
+    /// The spend of the call that answered `turn`, priced.
+    fn usage_of(&self, turn: &ModelTurn) -> crate::engine::usage::Usage {
+        self.context
+            .host
+            .prices()
+            .usage_of(&self.spec.model, &turn.usage)
+    }
+
     /// Records the call's spend; `Err` ends the run (it was ended meanwhile, or the node
     /// stopped: the report is refused either way).
     async fn record(&mut self, turn: &ModelTurn) -> Result<(), AdapterOutcome> {
-        let usage = self
-            .context
-            .host
-            .prices()
-            .usage_of(&self.spec.model, &turn.usage);
+        let usage = self.usage_of(turn);
         match self.context.host.record_usage(self.context.run, usage).await {
             Ok(left) => {
                 self.budget_left_micro_usd = left;
@@ -241,11 +255,9 @@ impl Loop<'_> {
         }
     }
 
-    /// Acts on one answer: ends the run, or runs its tool calls and returns `None` to go on.
+    /// Runs the tool calls of an answer that asked for some; returns `None` to go on, or the
+    /// run's end (the tool cap, a pause the agent asked for).
     async fn step(&mut self, turn: ModelTurn) -> Option<AdapterOutcome> {
-        if turn.tool_calls.is_empty() {
-            return Some(self.final_answer(turn.text));
-        }
         self.messages.push(ChatMessage::Assistant {
             text: turn.text.clone(),
             tool_calls: turn.tool_calls.clone(),

@@ -237,6 +237,7 @@ async fn execute(
                 end.cause = outcome.cause;
                 end.stop_reason = outcome.stop_reason;
                 end.error_class = outcome.error_class;
+                end.last_call = outcome.last_call;
                 end.report = outcome.report.map(|report| Box::new(redacted(report, redactor)));
                 end
             }

@@ -3,8 +3,10 @@
 //! Deterministic: the output depends on the spec and the [`PromptVars`] only (no clock, no
 //! environment; the caller gives the local time as text). Maps render in key order.
 
-use minijinja::context;
+use std::cell::RefCell;
+
 use minijinja::value::{Serde, Value};
+use minijinja::{context, Environment};
 
 use crate::engine::agent::AgentId;
 use crate::engine::prompt::{environment, PromptSpec};
@@ -93,16 +95,48 @@ fn now_local(run: &crate::exec::adapter::RunContext) -> String {
     zoned.map_or_else(String::new, |z| z.strftime("%Y-%m-%d %H:%M %Z").to_string())
 }
 
+/// Most templates kept compiled per thread. An agent renders the same few templates for each
+/// of its runs, and compiling one costs more than rendering it; past this count the cache
+/// starts over (a node with more distinct templates recompiles some, its memory never grows).
+pub const COMPILED_TEMPLATES_MAX: usize = 1024;
+
+thread_local! {
+    /// Compiled templates named by their source, and how many there are.
+    static COMPILED: RefCell<(Environment<'static>, usize)> = RefCell::new((environment(), 0));
+}
+
+/// Renders `source` compiled once per thread; `None` when it fails (then the uncached path
+/// renders it again, so the error reads the same as without the cache).
+fn render_compiled(source: &str, vars: &PromptVars) -> Option<String> {
+    COMPILED.with(|cell| {
+        let mut cache = cell.borrow_mut();
+        if cache.0.get_template(source).is_err() {
+            if cache.1 >= COMPILED_TEMPLATES_MAX {
+                *cache = (environment(), 0);
+            }
+            cache
+                .0
+                .add_template_owned(source.to_string(), source.to_string())
+                .ok()?;
+            cache.1 += 1;
+        }
+        let compiled = cache.0.get_template(source).ok()?;
+        compiled.render(context_of(vars)).ok()
+    })
+}
+
 fn render(template: &str, source: &str, vars: &PromptVars) -> Result<String, RenderError> {
     let failed = |error: minijinja::Error| RenderError::Template {
         template: template.to_string(),
         message: error.to_string(),
     };
-    let env = environment();
-    let text = env
-        .template_from_str(source)
-        .and_then(|compiled| compiled.render(context_of(vars)))
-        .map_err(failed)?;
+    let text = match render_compiled(source, vars) {
+        Some(text) => text,
+        None => environment()
+            .template_from_str(source)
+            .and_then(|compiled| compiled.render(context_of(vars)))
+            .map_err(failed)?,
+    };
     if text.len() > RENDERED_PROMPT_BYTES_MAX {
         return Err(RenderError::TooLong {
             template: template.to_string(),
@@ -310,6 +344,47 @@ mod tests {
         );
         let error = render_system(&repeated, &v).unwrap_err();
         assert!(matches!(error, RenderError::TooLong { .. }), "{error}");
+    }
+
+    /// How many templates this thread keeps compiled.
+    fn compiled_count() -> usize {
+        COMPILED.with(|cell| cell.borrow().1)
+    }
+
+    #[test]
+    fn compiled_templates_are_kept_up_to_the_bound_then_start_over() {
+        let v = vars(WakeupSource::Timer, json!({}), None);
+        let spec = |i: usize| PromptSpec {
+            system: Some(format!("template {i} of agent {{{{ agent.name }}}}")),
+            wakeup: BTreeMap::new(),
+        };
+        // Each test runs on its own thread: the cache starts empty.
+        assert_eq!(compiled_count(), 0);
+        for i in 0..COMPILED_TEMPLATES_MAX {
+            let text = render_system(&spec(i), &v).unwrap();
+            assert_eq!(text, format!("template {i} of agent {}", v.agent_name));
+        }
+        assert_eq!(compiled_count(), COMPILED_TEMPLATES_MAX);
+        // A template already kept renders from the cache and adds nothing.
+        render_system(&spec(7), &v).unwrap();
+        assert_eq!(compiled_count(), COMPILED_TEMPLATES_MAX);
+        // One more distinct template starts the cache over, and still renders right.
+        let text = render_system(&spec(COMPILED_TEMPLATES_MAX), &v).unwrap();
+        assert_eq!(text, format!("template {COMPILED_TEMPLATES_MAX} of agent {}", v.agent_name));
+        assert_eq!(compiled_count(), 1);
+    }
+
+    #[test]
+    fn a_failing_template_reads_the_same_error_whether_compiled_before_or_not() {
+        let spec = PromptSpec {
+            system: Some("{{ run.payload.missing.deeper }}".into()),
+            wakeup: BTreeMap::new(),
+        };
+        let v = vars(WakeupSource::Timer, json!({}), None);
+        let first = render_system(&spec, &v).unwrap_err();
+        let again = render_system(&spec, &v).unwrap_err();
+        assert_eq!(first, again);
+        assert!(first.to_string().contains("undefined"), "{first}");
     }
 
     #[test]

@@ -134,6 +134,8 @@ pub fn conclude(kind: CliKind, spec: &CodingCliSpec, attempt: &Attempt, retry: R
         cause: failed_in_the_cli.then_some(FailureCause::Llm),
         status,
         detail,
+        // Recorded before the outcome is read (`attempt.rs`), as the invocation ends.
+        last_call: None,
     }
 }
 

@@ -397,7 +397,7 @@ impl From<&agent_state::AgentState> for AgentRecord {
             id: id.0,
             tenant: tenant.clone(),
             name: name.clone(),
-            spec: spec.into(),
+            spec: (&**spec).into(),
             status: (*status).into(),
             token_hash: token_hash.0.clone(),
             created_at_ms: *created_at_ms,
@@ -663,10 +663,11 @@ impl AgentRecord {
             id,
             tenant: self.tenant,
             name: self.name,
-            spec: self
-                .spec
-                .into_engine()
-                .map_err(|(field, message)| Problem::new(field, message))?,
+            spec: std::sync::Arc::new(
+                self.spec
+                    .into_engine()
+                    .map_err(|(field, message)| Problem::new(field, message))?,
+            ),
             status: self.status.into(),
             token_hash: TokenHash(self.token_hash),
             created_at_ms: instant("created_at_ms", self.created_at_ms)?,
