@@ -455,3 +455,39 @@ fn the_html_report_of_a_real_run_shows_its_charts_in_chromium() {
         assert!(dom.contains(name), "{name} not on the page");
     }
 }
+
+/// A fleet larger than one page of `GET /v1/agents` (1,000 agents) is read whole by the
+/// simulation's probes: every agent acknowledged is found on some page, and each runs. Light
+/// agents (scripted, a timer every 6 hours, no host pulsing) keep the day cheap.
+#[test]
+fn a_fleet_of_more_than_one_page_of_agents_is_probed_whole() {
+    const AGENTS: usize = 1_005;
+    let mut text = String::new();
+    for i in 0..AGENTS {
+        text.push_str(&format!(
+            "[[agents]]\nname = \"a{i:04}\"\nheartbeat = {{ interval_ms = 21_600_000 }}\n\
+             [agents.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 1_000, outcome = \"succeeded\" }}]\n\n"
+        ));
+    }
+    let file = scratch("thousand.toml");
+    std::fs::write(&file, text).unwrap();
+    let output = vigil_sim(&[
+        "fleet",
+        file.to_str().unwrap(),
+        "--days",
+        "1",
+        "--seeds",
+        "1",
+        "--faults",
+        "none",
+        "--format",
+        "json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let json = report(&output);
+    let agents = json["agents"].as_array().expect("agents in the report");
+    assert_eq!(agents.len(), AGENTS);
+    let last = agents.iter().find(|a| a["agent"] == "a1004").expect("the last agent is reported");
+    let runs = &last["days"]["runs"][0];
+    assert!(runs["min"].as_f64().unwrap() >= 3.0, "a 6-hour timer runs 3-4 times a day: {runs}");
+}

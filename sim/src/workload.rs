@@ -430,11 +430,45 @@ async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64
     }
 }
 
-/// The part of a `GET /v1/agents` answer a probe reads.
+/// The part of a `GET /v1/agents` page a probe reads.
 #[derive(serde::Deserialize)]
 struct ProbedListing {
     now_ms: u64,
     agents: Vec<ProbedAgent>,
+    next_after: Option<u64>,
+}
+
+/// Agents per page the workload asks for (the API's largest page, `AGENTS_PAGE_MAX`).
+const AGENTS_PAGE: usize = vigil::api::AGENTS_PAGE_MAX;
+
+/// Every agent of the node's list, page by page: (id, name, next timer slot), with the first
+/// page's `now_ms` (the earliest: a timer that fires while later pages are read only moves its
+/// slot on). `None` if the node does not answer a page.
+async fn read_agent_list(client: &OperatorClient) -> Option<(u64, Vec<(u64, String, Option<u64>)>)> {
+    let mut agents = Vec::new();
+    let mut first_now_ms = None;
+    let mut after = 0;
+    loop {
+        // The first page is the list as it always was read (the default page is the largest).
+        let path = if after == 0 {
+            "/v1/agents".to_string()
+        } else {
+            format!("/v1/agents?limit={AGENTS_PAGE}&after={after}")
+        };
+        let answer = client.get(&path).await.ok()?;
+        if !answer.status.is_success() {
+            return None;
+        }
+        // Typed: only the fields the probe reads are decoded (a listing's views are large).
+        let page: ProbedListing =
+            serde_json::from_slice(&answer.body).expect("agent lists are JSON");
+        first_now_ms.get_or_insert(page.now_ms);
+        agents.extend(page.agents.into_iter().map(|a| (a.id, a.name, a.next_fire_at_ms)));
+        match page.next_after {
+            Some(next) => after = next,
+            None => return Some((first_now_ms?, agents)),
+        }
+    }
 }
 
 /// The part of one agent's view a probe reads.
@@ -452,23 +486,11 @@ struct EventPage {
 }
 
 impl Workload {
-    /// Reads the agent list once (skipped if the node does not answer).
+    /// Reads the agent list once, every page of it (skipped if the node does not answer one).
     async fn probe(&self, client: &OperatorClient, recorder: &Recorder) {
-        let Ok(answer) = client.get("/v1/agents").await else {
+        let Some((now_ms, agents)) = read_agent_list(client).await else {
             return;
         };
-        if !answer.status.is_success() {
-            return;
-        }
-        // Typed: only the fields the probe reads are decoded (a listing's views are large).
-        let listing: ProbedListing =
-            serde_json::from_slice(&answer.body).expect("agent lists are JSON");
-        let agents = listing
-            .agents
-            .into_iter()
-            .map(|a| (a.id, a.name, a.next_fire_at_ms))
-            .collect();
-        let now_ms = listing.now_ms;
         recorder.record(
             "workload",
             TraceEvent::Probe {
@@ -590,17 +612,12 @@ pub async fn aligned_timers(
 /// Fills the directory from the agent list (after a create whose answer was lost).
 async fn learn_ids(until_ms: u64, client: &OperatorClient, directory: &Directory) {
     loop {
-        if let Ok(answer) = client.get("/v1/agents").await {
-            if answer.status.is_success() {
-                let json = answer.json().expect("agent lists are JSON");
-                for agent in json["agents"].as_array().expect("agents array") {
-                    let name = agent["name"].as_str().expect("name").to_string();
-                    directory
-                        .borrow_mut()
-                        .insert(name, agent["id"].as_u64().expect("id"));
-                }
-                return;
+        if let Some((_, agents)) = read_agent_list(client).await {
+            let mut directory = directory.borrow_mut();
+            for (id, name, _) in agents {
+                directory.insert(name, id);
             }
+            return;
         }
         if elapsed_ms() >= until_ms {
             return;

@@ -550,8 +550,10 @@ impl Checker {
         now_ms: u64,
         agents: &[(u64, String, Option<u64>)],
     ) -> Result<(), Violation> {
+        // By id: a fleet's list has thousands of agents, each acked agent looked up once.
+        let listed: BTreeMap<u64, &str> = agents.iter().map(|(a, n, _)| (*a, n.as_str())).collect();
         for (name, id) in &self.acked {
-            if !agents.iter().any(|(a, n, _)| a == id && n == name) {
+            if listed.get(id) != Some(&name.as_str()) {
                 return violation(
                     "acked_writes_survive",
                     format!("acknowledged agent {name:?} ({id}) is missing from the agent list"),
