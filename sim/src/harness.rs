@@ -615,7 +615,8 @@ where
                     virtual_ms,
                 },
                 Err(payload) => {
-                    let virtual_ms = records.last().map_or(0, |r| r.t_ms);
+                    // The last record written, kept or streamed.
+                    let virtual_ms = recorder.last_t_ms();
                     let detail = payload
                         .downcast_ref::<String>()
                         .cloned()

@@ -10,6 +10,11 @@ use crate::trace::{TraceEvent, TraceRecord};
 #[derive(Debug)]
 struct Inner {
     records: Vec<TraceRecord>,
+    /// Records written so far, kept or streamed, and the virtual instant of the last one.
+    written: usize,
+    last_t_ms: u64,
+    /// Where records go instead of `records`, once [`Recorder::stream_to`] is called.
+    sink: Option<Sink>,
     checker: Checker,
     violation: Option<(u64, Violation)>,
     /// The run replaces its scenario's designed faults by a swarm choice (faults/src/swarm.rs).
@@ -19,10 +24,33 @@ struct Inner {
     sealed: bool,
 }
 
-/// Most records one run may write. A run past it is stopped with a violation (a runaway loop
+/// Most records one run may keep. A run past it is stopped with a violation (a runaway loop
 /// somewhere), rather than growing until the machine runs out of memory. The longest designed
-/// run (a 2-day swarm seed with storms) writes under a million.
+/// run (a 2-day swarm seed with storms) writes under a million. A streamed trace
+/// ([`Recorder::stream_to`]) keeps nothing, so it has no such bound: its run's time limit stops
+/// a runaway.
 pub const TRACE_RECORDS_MAX: usize = 3_000_000;
+
+/// A consumer of trace records as they are written.
+struct Sink(Box<dyn FnMut(&TraceRecord) + Send>);
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Sink")
+    }
+}
+
+impl Inner {
+    /// Appends `record` to the trace: kept, or handed to the sink.
+    fn push(&mut self, record: TraceRecord) {
+        self.written += 1;
+        self.last_t_ms = record.t_ms;
+        match self.sink.as_mut() {
+            Some(Sink(sink)) => sink(&record),
+            None => self.records.push(record),
+        }
+    }
+}
 
 /// Shared by every node and the harness of one run. Cheap to clone.
 #[derive(Debug, Clone)]
@@ -37,6 +65,9 @@ impl Recorder {
         Recorder {
             inner: Arc::new(Mutex::new(Inner {
                 records: Vec::new(),
+                written: 0,
+                last_t_ms: 0,
+                sink: None,
                 checker: Checker::new(),
                 violation: None,
                 swarm: false,
@@ -66,7 +97,20 @@ impl Recorder {
 
     /// Records in the trace so far.
     pub fn records_len(&self) -> usize {
-        self.inner().records.len()
+        self.inner().written
+    }
+
+    /// The virtual instant of the last record written (0 before any).
+    pub fn last_t_ms(&self) -> u64 {
+        self.inner().last_t_ms
+    }
+
+    /// From now on every record goes to `sink` as it is written (after the oracle saw it) and
+    /// none is kept: a run whose trace is reduced as it goes (`vigil-sim fleet`) keeps memory
+    /// that follows its world, not its length. `take_records` then answers only what was kept
+    /// before. The sink runs under the recorder's lock: it must not record.
+    pub fn stream_to(&self, sink: impl FnMut(&TraceRecord) + Send + 'static) {
+        self.inner().sink = Some(Sink(Box::new(sink)));
     }
 
     /// Appends one record and checks it. After the first violation nothing more is recorded.
@@ -88,9 +132,9 @@ impl Recorder {
         } else {
             inner.checker.observe(&record)
         };
-        inner.records.push(record);
+        inner.push(record);
         if let Err(violation) = verdict {
-            inner.records.push(TraceRecord {
+            inner.push(TraceRecord {
                 t_ms,
                 node,
                 event: TraceEvent::Violation {
@@ -111,7 +155,7 @@ impl Recorder {
         }
         inner.sealed = true;
         if let Err(violation) = inner.checker.finish(t_ms) {
-            inner.records.push(TraceRecord {
+            inner.push(TraceRecord {
                 t_ms,
                 node: "sim",
                 event: TraceEvent::Violation {
@@ -170,6 +214,31 @@ mod tests {
             TRACE_RECORDS_MAX + 2,
             "nothing after"
         );
+    }
+
+    #[test]
+    fn a_streamed_trace_goes_to_its_sink_in_order_and_is_not_kept_nor_bounded() {
+        let recorder = Recorder::new(|| Duration::ZERO);
+        recorder.record("sim", TraceEvent::QuietPhase);
+        // (count, first line): a streamed trace's sink sees every record in order.
+        let seen = Arc::new(Mutex::new((0_usize, None::<String>)));
+        let sink = seen.clone();
+        recorder.stream_to(move |record| {
+            let mut seen = sink.lock().unwrap();
+            seen.0 += 1;
+            seen.1.get_or_insert_with(|| record.line());
+        });
+        for _ in 0..TRACE_RECORDS_MAX + 10 {
+            recorder.record("workload", TraceEvent::QuietPhase);
+        }
+        assert!(!recorder.failed(), "a streamed trace keeps nothing, so it is not bounded");
+        assert_eq!(recorder.records_len(), TRACE_RECORDS_MAX + 11, "every record counts");
+        let kept = recorder.take_records();
+        assert_eq!(kept.len(), 1, "only what came before the sink is kept");
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.0, TRACE_RECORDS_MAX + 10);
+        let first = seen.1.as_deref().unwrap();
+        assert!(first.contains("\"node\":\"workload\""), "{first}");
     }
 }
 

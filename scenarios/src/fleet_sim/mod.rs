@@ -16,7 +16,7 @@ pub mod world;
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,49 +28,92 @@ pub use world::FleetPlan;
 /// A seed that needs more than this many times its simulated length is stuck.
 const TIME_LIMIT_FACTOR: u64 = 2;
 
-/// Runs `seed` of `plan`; writes its whole trace to `trace` if given; returns its summary.
+/// Runs `seed` of `plan`; writes its whole trace to `trace` if given; returns its summary. The
+/// trace is reduced (and written) record by record as the simulation goes, never kept whole:
+/// a seed's memory follows its fleet's size, not its number of events.
 pub fn run_seed(
     plan: &Arc<FleetPlan>,
-    checks: &[reduce::Check],
+    checks: &Arc<[reduce::Check]>,
     seed: u64,
     timelines: bool,
     trace: Option<&Path>,
 ) -> Result<reduce::SeedSummary, String> {
     // Day 1 starts at most a day after the simulation does (the lead to a local midnight).
     let time_limit = Duration::from_millis((plan.virtual_ms() + config::DAY_MS) * TIME_LIMIT_FACTOR);
-    let for_seed = plan.clone();
-    let lead = Arc::new(AtomicU64::new(0));
-    let lead_of_seed = lead.clone();
+    let out = match trace {
+        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(
+            |e| format!("could not write the trace to {}: {e}", path.display()),
+        )?)),
+        None => None,
+    };
+    let stream: Arc<Mutex<Option<Stream>>> = Arc::default();
+    let (for_seed, checks_of_seed, stream_of_seed) = (plan.clone(), checks.clone(), stream.clone());
     let result = simulate(seed, time_limit, move |recorder| async move {
         let lead_ms = for_seed.lead_ms(vigil_world::harness::epoch_wall_ms());
-        lead_of_seed.store(lead_ms, Ordering::SeqCst);
+        let reducer = reduce::Reducer::new(for_seed.clone(), checks_of_seed, lead_ms, timelines);
+        *stream_of_seed.lock().expect("fleet lock") = Some(Stream {
+            reducer,
+            out,
+            error: None,
+        });
+        let sink = stream_of_seed.clone();
+        recorder.stream_to(move |record| {
+            if let Some(stream) = sink.lock().expect("fleet lock").as_mut() {
+                stream.observe(record);
+            }
+        });
         let setup = for_seed.setup(seed, lead_ms);
         crate::phases::run(setup, recorder).await;
     });
-    let lead_ms = lead.load(Ordering::SeqCst);
-    if let Some(path) = trace {
-        let write = || -> std::io::Result<()> {
-            let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
-            for record in &result.records {
-                out.write_all(record.line().as_bytes())?;
-                out.write_all(b"\n")?;
-            }
-            out.flush()
-        };
-        write().map_err(|e| format!("could not write the trace to {}: {e}", path.display()))?;
-    }
+    let stream = stream
+        .lock()
+        .expect("fleet lock")
+        .take()
+        .ok_or_else(|| format!("seed {seed}: the simulation ended before it started"))?;
     let violation = result
         .violation
         .map(|(t_ms, v)| (t_ms, v.invariant.to_string(), v.detail));
-    Ok(reduce::reduce(
-        plan,
-        checks,
-        seed,
-        &result.records,
-        lead_ms,
-        violation,
-        timelines,
-    ))
+    stream.finish(seed, violation, trace)
+}
+
+/// Where one seed's trace goes as it is written: its reducer, and the trace file if asked for.
+struct Stream {
+    reducer: reduce::Reducer,
+    out: Option<std::io::BufWriter<std::fs::File>>,
+    /// The first failed write to the trace file (the file is then left as it is).
+    error: Option<std::io::Error>,
+}
+
+impl Stream {
+    fn observe(&mut self, record: &vigil_world::trace::TraceRecord) {
+        self.reducer.observe(record);
+        if let (Some(out), None) = (self.out.as_mut(), &self.error) {
+            let line = record.line();
+            if let Err(e) = out
+                .write_all(line.as_bytes())
+                .and_then(|()| out.write_all(b"\n"))
+            {
+                self.error = Some(e);
+            }
+        }
+    }
+
+    fn finish(
+        self,
+        seed: u64,
+        violation: Option<(u64, String, String)>,
+        trace: Option<&Path>,
+    ) -> Result<reduce::SeedSummary, String> {
+        let written = match (self.error, self.out) {
+            (Some(e), _) => Err(e),
+            (None, Some(mut out)) => out.flush(),
+            (None, None) => Ok(()),
+        };
+        if let (Err(e), Some(path)) = (written, trace) {
+            return Err(format!("could not write the trace to {}: {e}", path.display()));
+        }
+        Ok(self.reducer.summary(seed, violation))
+    }
 }
 
 /// Runs every seed of `seeds` on `jobs` threads (each seed alone in its own simulation, its
@@ -88,7 +131,7 @@ pub fn simulate_fleet(
         return Err("--trace writes one seed's trace: give --seed S".into());
     }
     let plan = Arc::new(plan);
-    let checks = reduce::checks(&plan);
+    let checks: Arc<[reduce::Check]> = reduce::checks(&plan).into();
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let summaries = Mutex::new(Vec::new());

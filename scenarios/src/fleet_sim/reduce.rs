@@ -5,6 +5,7 @@
 //! committed runtime events (the oracle's own view), never from a second model of the fleet.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use vigil::engine::event::EventKind;
@@ -177,14 +178,18 @@ pub fn local_minute(wall_ms: u64, time_zone: &str) -> u32 {
     zoned.hour() as u32 * 60 + zoned.minute() as u32
 }
 
-struct Reducer<'a> {
-    plan: &'a FleetPlan,
-    checks: &'a [Check],
+/// One seed's trace reduced as it is written: the records are fed one at a time
+/// ([`Reducer::observe`]) and never kept, so a seed's memory follows its fleet, not its trace.
+pub struct Reducer {
+    plan: Arc<FleetPlan>,
+    checks: Arc<[Check]>,
+    /// Instants count from the start of day 1 (a local midnight), this far into the trace.
+    lead_ms: u64,
     /// For each agent, the checks binding it.
     checks_of: Vec<Vec<usize>>,
     days: u32,
     end_ms: u64,
-    by_name: BTreeMap<&'a str, usize>,
+    by_name: BTreeMap<String, usize>,
     by_id: BTreeMap<u64, usize>,
     counts: Vec<Vec<DayCounts>>,
     crossings: Vec<Option<Crossing>>,
@@ -200,7 +205,7 @@ struct Reducer<'a> {
     spans: Vec<Vec<Span>>,
 }
 
-impl Reducer<'_> {
+impl Reducer {
     fn day(&self, t_ms: u64) -> u32 {
         ((t_ms / DAY_MS) as u32).min(self.days - 1)
     }
@@ -432,7 +437,73 @@ impl Reducer<'_> {
     }
 }
 
-/// Reduces one seed's trace; `timelines` keeps its runs and spans too.
+impl Reducer {
+    /// A reducer of one seed whose day 1 starts `lead_ms` into its trace; `timelines` keeps
+    /// its runs and spans too.
+    pub fn new(plan: Arc<FleetPlan>, checks: Arc<[Check]>, lead_ms: u64, timelines: bool) -> Self {
+        let agents = plan.agents.len();
+        let days = plan.days.max(1);
+        let mut checks_of = vec![Vec::new(); agents];
+        for (c, check) in checks.iter().enumerate() {
+            for &agent in &check.agents {
+                checks_of[agent].push(c);
+            }
+        }
+        Reducer {
+            checks_of,
+            days,
+            end_ms: plan.virtual_ms(),
+            by_name: plan
+                .agents
+                .iter()
+                .enumerate()
+                .map(|(i, a)| (a.name.clone(), i))
+                .collect(),
+            by_id: BTreeMap::new(),
+            counts: vec![vec![DayCounts::default(); days as usize]; agents],
+            crossings: vec![None; checks.len()],
+            sources: BTreeMap::new(),
+            started: BTreeMap::new(),
+            offline_since: BTreeMap::new(),
+            breaker_since: BTreeMap::new(),
+            paused: BTreeMap::new(),
+            weekly_openings: BTreeMap::new(),
+            timelines,
+            runs: vec![Vec::new(); if timelines { agents } else { 0 }],
+            spans: vec![Vec::new(); if timelines { agents } else { 0 }],
+            plan,
+            checks,
+            lead_ms,
+        }
+    }
+
+    /// Takes the next record of the trace.
+    pub fn observe(&mut self, record: &TraceRecord) {
+        self.record(record.t_ms.saturating_sub(self.lead_ms), record);
+    }
+
+    /// The seed's summary, once its trace has ended (`violation`: the first broken invariant,
+    /// at its instant in the trace).
+    pub fn summary(mut self, seed: u64, violation: Option<(u64, String, String)>) -> SeedSummary {
+        self.finish();
+        for spans in &mut self.spans {
+            spans.sort_by(|a, b| (a.from_ms, &a.kind).cmp(&(b.from_ms, &b.kind)));
+        }
+        let lead_ms = self.lead_ms;
+        SeedSummary {
+            seed,
+            agents: self.counts,
+            crossings: self.crossings,
+            violation: violation.map(|(t_ms, invariant, detail)| {
+                (t_ms.saturating_sub(lead_ms), invariant, detail)
+            }),
+            runs: self.runs,
+            spans: self.spans,
+        }
+    }
+}
+
+/// Reduces one seed's whole trace at once (the streaming [`Reducer`] fed every record).
 pub fn reduce(
     plan: &FleetPlan,
     checks: &[Check],
@@ -442,57 +513,11 @@ pub fn reduce(
     violation: Option<(u64, String, String)>,
     timelines: bool,
 ) -> SeedSummary {
-    let agents = plan.agents.len();
-    let days = plan.days.max(1);
-    let mut checks_of = vec![Vec::new(); agents];
-    for (c, check) in checks.iter().enumerate() {
-        for &agent in &check.agents {
-            checks_of[agent].push(c);
-        }
-    }
-    let mut reducer = Reducer {
-        plan,
-        checks,
-        checks_of,
-        days,
-        end_ms: plan.virtual_ms(),
-        by_name: plan
-            .agents
-            .iter()
-            .enumerate()
-            .map(|(i, a)| (a.name.as_str(), i))
-            .collect(),
-        by_id: BTreeMap::new(),
-        counts: vec![vec![DayCounts::default(); days as usize]; agents],
-        crossings: vec![None; checks.len()],
-        sources: BTreeMap::new(),
-        started: BTreeMap::new(),
-        offline_since: BTreeMap::new(),
-        breaker_since: BTreeMap::new(),
-        paused: BTreeMap::new(),
-        weekly_openings: BTreeMap::new(),
-        timelines,
-        runs: vec![Vec::new(); if timelines { agents } else { 0 }],
-        spans: vec![Vec::new(); if timelines { agents } else { 0 }],
-    };
-    // Instants count from the start of day 1 (a local midnight), `lead_ms` into the trace.
+    let mut reducer = Reducer::new(Arc::new(plan.clone()), checks.into(), lead_ms, timelines);
     for record in records {
-        reducer.record(record.t_ms.saturating_sub(lead_ms), record);
+        reducer.observe(record);
     }
-    reducer.finish();
-    for spans in &mut reducer.spans {
-        spans.sort_by(|a, b| (a.from_ms, &a.kind).cmp(&(b.from_ms, &b.kind)));
-    }
-    SeedSummary {
-        seed,
-        agents: reducer.counts,
-        crossings: reducer.crossings,
-        violation: violation.map(|(t_ms, invariant, detail)| {
-            (t_ms.saturating_sub(lead_ms), invariant, detail)
-        }),
-        runs: reducer.runs,
-        spans: reducer.spans,
-    }
+    reducer.summary(seed, violation)
 }
 
 #[cfg(test)]
