@@ -65,7 +65,7 @@ async fn one_size(
     let file = dir.join("fleet.toml");
     std::fs::write(&file, fleet_file("idle", size, IDLE_INTERVAL_MS))?;
     // First without snapshots, so that the first restart replays the whole log.
-    let no_snapshots = node_file(&dir, "no-snapshots.toml", NO_SNAPSHOTS_EVERY_EVENTS)?;
+    let no_snapshots = node_file(&dir, "no-snapshots.toml", NO_SNAPSHOTS_EVERY_EVENTS, None)?;
     let started = Instant::now();
     let node = Node::start_with(vigil, &dir, Some(&file), &no_snapshots).await?;
     // One event per agent after the tenant's: wait until the last is in the log.
@@ -75,7 +75,7 @@ async fn one_size(
     drop(node);
     // Snapshots due at once (every_events is raised to the fleet's size, which the log
     // exceeds by its tenant's event).
-    let snapshot_asap = node_file(&dir, "snapshots.toml", 1)?;
+    let snapshot_asap = node_file(&dir, "snapshots.toml", 1, None)?;
     let restarted = Instant::now();
     let node = Node::start_with(vigil, &dir, None, &snapshot_asap).await?;
     let from_log = restarted.elapsed();
@@ -118,30 +118,47 @@ async fn one_size(
 }
 
 /// A `[snapshots] every_events` no fleet reaches: a node that never snapshots.
-const NO_SNAPSHOTS_EVERY_EVENTS: u64 = 1 << 60;
+pub(crate) const NO_SNAPSHOTS_EVERY_EVENTS: u64 = 1 << 60;
 
-/// Writes a node file with `[snapshots] every_events` in `dir` and answers the environment
-/// that hands it to `vigil serve`.
-fn node_file(dir: &Path, name: &str, every_events: u64) -> anyhow::Result<Vec<(String, String)>> {
+/// Writes a node file with `[snapshots] every_events` (and `every_ms`, if given) in `dir` and
+/// answers the environment that hands it to `vigil serve`.
+pub(crate) fn node_file(
+    dir: &Path,
+    name: &str,
+    every_events: u64,
+    every_ms: Option<u64>,
+) -> anyhow::Result<Vec<(String, String)>> {
     let path = dir.join(name);
-    std::fs::write(
-        &path,
-        format!("[snapshots]\nevery_events = {every_events}\n"),
-    )?;
+    let mut text = format!("[snapshots]\nevery_events = {every_events}\n");
+    if let Some(every_ms) = every_ms {
+        text.push_str(&format!("every_ms = {every_ms}\n"));
+    }
+    std::fs::write(&path, text)?;
     Ok(vec![("VIGIL_CONFIG".into(), path.display().to_string())])
 }
 
 /// A timer interval that keeps an agent idle while it is measured.
-const IDLE_INTERVAL_MS: u64 = 3_600_000;
+pub(crate) const IDLE_INTERVAL_MS: u64 = 3_600_000;
 
 /// A fleet file of `size` agents named `<prefix>-<i>`, each with a timer every `interval_ms` and
 /// a scripted run of 100 ms.
 pub fn fleet_file(prefix: &str, size: usize, interval_ms: u64) -> String {
     let mut text = String::with_capacity(size * 160);
     for i in 0..size {
-        text.push_str(&format!(
-            "[[agents]]\nname = \"{prefix}-{i}\"\n[agents.heartbeat]\ninterval_ms = {interval_ms}\n[agents.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 100, outcome = \"succeeded\" }}]\n\n"
+        text.push_str(&agent_entry(
+            "agents",
+            &format!("{prefix}-{i}"),
+            interval_ms,
         ));
     }
     text
+}
+
+/// One agent of a fleet file, an entry of the array of tables `table` (`agents`, or
+/// `tenants.agents` for the last tenant above it): a timer every `interval_ms` and a scripted
+/// run of 100 ms.
+pub(crate) fn agent_entry(table: &str, name: &str, interval_ms: u64) -> String {
+    format!(
+        "[[{table}]]\nname = \"{name}\"\n[{table}.heartbeat]\ninterval_ms = {interval_ms}\n[{table}.adapter]\ntype = \"scripted\"\nsteps = [{{ duration_ms = 100, outcome = \"succeeded\" }}]\n\n"
+    )
 }

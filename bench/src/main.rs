@@ -10,6 +10,7 @@ mod http;
 mod node;
 mod peers;
 mod pulses;
+mod recovery;
 mod stats;
 mod timers;
 
@@ -88,6 +89,22 @@ enum Bench {
         #[arg(long, default_value_t = 8)]
         tenants: usize,
     },
+    /// Recovery time against the length of the log after a snapshot, at one fleet size: a
+    /// fleet snapshotted once, then tails of on-demand wakeups and their runs written with
+    /// snapshots off, each followed by SIGKILLs and restarts.
+    Recovery {
+        #[arg(long, default_value = "target/release/vigil")]
+        vigil: PathBuf,
+        #[arg(long, default_value = "target/bench-data")]
+        data_dir: PathBuf,
+        /// Agents in the fleet (at least 100: they are spread over 100 tenants).
+        #[arg(long, default_value_t = 10_000)]
+        agents: usize,
+        /// Tail lengths to measure, in events after the snapshot, cumulative (one log that
+        /// grows); 0 is always measured, as the base the tail's cost is taken from.
+        #[arg(long, value_delimiter = ',', default_value = "0,10000,50000,100000,200000,500000,1000000")]
+        tails: Vec<u64>,
+    },
     /// Timer lateness (fire instant minus due slot, from the node's log) in a fleet of agents
     /// on short intervals, each fire a real run.
     Timers {
@@ -134,6 +151,12 @@ fn main() -> anyhow::Result<()> {
                 agents,
                 tenants,
             } => pulses::run(&vigil, &data_dir, &clients, seconds, agents, tenants).await,
+            Bench::Recovery {
+                vigil,
+                data_dir,
+                agents,
+                tails,
+            } => recovery::run(&vigil, &data_dir, agents, &tails).await,
             Bench::Timers {
                 vigil,
                 data_dir,

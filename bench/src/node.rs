@@ -14,6 +14,12 @@ use crate::http::Connection;
 /// file is parsed first, and a million events are replayed at a restart.
 const START_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// How often a starting node is asked whether it is ready. Why this short: a restart is timed
+/// until the first answer, so the period is the resolution of every recovery figure (a
+/// 10,000-agent node recovers from its snapshot in about 100 ms); a refused poll costs the node
+/// a connection.
+const READY_POLL: Duration = Duration::from_millis(10);
+
 /// A running `vigil serve`, killed when dropped.
 pub struct Node {
     child: Child,
@@ -83,7 +89,7 @@ impl Node {
                     return Ok(());
                 }
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(READY_POLL).await;
         }
         bail!("vigil serve did not become ready within {START_TIMEOUT:?}")
     }
@@ -112,16 +118,19 @@ impl Node {
     /// The log position of the node's newest snapshot (`vigil_snapshot_seq` in `/metrics`;
     /// 0 until this process writes one).
     pub async fn snapshot_seq(&self) -> anyhow::Result<u64> {
+        metric(&self.metrics().await?, "vigil_snapshot_seq")
+    }
+
+    /// The node's `/metrics` text, read with the operator's token.
+    pub async fn metrics(&self) -> anyhow::Result<String> {
         let mut connection = Connection::open(self.addr).await?;
         let metrics = connection
             .send(Method::GET, "/metrics", &self.operator_token, None)
             .await?;
-        let text = String::from_utf8_lossy(&metrics.body);
-        let value = text
-            .lines()
-            .find_map(|line| line.strip_prefix("vigil_snapshot_seq "))
-            .context("vigil_snapshot_seq in /metrics")?;
-        Ok(value.trim().parse()?)
+        if !metrics.status.is_success() {
+            bail!("GET /metrics: {}", metrics.status);
+        }
+        Ok(String::from_utf8_lossy(&metrics.body).into_owned())
     }
 
     /// The node process's resident memory, in bytes (Linux `/proc`).
@@ -138,6 +147,19 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The value of `series` in a `/metrics` text: a metric's name with its labels as the node
+/// prints them (`vigil_snapshot_seq`, `vigil_runs{state="running"}`).
+pub fn metric(text: &str, series: &str) -> anyhow::Result<u64> {
+    let value = text
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .with_context(|| format!("{series} in /metrics"))?;
+    value
+        .trim()
+        .parse()
+        .with_context(|| format!("{series} in /metrics is {value:?}"))
 }
 
 /// A loopback port nothing listens on right now.

@@ -48,7 +48,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "bench <name> [vigil-bench args]",
-        "a benchmark against the real vigil serve (wakeups, fleet, pulses, timers); writes its section of docs/benchmarks.md",
+        "a benchmark against the real vigil serve (wakeups, fleet, pulses, timers, recovery); writes its section of docs/benchmarks.md",
     ),
     (
         "bench-smoke [runs] [seed]",
@@ -397,7 +397,7 @@ fn count_before(counts: &str, label: &str) -> u64 {
 /// `<!-- bench:NAME -->` and `<!-- /bench:NAME -->`, added at the end the first time).
 fn bench(args: &[String]) {
     let Some(name) = args.first() else {
-        eprintln!("usage: cargo xtask bench <name> [vigil-bench args]   (names: wakeups, fleet, pulses, timers)");
+        eprintln!("usage: cargo xtask bench <name> [vigil-bench args]   (names: wakeups, fleet, pulses, timers, recovery)");
         exit(EXIT_USAGE);
     };
     cargo(
