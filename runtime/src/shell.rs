@@ -458,10 +458,13 @@ impl Shell {
             return Ok(None);
         }
         let now_ms = self.clock.wall_now_ms();
-        if !self
-            .decide_pulse(&engine, now_ms, agents)?
-            .events
-            .is_empty()
+        // The common case, a host's batch of agents all online already, decides nothing: it
+        // is seen without building the decision (the engine would emit no event for it).
+        if !all_online(&engine, agents)
+            && !self
+                .decide_pulse(&engine, now_ms, agents)?
+                .events
+                .is_empty()
         {
             return Ok(None);
         }
@@ -991,6 +994,19 @@ fn log_notable(event: &Event) {
         }
         _ => {}
     }
+}
+
+/// Whether every agent of a pulse is known, not terminated and online: its pulse then changes
+/// nothing durable ([`Command::MarkOnline`] emits events only for agents not online, and refuses
+/// unknown or terminated ones).
+fn all_online(engine: &Engine, agents: &[(AgentId, PulseReport)]) -> bool {
+    agents.iter().all(|(agent, _)| {
+        engine.agent_state(*agent).is_some_and(|state| {
+            let agent = state.agent();
+            agent.status != crate::engine::agent::AgentStatus::Terminated
+                && agent.liveness.status == LivenessStatus::Online
+        })
+    })
 }
 
 #[cfg(test)]
