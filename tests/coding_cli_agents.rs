@@ -105,6 +105,12 @@ async fn an_unknown_session_is_retried_fresh_exactly_once(cli: Cli) {
     assert!(!cli.resumes_any(&invocations[2].0), "the retry resumes nothing: {invocations:?}");
     let log = log_text(&api, &retried).await;
     assert!(log.contains("refused session") && log.contains("retried once"), "{log}");
+    // The fresh invocation's spend, committed with the run's end, is on the run.
+    let input = match cli {
+        Cli::Claude => CLAUDE_INPUT,
+        Cli::Codex => CODEX_INPUT,
+    };
+    assert_eq!(retried["usage"]["input_tokens"], input, "{retried}");
 
     // Plant an unknown session again, then have the CLI refuse even the fresh run.
     assert_succeeded(&run_once(&api, agent, "u", "new-session=expired-3").await);

@@ -28,22 +28,41 @@ pub async fn run_with_one_retry(
 ) -> AdapterOutcome {
     let stored = run.session_id.clone();
     let first = invoke(kind, spec, run, &prompt, stored.as_deref()).await;
+    let Some(stored) = stored.filter(|_| first.session_refused()) else {
+        // The run's only invocation: its spend is committed with the run's end.
+        return with_last_call(conclude(kind, spec, &first, Retry::None), spec, run, &first);
+    };
+    // Another invocation follows: this one's spend is committed first, on its own.
     if let Err(error) = record_usage(spec, run, &first).await {
         return unrecorded(kind, error);
     }
-    let Some(stored) = stored.filter(|_| first.session_refused()) else {
-        return conclude(kind, spec, &first, Retry::None);
-    };
     note(run, format!(
         "{} refused session {stored:?} (unknown or expired); it is dropped and the run retried once with a fresh session",
         kind.product()
     ))
     .await;
     let fresh = invoke(kind, spec, run, &prompt, None).await;
-    if let Err(error) = record_usage(spec, run, &fresh).await {
-        return unrecorded(kind, error);
+    with_last_call(conclude(kind, spec, &fresh, Retry::AfterRefusal), spec, run, &fresh)
+}
+
+/// `outcome` carrying the spend of the run's last invocation, committed with the run's end in
+/// one commit (`RunEnd::last_call`, as the agent loop's last model call).
+fn with_last_call(
+    outcome: AdapterOutcome,
+    spec: &CodingCliSpec,
+    run: &RunContext,
+    attempt: &Attempt,
+) -> AdapterOutcome {
+    AdapterOutcome {
+        last_call: spent(spec, run, attempt),
+        ..outcome
     }
-    conclude(kind, spec, &fresh, Retry::AfterRefusal)
+}
+
+/// What the invocation spent, when it reported anything.
+fn spent(spec: &CodingCliSpec, run: &RunContext, attempt: &Attempt) -> Option<Usage> {
+    let report = attempt.parsed.as_ref().ok()?;
+    usage_of(report, spec.model.as_deref(), run.host.prices())
 }
 
 /// Runs the CLI once through the shared child runner, reading its output as it comes.
@@ -121,10 +140,7 @@ async fn record_usage(
     run: &RunContext,
     attempt: &Attempt,
 ) -> Result<(), String> {
-    let Ok(report) = &attempt.parsed else {
-        return Ok(());
-    };
-    match usage_of(report, spec.model.as_deref(), run.host.prices()) {
+    match spent(spec, run, attempt) {
         Some(usage) => run.host.record_usage(run.run, usage).await.map(|_| ()),
         None => Ok(()),
     }

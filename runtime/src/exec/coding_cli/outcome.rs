@@ -134,7 +134,7 @@ pub fn conclude(kind: CliKind, spec: &CodingCliSpec, attempt: &Attempt, retry: R
         cause: failed_in_the_cli.then_some(FailureCause::Llm),
         status,
         detail,
-        // Recorded before the outcome is read (`attempt.rs`), as the invocation ends.
+        // Set by `attempt.rs` from the last invocation's report.
         last_call: None,
     }
 }
