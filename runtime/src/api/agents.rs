@@ -5,7 +5,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery};
 use axum::http::StatusCode;
-use axum::Json;
+use super::json::Json;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -5,6 +5,7 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 
+use super::json::Json;
 use crate::engine::Refusal;
 use crate::shell::ExecuteError;
 use crate::store::StoreError;
@@ -148,7 +149,7 @@ impl IntoResponse for ApiError {
                 field: field.as_deref(),
             },
         };
-        let mut response = (self.status, axum::Json(body)).into_response();
+        let mut response = (self.status, Json(body)).into_response();
         if let Some(seconds) = self.retry_after() {
             response
                 .headers_mut()

@@ -13,7 +13,7 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::RawQuery;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::Caller;

@@ -6,7 +6,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::StatusCode;
-use axum::Json;
+use super::json::Json;
 use serde::{Deserialize, Serialize};
 
 use super::auth::{Caller, Gate};

@@ -12,6 +12,7 @@ pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod heartbeats;
 pub(crate) mod in_flight;
+mod json;
 mod openapi;
 mod pulses;
 mod query;
@@ -33,7 +34,8 @@ use axum::extract::DefaultBodyLimit;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router};
+use axum::Router;
+use json::Json;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
@@ -230,10 +232,10 @@ fn node_operator(caller: &auth::Caller, why: &str) -> Result<(), ApiError> {
 )]
 async fn backup(
     caller: auth::Caller,
-) -> Result<axum::Json<crate::store::backup::Backup>, ApiError> {
+) -> Result<Json<crate::store::backup::Backup>, ApiError> {
     node_operator(&caller, "a backup holds every tenant's data")?;
     match caller.shell.backup().await {
-        Ok(backup) => Ok(axum::Json(backup)),
+        Ok(backup) => Ok(Json(backup)),
         Err(crate::shell::BackupRefused::InProgress) => Err(ApiError {
             status: StatusCode::CONFLICT,
             code: "backup_in_progress",

@@ -4,7 +4,7 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::Path;
-use axum::Json;
+use super::json::Json;
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -35,9 +35,11 @@ pub struct PulseRequest {
 
 impl PulseRequest {
     /// The report, its metadata checked; `prefix` places the fields (`agents[3].`) in errors.
-    fn into_report(self, prefix: &str) -> Result<PulseReport, ApiError> {
+    /// `prefix` names where the entry sits in the request (`agents[3].` in a batch); it is
+    /// built only for a batch entry that carries metadata.
+    fn into_report(self, prefix: impl FnOnce() -> String) -> Result<PulseReport, ApiError> {
         if let Some(metadata) = &self.metadata {
-            PulseReport::validate_metadata(metadata, &format!("{prefix}metadata"))
+            PulseReport::validate_metadata(metadata, &format!("{}metadata", prefix()))
                 .map_err(|e| ApiError::invalid_field(e.field, e.message))?;
         }
         Ok(PulseReport {
@@ -111,7 +113,7 @@ pub async fn pulse(
     let agent = AgentId(parse_id("id", &id)?);
     caller.with_agent(agent, |_| ())?;
     let request: PulseRequest = optional_body(body)?;
-    let report = request.into_report("")?;
+    let report = request.into_report(String::new)?;
     caller
         .shell
         .pulse(&[(agent, report)], crate::writer::WhenFull::Refuse)
@@ -279,7 +281,7 @@ pub async fn batch(
             .with_agent(agent, |a| a.liveness.status == LivenessStatus::Online)
             .map_err(named)?;
         was_online.entry(agent).or_insert(online);
-        pulses.push((agent, entry.request.into_report(&format!("agents[{i}]."))?));
+        pulses.push((agent, entry.request.into_report(|| format!("agents[{i}]."))?));
     }
     let heartbeat_at_ms = caller
         .shell

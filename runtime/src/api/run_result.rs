@@ -9,7 +9,7 @@ use axum::extract::{Path, State};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use super::json::Json;
 use serde_json::{json, Value};
 
 use super::auth::{bearer_token, parse_id, Gate};

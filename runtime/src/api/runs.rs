@@ -1,7 +1,7 @@
 //! `/v1/runs`: list and read runs, read a run's transcript, cancel one.
 
 use axum::extract::{Path, RawQuery};
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::{parse_id, Caller};

@@ -2,7 +2,7 @@
 //! operator's reset of one (the next run on that task starts a fresh session).
 
 use axum::extract::Path;
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::{parse_id, Caller};

@@ -8,7 +8,7 @@
 //! The log is read on the blocking pool, never on an async worker.
 
 use axum::extract::{Path, RawQuery};
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::{parse_id, Caller};

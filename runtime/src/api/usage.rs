@@ -2,7 +2,7 @@
 //! between runs, and what it spends.
 
 use axum::extract::Path;
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::{parse_id, Caller};

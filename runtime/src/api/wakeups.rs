@@ -6,7 +6,7 @@
 //! reaches as far back as the log does.
 
 use axum::extract::RawQuery;
-use axum::Json;
+use super::json::Json;
 use serde::Serialize;
 
 use super::auth::Caller;
