@@ -101,6 +101,8 @@ impl Workload {
     /// Runs the plan to its end (or until an invariant breaks).
     pub async fn run(self, recorder: Recorder) {
         let client = OperatorClient::new(self.addr, recorder.clone());
+        // Hosts pulse every few seconds over connections they keep open.
+        let pulser = client.clone().keeping_connections();
         let directory: Directory = Rc::default();
         let mut steps = self.steps.iter().peekable();
         let mut next_probe_ms = self.probe_every_ms;
@@ -158,7 +160,7 @@ impl Workload {
                         let id = directory.borrow().get(agent).copied();
                         // Before its creation is answered an agent has nothing to pulse to.
                         if let Some(id) = id {
-                            madsim::task::spawn_local(pulse(client.clone(), recorder.clone(), id));
+                            madsim::task::spawn_local(pulse(pulser.clone(), recorder.clone(), id));
                         }
                     }
                     Action::PulseBatch { agents } => {
@@ -171,7 +173,7 @@ impl Workload {
                         };
                         if !ids.is_empty() {
                             madsim::task::spawn_local(pulse_batch(
-                                client.clone(),
+                                pulser.clone(),
                                 recorder.clone(),
                                 ids,
                             ));

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
@@ -14,6 +15,13 @@ use crate::net::WrittenFlush;
 
 /// A request that takes longer than this (connect, send, full answer) fails with `Timeout`.
 pub const REQUEST_TIMEOUT_MS: u64 = 10_000;
+
+/// Most idle connections a [`ApiClient::keeping_connections`] client keeps open for its next
+/// requests; a connection that comes back when this many wait is closed.
+pub const IDLE_CONNECTIONS_MAX: usize = 8;
+
+/// Connections a keep-alive client holds between requests, shared by its clones.
+type Idle = std::sync::Arc<std::sync::Mutex<Vec<SendRequest<Full<Bytes>>>>>;
 
 /// Why a request got no HTTP answer.
 #[derive(Debug, thiserror::Error)]
@@ -49,8 +57,9 @@ impl Answer {
     }
 }
 
-/// Talks to one Vigil node. One connection per request: simple, and a crashed server never
-/// leaves a half-used connection behind.
+/// Talks to one Vigil node. One connection per request unless made with
+/// [`ApiClient::keeping_connections`]: simple, and a crashed server never leaves a half-used
+/// connection behind.
 #[derive(Debug, Clone)]
 pub struct ApiClient {
     addr: SocketAddr,
@@ -58,6 +67,8 @@ pub struct ApiClient {
     token: Option<String>,
     /// The whole exchange (connect, send, full answer) is bounded by this.
     timeout_ms: u64,
+    /// Open connections waiting for a request, when the client keeps them.
+    idle: Option<Idle>,
 }
 
 impl ApiClient {
@@ -67,7 +78,18 @@ impl ApiClient {
             addr,
             token: None,
             timeout_ms: REQUEST_TIMEOUT_MS,
+            idle: None,
         }
+    }
+
+    /// The same client, keeping a connection open after an answer for a later request (HTTP/1.1
+    /// keep-alive, at most [`IDLE_CONNECTIONS_MAX`] at once, shared by its clones), as a
+    /// long-lived client such as a host's pulse sender does. A connection the server closed is
+    /// seen closed and left; one it closes while a request is on the way fails that request
+    /// (`Http`), as a dropped connection would.
+    pub fn keeping_connections(mut self) -> Self {
+        self.idle = Some(Idle::default());
+        self
     }
 
     /// The same client with another bound on each exchange.
@@ -87,6 +109,7 @@ impl ApiClient {
             addr,
             token: Some(token.into()),
             timeout_ms: REQUEST_TIMEOUT_MS,
+            idle: None,
         }
     }
 
@@ -131,17 +154,18 @@ impl ApiClient {
     ) -> Result<Answer, ClientError> {
         let addr = self.addr;
         let http = |source| ClientError::Http { addr, source };
-        let stream = TcpStream::connect(addr)
-            .await
-            .map_err(|source| ClientError::Connect { addr, source })?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(TokioIo::new(WrittenFlush::new(stream)))
-                .await
-                .map_err(http)?;
-        let driver = tokio::spawn(async move {
-            // Errors surface through `send_request`; the driver only has to run.
-            let _ = connection.await;
-        });
+        // A kept connection the server has since closed fails `ready`; a new one replaces it.
+        let kept = match self.idle_connection() {
+            Some(mut sender) => sender.ready().await.ok().map(|()| sender),
+            None => None,
+        };
+        let (mut sender, driver) = match kept {
+            Some(sender) => (sender, None),
+            None => {
+                let (sender, driver) = self.connect().await?;
+                (sender, Some(driver))
+            }
+        };
         let mut builder = Request::builder()
             .method(method)
             .uri(path)
@@ -172,7 +196,165 @@ impl ApiClient {
             })
         }
         .await;
-        driver.abort();
+        match &self.idle {
+            // Back to the pool only after a whole answer, ready for the next request; the
+            // driver runs on until the connection is dropped or the server closes it.
+            Some(idle) if answer.is_ok() => {
+                let mut idle = idle.lock().expect("idle connections lock");
+                if idle.len() < IDLE_CONNECTIONS_MAX && !sender.is_closed() {
+                    idle.push(sender);
+                }
+            }
+            Some(_) => {}
+            None => {
+                if let Some(driver) = driver {
+                    driver.abort();
+                }
+            }
+        }
         answer
+    }
+
+    /// The most recently used idle connection not yet seen closed, if the client keeps them.
+    fn idle_connection(&self) -> Option<SendRequest<Full<Bytes>>> {
+        let mut idle = self.idle.as_ref()?.lock().expect("idle connections lock");
+        while let Some(sender) = idle.pop() {
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    /// A new connection and the task that drives it.
+    async fn connect(
+        &self,
+    ) -> Result<(SendRequest<Full<Bytes>>, tokio::task::JoinHandle<()>), ClientError> {
+        let addr = self.addr;
+        let stream = TcpStream::connect(addr)
+            .await
+            .map_err(|source| ClientError::Connect { addr, source })?;
+        let (sender, connection) =
+            hyper::client::conn::http1::handshake(TokioIo::new(WrittenFlush::new(stream)))
+                .await
+                .map_err(|source| ClientError::Http { addr, source })?;
+        let driver = tokio::spawn(async move {
+            // Errors surface through `send_request`; the driver only has to run.
+            let _ = connection.await;
+        });
+        Ok((sender, driver))
+    }
+
+    /// How many connections wait for a request now.
+    #[cfg(test)]
+    fn idle_connections(&self) -> usize {
+        self.idle
+            .as_ref()
+            .map_or(0, |idle| idle.lock().expect("idle connections lock").len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use hyper::service::service_fn;
+    use hyper::Response;
+    use tokio::net::TcpListener;
+    use tokio::sync::Barrier;
+
+    use super::*;
+
+    /// A local HTTP/1.1 server that counts the connections it accepted. Each request waits at
+    /// `barrier` (when set) before its answer; a request to `/close` is answered with
+    /// `Connection: close`.
+    async fn server(barrier: Option<Arc<Barrier>>) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.expect("accept");
+                counter.fetch_add(1, Ordering::SeqCst);
+                let barrier = barrier.clone();
+                let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                    let barrier = barrier.clone();
+                    async move {
+                        if let Some(barrier) = barrier {
+                            barrier.wait().await;
+                        }
+                        let mut answer = Response::new(Full::new(Bytes::from_static(b"{}")));
+                        if request.uri().path() == "/close" {
+                            answer.headers_mut().insert(
+                                hyper::header::CONNECTION,
+                                hyper::header::HeaderValue::from_static("close"),
+                            );
+                        }
+                        Ok::<_, Infallible>(answer)
+                    }
+                });
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service),
+                );
+            }
+        });
+        (addr, accepted)
+    }
+
+    #[tokio::test]
+    async fn a_keeping_client_sends_later_requests_on_one_connection_and_a_plain_one_does_not() {
+        let (addr, accepted) = server(None).await;
+        let keeping = ApiClient::new(addr).keeping_connections();
+        for _ in 0..3 {
+            assert!(keeping.get("/").await.expect("answer").status.is_success());
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+        assert_eq!(keeping.idle_connections(), 1);
+        let plain = ApiClient::new(addr);
+        for _ in 0..3 {
+            assert!(plain.get("/").await.expect("answer").status.is_success());
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closes_is_not_kept_and_the_next_request_opens_another() {
+        let (addr, accepted) = server(None).await;
+        let keeping = ApiClient::new(addr).keeping_connections();
+        assert!(keeping.get("/close").await.expect("answer").status.is_success());
+        assert!(keeping.get("/").await.expect("answer").status.is_success());
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+        assert!(keeping.get("/").await.expect("answer").status.is_success());
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    }
+
+    /// `IDLE_CONNECTIONS_MAX + 1` requests at once need as many connections; afterwards exactly
+    /// `IDLE_CONNECTIONS_MAX` wait, so the same burst again opens exactly one more.
+    #[tokio::test]
+    async fn at_most_idle_connections_max_are_kept() {
+        let burst = IDLE_CONNECTIONS_MAX + 1;
+        let (addr, accepted) = server(Some(Arc::new(Barrier::new(burst)))).await;
+        let keeping = ApiClient::new(addr).keeping_connections();
+        let send_burst = || async {
+            let requests: Vec<_> = (0..burst)
+                .map(|_| {
+                    let client = keeping.clone();
+                    tokio::spawn(async move { client.get("/").await.expect("answer").status })
+                })
+                .collect();
+            for request in requests {
+                assert!(request.await.expect("request task").is_success());
+            }
+        };
+        send_burst().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), burst);
+        assert_eq!(keeping.idle_connections(), IDLE_CONNECTIONS_MAX);
+        send_burst().await;
+        assert_eq!(accepted.load(Ordering::SeqCst), burst + 1);
+        assert_eq!(keeping.idle_connections(), IDLE_CONNECTIONS_MAX);
     }
 }
