@@ -276,11 +276,90 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
 type ReadBody = (Option<String>, String, Vec<(String, Value)>, u32, u64);
 
 /// A string field that may hold another JSON type (then read as absent).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
 enum MaybeText {
     Text(String),
-    Other(serde::de::IgnoredAny),
+    Other,
+}
+
+/// A field's shape, read without buffering: serde's untagged enums copy the whole value
+/// (every message's content, every tool call) before choosing a variant, which was most of
+/// what reading a request cost. Anything not asked for is skipped.
+trait Shape: Sized {
+    const EXPECTING: &'static str;
+    fn other() -> Self;
+    fn text(_text: String) -> Self {
+        Self::other()
+    }
+    fn seq<'de, A: serde::de::SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Self::other())
+    }
+    fn map<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        while map
+            .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+            .is_some()
+        {}
+        Ok(Self::other())
+    }
+}
+
+/// Reads any JSON value into a [`Shape`].
+struct ShapeVisitor<T>(std::marker::PhantomData<T>);
+
+impl<'de, T: Shape> serde::de::Visitor<'de> for ShapeVisitor<T> {
+    type Value = T;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str(T::EXPECTING)
+    }
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
+        Ok(T::text(text.to_owned()))
+    }
+    fn visit_string<E: serde::de::Error>(self, text: String) -> Result<T, E> {
+        Ok(T::text(text))
+    }
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> Result<T, E> {
+        Ok(T::other())
+    }
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> Result<T, E> {
+        Ok(T::other())
+    }
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> Result<T, E> {
+        Ok(T::other())
+    }
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> Result<T, E> {
+        Ok(T::other())
+    }
+    fn visit_unit<E: serde::de::Error>(self) -> Result<T, E> {
+        Ok(T::other())
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<T, A::Error> {
+        T::seq(seq)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+        T::map(map)
+    }
+}
+
+macro_rules! deserialize_shape {
+    ($($shape:ty),*) => {$(
+        impl<'de> serde::Deserialize<'de> for $shape {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                d.deserialize_any(ShapeVisitor::<$shape>(std::marker::PhantomData))
+            }
+        }
+    )*};
+}
+
+deserialize_shape!(MaybeText, MaybeArray, Blocks, BlockKind);
+
+impl Shape for MaybeText {
+    const EXPECTING: &'static str = "any JSON value (a string is read)";
+    fn other() -> Self {
+        MaybeText::Other
+    }
+    fn text(text: String) -> Self {
+        MaybeText::Text(text)
+    }
 }
 
 impl MaybeText {
@@ -322,12 +401,20 @@ struct OpenaiFunction {
 }
 
 /// Whether a field holds an array (its items are not read).
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
 enum MaybeArray {
-    // Only which variant matched is read.
-    Array(#[allow(dead_code)] Vec<serde::de::IgnoredAny>),
-    Other(serde::de::IgnoredAny),
+    Array,
+    Other,
+}
+
+impl Shape for MaybeArray {
+    const EXPECTING: &'static str = "any JSON value (an array is noted)";
+    fn other() -> Self {
+        MaybeArray::Other
+    }
+    fn seq<'de, A: serde::de::SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(MaybeArray::Array)
+    }
 }
 
 fn read_openai(body: &[u8]) -> ReadBody {
@@ -342,7 +429,7 @@ fn read_openai(body: &[u8]) -> ReadBody {
         }
         match role.as_deref() {
             Some("user") => round = 0,
-            Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array(_))) => round += 1,
+            Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array)) => round += 1,
             _ => {}
         }
     }
@@ -380,18 +467,47 @@ struct AnthropicMessage {
 }
 
 /// A message's content: blocks (only their types read), or anything else.
-#[derive(serde::Deserialize)]
-#[serde(untagged)]
 enum Blocks {
     Blocks(Vec<BlockKind>),
-    Other(serde::de::IgnoredAny),
+    Other,
 }
 
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
+impl Shape for Blocks {
+    const EXPECTING: &'static str = "any JSON value (an array of blocks is read)";
+    fn other() -> Self {
+        Blocks::Other
+    }
+    fn seq<'de, A: serde::de::SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
+        let mut blocks = Vec::new();
+        while let Some(block) = seq.next_element::<BlockKind>()? {
+            blocks.push(block);
+        }
+        Ok(Blocks::Blocks(blocks))
+    }
+}
+
+/// A content block: only its `type` is read.
 struct BlockKind {
-    #[serde(rename = "type")]
     kind: Option<MaybeText>,
+}
+
+impl Shape for BlockKind {
+    const EXPECTING: &'static str = "any JSON value (a block's `type` is read)";
+    fn other() -> Self {
+        BlockKind { kind: None }
+    }
+    fn map<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut kind = None;
+        while let Some(key) = map.next_key::<MaybeText>()? {
+            match key {
+                MaybeText::Text(key) if key == "type" => kind = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(BlockKind { kind })
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
