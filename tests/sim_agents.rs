@@ -1,13 +1,12 @@
 //! LLM agents under the simulator: the agent loop against a simulated provider and tool server.
-//! `heart_fleet_2h` and `tool_loop` pass their sweeps; one pinned seed runs the whole
-//! `heart_fleet` day and its figures come out near the paper's; each scenario really exercises
-//! what it is named for; and each new oracle check fires on a hand-made bad trace.
+//! `heart_fleet` (whole days) and `tool_loop` pass their 500-seed sweeps; the pinned seed's
+//! day comes out near the paper's figures; each scenario really exercises what it is named for;
+//! and each new oracle check fires on a hand-made bad trace.
 //!
 //! Seed counts (docs/simulation.md, "How long it takes"): a whole `heart_fleet` day costs about
-//! 5.5 s of one core per seed, so 500 of them would take over 20 minutes on CI's 2 cores; the
-//! sweep runs the same fleet for 2 hours (`heart_fleet_2h`, about 0.4 s a seed) and one pinned
-//! seed runs the day. `tool_loop` costs about 1 s a seed and sweeps 500 (the whole suite,
-//! measured with it, stays under 20 minutes on 2 cores).
+//! 3 s of one core, so its 500 days are about 13 minutes of CI's 2 cores, the suite's biggest
+//! sweep. `tool_loop` costs about 1 s a seed. The 2-hour cut, `heart_fleet_2h`, is swept in
+//! swarm mode (tests/sim_swarm.rs) and checked for determinism here.
 #![cfg(madsim)]
 
 mod sim_support;
@@ -30,8 +29,8 @@ const TOOL_LOOP_SEEDS: u64 = 500;
 const PINNED_DAY_SEED: u64 = 1;
 
 #[test]
-fn heart_fleet_2h_passes_500_seeds() {
-    sim_support::sweep_passes("heart_fleet_2h", HEART_FLEET_SEEDS);
+fn heart_fleet_passes_500_whole_days() {
+    sim_support::sweep_passes("heart_fleet", HEART_FLEET_SEEDS);
 }
 
 #[test]

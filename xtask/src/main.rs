@@ -189,6 +189,7 @@ fn cargo(args: &[&str], simulated: bool) {
         .status()
         .expect("could not run cargo");
     if !status.success() {
+        stop_background_build();
         exit(status.code().unwrap_or(1));
     }
 }
@@ -246,6 +247,7 @@ fn readme_check() {
         Ok(ran) => println!("readme-check: {ran} README commands passed"),
         Err(why) => {
             eprintln!("readme-check failed: {why}");
+            stop_background_build();
             exit(1);
         }
     }
@@ -280,8 +282,15 @@ fn sim(args: &[String]) {
     exit(status.code().unwrap_or(1));
 }
 
+/// The simulation suite's cargo command; its build starts early with `--no-run` added.
+const SIM_TEST_ARGS: [&str; 4] = ["test", "--release", "-p", "vigil-scenarios"];
+
 fn test() {
     ensure_browser();
+    // Why now: the workspace tests and the README check leave a core idle most of the time
+    // (they wait on real time, real processes, a browser), and the simulator's release build
+    // is the suite's longest; built beside them, it is mostly done when they end.
+    let sim_build = SimBuild::start();
     eprintln!("==> 1/3 workspace tests (real tokio, real disk)");
     let (mut passed, mut failed) = cargo_test(&["test", "--workspace"], false);
     eprintln!(
@@ -289,12 +298,66 @@ fn test() {
     );
     readme_check();
     eprintln!("==> 3/3 simulation tests (--cfg madsim, release, target/sim): sweeps, determinism, lying fsync");
-    let (sim_passed, sim_failed) =
-        cargo_test(&["test", "--release", "-p", "vigil-scenarios"], true);
+    sim_build.finish();
+    let (sim_passed, sim_failed) = cargo_test(&SIM_TEST_ARGS, true);
     passed += sim_passed;
     failed += sim_failed;
     // One closing line for the whole suite, whatever cargo's last (often empty doc-test) line says.
     println!("tests: {passed} passed, {failed} failed");
+}
+
+/// The process id of the background build while it runs (0: none).
+static BACKGROUND_BUILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Stops the background build, if one runs, before the suite exits early on a failure.
+fn stop_background_build() {
+    let pid = BACKGROUND_BUILD.swap(0, std::sync::atomic::Ordering::SeqCst);
+    if pid != 0 {
+        let _ = Command::new("kill").arg(pid.to_string()).status();
+    }
+}
+
+/// The simulation suite's build (`cargo test --no-run`, the same flags as the run after it, so
+/// the run builds nothing), started in the background; its output goes to a log file, printed
+/// when it is waited for.
+struct SimBuild {
+    child: std::process::Child,
+    log: PathBuf,
+}
+
+impl SimBuild {
+    fn start() -> SimBuild {
+        let log = workspace_root().join("target").join("sim-build.log");
+        std::fs::create_dir_all(log.parent().expect("target/ has a parent"))
+            .expect("could not create target/");
+        let file = std::fs::File::create(&log).expect("could not create target/sim-build.log");
+        let mut args = SIM_TEST_ARGS.to_vec();
+        args.push("--no-run");
+        let child = cargo_command(&args, true)
+            .stdin(std::process::Stdio::null())
+            .stdout(file.try_clone().expect("log file handle"))
+            .stderr(file)
+            .spawn()
+            .expect("could not run cargo");
+        BACKGROUND_BUILD.store(child.id(), std::sync::atomic::Ordering::SeqCst);
+        eprintln!(
+            "==> building the simulation suite in the background (log: {})",
+            log.display()
+        );
+        SimBuild { child, log }
+    }
+
+    /// Waits for the build, prints its log, and exits with its status if it failed.
+    fn finish(mut self) {
+        let status = self.child.wait().expect("cargo runs");
+        BACKGROUND_BUILD.store(0, std::sync::atomic::Ordering::SeqCst);
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        eprint!("{log}");
+        if !status.success() {
+            eprintln!("the simulation suite's build failed (log above)");
+            exit(status.code().unwrap_or(1));
+        }
+    }
 }
 
 /// What the dashboard's browser tests (tests/dashboard.rs) drive: Debian's Chromium and its
@@ -376,6 +439,7 @@ fn cargo_test(args: &[&str], simulated: bool) -> (u64, u64) {
     let status = child.wait().expect("cargo runs");
     if !status.success() {
         println!("tests: {passed} passed, {} failed", failed.max(1));
+        stop_background_build();
         exit(status.code().unwrap_or(1));
     }
     (passed, failed)
