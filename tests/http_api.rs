@@ -412,6 +412,22 @@ async fn agent_lists_come_in_pages_by_id_and_find_one_name() {
     assert!(ids(&get(&f.acme, "/v1/agents?name=g3").await.1).is_empty());
     assert!(ids(&get(&f.acme, "/v1/agents?name=nobody").await.1).is_empty());
 
+    // `view=brief`: the same agents and pages, each without its spec; `view=whole` is the default.
+    let brief = get(&f.acme, "/v1/agents?view=brief&limit=2").await.1;
+    assert_eq!(ids(&brief), acme[..2]);
+    assert_eq!(brief["next_after"], acme[1]);
+    let whole_first = &first["agents"][0];
+    let brief_first = &brief["agents"][0];
+    for key in ["id", "name", "status", "next_fire_at_ms", "paused_until_ms", "breaker"] {
+        assert_eq!(brief_first[key], whole_first[key], "{key}: {brief_first}");
+    }
+    assert_eq!(brief_first["liveness"], whole_first["liveness"]["status"]);
+    assert!(brief_first.get("spec").is_none(), "{brief_first}");
+    assert_eq!(
+        get(&f.acme, "/v1/agents?view=whole&limit=2").await.1["agents"],
+        first["agents"]
+    );
+
     // `limit` at its bounds; bad parameters are refused naming themselves.
     assert_eq!(
         get(&f.acme, &format!("/v1/agents?limit={AGENTS_PAGE_MAX}"))
@@ -425,6 +441,7 @@ async fn agent_lists_come_in_pages_by_id_and_find_one_name() {
         (format!("limit={}", AGENTS_PAGE_MAX + 1), "limit"),
         ("after=-1".to_string(), "after"),
         ("since=3".to_string(), "since"),
+        ("view=short".to_string(), "view"),
     ] {
         assert_error(
             &get(&f.acme, &format!("/v1/agents?{query}")).await,

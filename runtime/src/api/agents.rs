@@ -14,9 +14,12 @@ use super::body::parse_json;
 use super::error::ApiError;
 use super::pulses::PulseView;
 use super::query::Query;
-use crate::engine::agent::{Agent, AgentId, AgentSpec};
+use crate::engine::agent::{Agent, AgentId, AgentSpec, AgentStatus};
+use crate::engine::breaker::BreakerState;
+use crate::engine::liveness::LivenessStatus;
 use crate::engine::agent_update::SpecChange;
 use crate::engine::event::EventKind;
+use crate::engine::spec_error::echo;
 use crate::engine::wakeup::{WakeupRecord, WakeupRequest};
 use crate::engine::Command;
 
@@ -35,11 +38,49 @@ pub struct Created {
 #[schema(as = AgentList)]
 pub struct Listing {
     pub now_ms: u64,
-    pub agents: Vec<AgentView>,
+    /// Whole agents, or their brief form with `view=brief`.
+    pub agents: Vec<Listed>,
     /// More agents follow this page: ask again with `after` set to this id. Absent on the last
     /// page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_after: Option<AgentId>,
+}
+
+/// One agent of a listing.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum Listed {
+    Whole(AgentView),
+    Brief(AgentBrief),
+}
+
+/// An agent in brief (`GET /v1/agents?view=brief`): what a fleet view reads every few seconds,
+/// without the spec (prompts, tool schemas), which is most of an agent's bytes.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AgentBrief {
+    pub id: AgentId,
+    pub name: String,
+    #[schema(value_type = String)]
+    pub status: AgentStatus,
+    pub next_fire_at_ms: Option<u64>,
+    pub paused_until_ms: Option<u64>,
+    pub liveness: LivenessStatus,
+    #[schema(value_type = Object)]
+    pub breaker: BreakerState,
+}
+
+impl AgentBrief {
+    fn of(agent: &Agent) -> AgentBrief {
+        AgentBrief {
+            id: agent.id,
+            name: agent.name.clone(),
+            status: agent.status,
+            next_fire_at_ms: agent.next_fire_at_ms,
+            paused_until_ms: agent.paused_until_ms,
+            liveness: agent.liveness.status,
+            breaker: agent.breaker,
+        }
+    }
 }
 
 /// The query of `GET /v1/agents` (the handler parses it with `Query`, refusing any other key).
@@ -53,6 +94,9 @@ pub struct AgentsQuery {
     limit: Option<u64>,
     /// Only the agent of this name (at most one).
     name: Option<String>,
+    /// `whole` (the default): each agent as `GET /v1/agents/{id}` shows it; `brief`: its id,
+    /// name, status, next fire, pause, liveness and breaker only.
+    view: Option<String>,
 }
 
 /// Agents per page of `GET /v1/agents` when `limit` is not given.
@@ -141,10 +185,20 @@ pub async fn create(
 )]
 pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<Listing>, ApiError> {
     let tenant = caller.operator()?;
-    let mut query = Query::parse(query.as_deref(), &["after", "limit", "name"])?;
+    let mut query = Query::parse(query.as_deref(), &["after", "limit", "name", "view"])?;
     let after = AgentId(query.number("after")?.unwrap_or(0));
     let limit = query.limit(AGENTS_PAGE_DEFAULT, AGENTS_PAGE_MAX)?;
     let name = query.take("name");
+    let brief = match query.take("view").as_deref() {
+        None | Some("whole") => false,
+        Some("brief") => true,
+        Some(other) => {
+            return Err(ApiError::invalid_field(
+                "view",
+                format!("view must be whole or brief, got {}", echo(other)),
+            ))
+        }
+    };
     // Clones one page under the engine lock, never the whole fleet: the writer waits on that
     // lock, and a node may hold a million agents.
     let (agents, more): (Vec<Agent>, bool) = {
@@ -169,7 +223,10 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
     let next_after = more.then(|| agents.last().map(|a| a.id)).flatten();
     let agents = agents
         .into_iter()
-        .map(|agent| AgentView::of(agent, &caller))
+        .map(|agent| match brief {
+            true => Listed::Brief(AgentBrief::of(&agent)),
+            false => Listed::Whole(AgentView::of(agent, &caller)),
+        })
         .collect();
     let now_ms = caller.shell.clock().wall_now_ms();
     Ok(Json(Listing {
