@@ -13,7 +13,7 @@ fn golden(scenario: &str, seed: u64) -> String {
         outcome.failure_report().unwrap_or_default()
     );
     let mut text: Vec<String> = outcome.records.iter().map(|r| r.line()).collect();
-    text.push(format!("trace_hash={}", outcome.trace_hash));
+    text.push(format!("trace_hash={}", outcome.trace_hash()));
     text.join("\n")
 }
 

@@ -560,7 +560,7 @@ mod cli {
             "seed": outcome.seed,
             "swarm": outcome.mode == Mode::Swarm,
             "verdict": if outcome.passed() { "pass" } else { "fail" },
-            "trace_hash": outcome.trace_hash,
+            "trace_hash": outcome.trace_hash(),
             "records": outcome.records.len(),
             "records_by_kind": counts,
             "violations": violations,

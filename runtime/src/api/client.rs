@@ -174,7 +174,7 @@ impl ApiClient {
             builder = builder.header(hyper::header::CONTENT_TYPE, "application/json");
         }
         if let Some(token) = &self.token {
-            builder = builder.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+            builder = builder.header(hyper::header::AUTHORIZATION, bearer(token));
         }
         let request = builder
             .body(Full::new(Bytes::from(body.unwrap_or_default())))
@@ -252,6 +252,14 @@ impl ApiClient {
             .as_ref()
             .map_or(0, |idle| idle.lock().expect("idle connections lock").len())
     }
+}
+
+/// `Authorization`'s value for `token`, built in one allocation (every request sends it).
+fn bearer(token: &str) -> String {
+    let mut value = String::with_capacity("Bearer ".len() + token.len());
+    value.push_str("Bearer ");
+    value.push_str(token);
+    value
 }
 
 #[cfg(test)]
