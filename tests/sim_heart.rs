@@ -15,7 +15,7 @@ const SEEDS: u64 = 500;
 /// each: 3.4 to 10.7 s wall on 2 cores), a tenth of the suite's (docs/simulation.md).
 const PAUSE_ROW_SEEDS: u64 = 100;
 /// Seeds of `wakeup_storm`: each is two simulated days of storms, about 0.6 CPU-s, the costliest
-/// designed sweep after `heart_fleet_2h`; the swarm sweep runs it too.
+/// designed sweep after `heart_fleet`'s whole days; the swarm sweep runs it too.
 const WAKEUP_STORM_SEEDS: u64 = 200;
 const COVERAGE_SEEDS: u64 = 5;
 
