@@ -11,8 +11,14 @@
 pub const SNAPSHOT_EVERY_EVENTS: u64 = 50_000;
 
 /// Time after the current snapshot that makes the next one due when at least one event has
-/// come since: a quiet node still gets a recent snapshot.
-pub const SNAPSHOT_EVERY_MS: u64 = 60 * 60 * 1_000;
+/// come since: a quiet node still gets a recent snapshot, and compaction (which deletes only
+/// events a snapshot holds) stays at most this far behind `EVENTS_RETENTION_MS`. Why six hours
+/// and not one: the event count above already bounds what a restart replays, so the clock only
+/// has to keep compaction going. A snapshot rewrites every agent, and a small busy fleet's
+/// agents are tens of kilobytes each (history, finished runs): hourly, the 75-agent Heart fleet
+/// spent about 15 % of its node's CPU writing snapshots (the simulator's profile of a fleet
+/// week, docs/benchmarks.md), to shorten a replay of a few thousand events (a few ms).
+pub const SNAPSHOT_EVERY_MS: u64 = 6 * 60 * 60 * 1_000;
 
 /// How long events stay in the log once a snapshot holds them: the feed, the wakeup history
 /// and the alert sinks read them back this far (7 days, the longest alert catch-up bound).
