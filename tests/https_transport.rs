@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 use test_ca::{acceptor_for, make_ca as make_test_ca, TestCa};
 use tokio_rustls::TlsAcceptor;
 use vigil::net::{
-    Endpoint, OutboundAnswer, OutboundClient, OutboundError, OutboundHeader, OutboundRequest,
+    Endpoint, JsonBody, OutboundAnswer, OutboundClient, OutboundError, OutboundHeader, OutboundRequest,
     TlsOptions, TlsSetupError, CA_FILE_BYTES_MAX,
 };
 
@@ -185,7 +185,7 @@ async fn post_with(
     timeout_ms: u64,
 ) -> Result<OutboundAnswer, OutboundError> {
     let endpoint = Endpoint::parse(url).unwrap();
-    let body = json!({ "model": "test", "messages": [] });
+    let body = JsonBody::from(&json!({ "model": "test", "messages": [] }));
     let headers = [
         OutboundHeader::plain("anthropic-version", "2023-06-01"),
         OutboundHeader::sensitive("x-api-key", SECRET),

@@ -157,18 +157,22 @@ const AUTH_SCHEMES: &[&str] = &["bearer", "basic", "token"];
 /// and optional quotes between name and value). An `Authorization` without a known scheme is
 /// left alone ("authorization: required" is prose).
 pub fn mask_auth_headers(text: &str) -> Cow<'_, str> {
-    // ASCII lower-casing keeps every byte offset, so offsets found in `lower` index `text`.
-    let lower = text.to_ascii_lowercase();
+    // One pass over the bytes, names compared ignoring ASCII case in place. Why not a
+    // lower-cased copy searched once per name: every transcript line and answer goes through
+    // here, and the copy and four searches were 1.5 % of a simulated fleet day.
+    let bytes = text.as_bytes();
     let mut spans = Vec::new();
-    for &(name, needs_scheme) in CREDENTIAL_HEADERS {
-        let mut from = 0;
-        while let Some(found) = lower[from..].find(name) {
-            let start = from + found;
-            from = start + name.len();
-            // `x-api-key` contains `api-key`: only whole names count.
-            let whole = start == 0 || !is_name_byte(lower.as_bytes()[start - 1]);
-            if whole {
-                if let Some(span) = credential_after(&lower, from, needs_scheme) {
+    for start in 0..bytes.len() {
+        // Every name starts with `a`, `p` or `x`; `x-api-key` contains `api-key`, so only
+        // whole names count.
+        if !matches!(bytes[start].to_ascii_lowercase(), b'a' | b'p' | b'x')
+            || (start > 0 && is_name_byte(bytes[start - 1]))
+        {
+            continue;
+        }
+        for &(name, needs_scheme) in CREDENTIAL_HEADERS {
+            if starts_with_ignoring_case(&bytes[start..], name) {
+                if let Some(span) = credential_after(text, start + name.len(), needs_scheme) {
                     spans.push(span);
                 }
             }
@@ -177,13 +181,20 @@ pub fn mask_auth_headers(text: &str) -> Cow<'_, str> {
     replace_spans(text, &merged(spans))
 }
 
+/// Whether `bytes` starts with `lower` (lower-case ASCII), ignoring ASCII case.
+fn starts_with_ignoring_case(bytes: &[u8], lower: &str) -> bool {
+    bytes
+        .get(..lower.len())
+        .is_some_and(|head| head.eq_ignore_ascii_case(lower.as_bytes()))
+}
+
 fn is_name_byte(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_'
 }
 
 /// The byte span of the credential following a header name that ends at `at`, if there is one.
-fn credential_after(lower: &str, at: usize, needs_scheme: bool) -> Option<(usize, usize)> {
-    let bytes = lower.as_bytes();
+fn credential_after(text: &str, at: usize, needs_scheme: bool) -> Option<(usize, usize)> {
+    let bytes = text.as_bytes();
     let mut i = at;
     let skip_separators = |mut i: usize| {
         while i < bytes.len() && matches!(bytes[i], b'"' | b'\'' | b' ' | b'\t') {
@@ -197,7 +208,7 @@ fn credential_after(lower: &str, at: usize, needs_scheme: bool) -> Option<(usize
     }
     i = skip_separators(i + 1);
     let scheme = AUTH_SCHEMES.iter().find(|s| {
-        lower[i..].starts_with(**s) && bytes.get(i + s.len()).is_some_and(|b| *b == b' ')
+        starts_with_ignoring_case(&bytes[i..], s) && bytes.get(i + s.len()) == Some(&b' ')
     });
     match scheme {
         Some(scheme) => i += scheme.len(),
@@ -207,9 +218,9 @@ fn credential_after(lower: &str, at: usize, needs_scheme: bool) -> Option<(usize
     while i < bytes.len() && bytes[i] == b' ' {
         i += 1;
     }
-    let end = lower[i..]
+    let end = text[i..]
         .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | ',' | ';' | '}' | ')'))
-        .map_or(lower.len(), |n| i + n);
+        .map_or(text.len(), |n| i + n);
     (end > i).then_some((i, end))
 }
 
@@ -322,10 +333,15 @@ mod tests {
             mask_auth_headers("curl -H 'Authorization: Basic dXNlcjpw'"),
             "curl -H 'Authorization: Basic [REDACTED]'"
         );
+        assert_eq!(
+            mask_auth_headers("é PROXY-AUTHORIZATION: TOKEN t-1 ✓ Api-Key=\"k-2\""),
+            "é PROXY-AUTHORIZATION: TOKEN [REDACTED] ✓ Api-Key=\"[REDACTED]\""
+        );
         // Prose, an empty value and a name inside another word stay.
         for text in [
             "authorization: required",
             "Authorization: Bearer ",
+            "my-authorization: bearer abc",
             "my-x-api-keys are elsewhere",
             "x-api-key",
         ] {

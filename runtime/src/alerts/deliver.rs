@@ -26,6 +26,7 @@ use crate::engine::event::Event;
 use crate::engine::tenant::DEFAULT_TENANT;
 use crate::exec::host::{PosterSource, SecretSource};
 use crate::exec::model::{Header, PostRequest, Poster};
+use crate::net::JsonBody;
 use crate::exec::webhook::{signature, SIGNATURE_HEADER, TIMESTAMP_HEADER};
 use crate::shell::Shell;
 use crate::store::alert_cursors::AlertCursor;
@@ -232,8 +233,8 @@ impl SinkTask {
                 None,
             )
         })?;
-        // The poster sends exactly `serde_json::to_vec(body)`, so these are the signed bytes.
-        let bytes = serde_json::to_vec(body).expect("a JSON value serialises");
+        // The poster sends exactly these bytes, so they are the signed ones.
+        let bytes = JsonBody::from(body);
         let timestamp_ms = self.shell.clock().wall_now_ms();
         let header = |name: &'static str, value| Header {
             name: name.into(),
@@ -247,11 +248,11 @@ impl SinkTask {
                 header(TIMESTAMP_HEADER, timestamp_ms.to_string()),
                 header(
                     SIGNATURE_HEADER,
-                    signature(key.as_bytes(), timestamp_ms, &bytes),
+                    signature(key.as_bytes(), timestamp_ms, bytes.bytes()),
                 ),
                 header(ALERT_ID_HEADER, id.to_string()),
             ],
-            body: body.clone(),
+            body: bytes,
             timeout_ms: ALERT_POST_TIMEOUT_MS,
             response_bytes_max: ALERT_ANSWER_BYTES_MAX,
         };

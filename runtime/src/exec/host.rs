@@ -15,7 +15,7 @@ use crate::engine::run::RunId;
 use crate::engine::usage::Usage;
 use crate::engine::Command;
 use crate::net::{
-    Endpoint, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
+    Endpoint, JsonBody, OutboundClient, OutboundError, OutboundHeader, OutboundPolicy, OutboundRequest,
     TlsOptions, TlsSetupError,
 };
 use crate::redact::Redactor;
@@ -270,7 +270,7 @@ impl ToolHttp for PosterToolHttp {
                 base_url: &url,
                 path: "",
                 headers: Vec::new(),
-                body,
+                body: JsonBody::from(&body),
                 timeout_ms,
                 response_bytes_max,
             };

@@ -20,6 +20,7 @@ use crate::engine::breaker::FailureCause;
 use crate::engine::cli_spec::{WebhookMode, WebhookSpec};
 use crate::engine::run::{ErrorClass, RunReport, RunStatus, StopReason};
 use crate::engine::usage::Usage;
+use crate::net::JsonBody;
 use crate::transcript::EntryBody;
 use crate::transcript::{excerpt as cut, FINAL_ANSWER_EXCERPT_BYTES_MAX};
 
@@ -174,10 +175,9 @@ async fn post(
 ) -> Result<(u16, bytes::Bytes), Failure> {
     let body = request_body(spec, run, grant);
     let timestamp_ms = run.transcript.now_ms();
-    // Why `to_vec` of the same value: the poster sends exactly `serde_json::to_vec(&body)`
-    // (`crate::net`), so these are the bytes on the wire. The webhook test verifies the
-    // signature over the bytes it received, so a change on either side fails it.
-    let bytes = serde_json::to_vec(&body).expect("a JSON value serialises");
+    // The poster sends exactly these bytes, so the signature is over the bytes on the wire.
+    // The webhook test verifies it over the bytes it received.
+    let bytes = JsonBody::from(&body);
     let headers = vec![
         Header {
             name: TIMESTAMP_HEADER.into(),
@@ -186,7 +186,7 @@ async fn post(
         },
         Header {
             name: SIGNATURE_HEADER.into(),
-            value: signature(key, timestamp_ms, &bytes),
+            value: signature(key, timestamp_ms, bytes.bytes()),
             sensitive: false,
         },
     ];
@@ -205,7 +205,7 @@ async fn post(
         base_url: &spec.url,
         path: "",
         headers,
-        body,
+        body: bytes,
         timeout_ms: spec.timeout_ms,
         response_bytes_max: WEBHOOK_ANSWER_BYTES_MAX,
     };

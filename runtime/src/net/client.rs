@@ -338,8 +338,6 @@ fn request_error(detail: String) -> OutboundError {
 /// ones marked), and the JSON body (hyper adds `content-length`).
 fn build_request(request: &OutboundRequest<'_>) -> Result<Request<Full<Bytes>>, OutboundError> {
     let path = join_path(request.endpoint.base_path(), request.path)?;
-    let body = serde_json::to_vec(request.body)
-        .map_err(|error| request_error(format!("the body is not JSON: {error}")))?;
     let mut builder = Request::builder()
         .method(Method::POST)
         .uri(path.as_str())
@@ -349,7 +347,7 @@ fn build_request(request: &OutboundRequest<'_>) -> Result<Request<Full<Bytes>>, 
         let (name, value) = header_pair(header)?;
         builder = builder.header(name, value);
     }
-    builder.body(Full::new(Bytes::from(body))).map_err(|error| {
+    builder.body(Full::new(request.body.bytes().clone())).map_err(|error| {
         request_error(format!(
             "the path `{path}` or a header is not valid: {error}"
         ))
@@ -536,7 +534,7 @@ mod sim_tests {
 
     async fn post_by_name(client: &OutboundClient) -> Result<OutboundAnswer, OutboundError> {
         let endpoint = Endpoint::parse("http://provider.sim:8080/v1").unwrap();
-        let body = serde_json::json!({});
+        let body = crate::net::JsonBody::from(&serde_json::json!({}));
         client
             .post_json(OutboundRequest::new(&endpoint, "/chat/completions", &body))
             .await

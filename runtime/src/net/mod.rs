@@ -22,7 +22,7 @@ pub use endpoint::{
 };
 pub use policy::{special_kind, Cidr, OutboundPolicy, OUTBOUND_ALLOW_ENTRIES_MAX, UNRESTRICTED_TENANT};
 pub use request::{
-    OutboundAnswer, OutboundError, OutboundHeader, OutboundRequest, RESPONSE_BYTES_MAX_DEFAULT,
+    JsonBody, OutboundAnswer, OutboundError, OutboundHeader, OutboundRequest, RESPONSE_BYTES_MAX_DEFAULT,
     TIMEOUT_MS_DEFAULT,
 };
 pub use written_flush::WrittenFlush;

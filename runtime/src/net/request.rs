@@ -62,6 +62,34 @@ impl fmt::Debug for OutboundHeader<'_> {
     }
 }
 
+/// A request body written as JSON once, when the request is made, and sent as those bytes.
+/// Why bytes rather than a `serde_json::Value`: a model call's body carries the whole
+/// conversation and every tool schema, and building a `Value` of it copied each message before
+/// the client wrote it out again; bytes also reach hyper without another copy, and a signed
+/// body (webhooks, alerts) is signed over exactly what is sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonBody(Bytes);
+
+impl JsonBody {
+    /// `value` written as JSON; fails only for a type serde_json cannot write (a map with
+    /// non-string keys).
+    pub fn of<T: serde::Serialize + ?Sized>(value: &T) -> Result<JsonBody, serde_json::Error> {
+        serde_json::to_vec(value).map(|bytes| JsonBody(Bytes::from(bytes)))
+    }
+
+    /// The body's bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.0
+    }
+}
+
+impl From<&serde_json::Value> for JsonBody {
+    /// A `Value` always writes: its maps have string keys.
+    fn from(value: &serde_json::Value) -> Self {
+        JsonBody(Bytes::from(value.to_string()))
+    }
+}
+
 /// One POST of a JSON body. Borrowed, so secrets in headers are not copied around.
 #[derive(Debug, Clone, Copy)]
 pub struct OutboundRequest<'a> {
@@ -73,7 +101,7 @@ pub struct OutboundRequest<'a> {
     /// sets itself (a header of one of those names is refused).
     pub headers: &'a [OutboundHeader<'a>],
     /// The body, sent as `application/json`.
-    pub body: &'a serde_json::Value,
+    pub body: &'a JsonBody,
     /// Bounds the whole exchange: resolve, connect, TLS, send and read the full answer.
     pub timeout_ms: u64,
     /// A body longer than this many bytes fails with `TooLarge`; read incrementally, never
@@ -83,7 +111,7 @@ pub struct OutboundRequest<'a> {
 
 impl<'a> OutboundRequest<'a> {
     /// A request without headers, bounded by the default timeout and body cap.
-    pub fn new(endpoint: &'a Endpoint, path: &'a str, body: &'a serde_json::Value) -> Self {
+    pub fn new(endpoint: &'a Endpoint, path: &'a str, body: &'a JsonBody) -> Self {
         OutboundRequest {
             endpoint,
             path,

@@ -2,10 +2,12 @@
 //! blocks answered by `tool_result` blocks in the next user message, and a required
 //! `max_tokens`.
 
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{
     excerpt, ChatMessage, Header, ModelError, ModelRequest, ModelToolCall, ModelTurn, TokenUsage,
+    ToolSchema,
 };
 
 /// Below the spec's `base_url`.
@@ -14,26 +16,19 @@ pub const MESSAGES_PATH: &str = "/v1/messages";
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 const SHAPE: &str = "Anthropic Messages";
 
-/// Path, headers and body of one call.
-pub fn request(
-    request: ModelRequest<'_>,
+/// Path, headers and body of one call. The body borrows the conversation: it is written
+/// straight to bytes (`super::call_model`), never built as a `Value` first.
+pub fn request<'a>(
+    request: ModelRequest<'a>,
     api_key: Option<&str>,
-) -> (&'static str, Vec<Header>, Value) {
-    let mut body = json!({
-        "model": request.model,
-        "max_tokens": request.max_output_tokens,
-        "system": request.system,
-        "messages": messages(request.messages),
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({ "name": tool.name, "description": tool.description, "input_schema": tool.parameters })
-            })
-            .collect();
-    }
+) -> (&'static str, Vec<Header>, impl Serialize + 'a) {
+    let body = Body {
+        model: request.model,
+        max_tokens: request.max_output_tokens,
+        system: request.system,
+        messages: turns(request.messages),
+        tools: request.tools.iter().map(Tool::of).collect(),
+    };
     let mut headers = vec![Header {
         name: "anthropic-version".into(),
         value: ANTHROPIC_VERSION.into(),
@@ -49,29 +44,85 @@ pub fn request(
     (MESSAGES_PATH, headers, body)
 }
 
+/// A Messages request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    system: &'a str,
+    messages: Vec<Turn<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+}
+
+/// One message: a role and its content blocks.
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+impl<'a> Tool<'a> {
+    fn of(tool: &'a ToolSchema) -> Self {
+        Tool {
+            name: &tool.name,
+            description: &tool.description,
+            input_schema: &tool.parameters,
+        }
+    }
+}
+
 /// The conversation as alternating user and assistant messages of content blocks: tool
 /// results are user content, and consecutive blocks of one role share a message.
-fn messages(conversation: &[ChatMessage]) -> Vec<Value> {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+fn turns(conversation: &[ChatMessage]) -> Vec<Turn<'_>> {
+    let mut out: Vec<Turn<'_>> = Vec::new();
     for message in conversation {
         let (role, blocks) = blocks(message);
         match out.last_mut() {
-            Some((last, content)) if *last == role => content.extend(blocks),
-            _ => out.push((role, blocks)),
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => out.push(Turn {
+                role,
+                content: blocks,
+            }),
         }
     }
-    out.into_iter()
-        .map(|(role, content)| json!({ "role": role, "content": content }))
-        .collect()
+    out
 }
 
-fn blocks(message: &ChatMessage) -> (&'static str, Vec<Value>) {
+fn blocks(message: &ChatMessage) -> (&'static str, Vec<Block<'_>>) {
     match message {
-        ChatMessage::User { text } => ("user", vec![json!({ "type": "text", "text": text })]),
+        ChatMessage::User { text } => ("user", vec![Block::Text { text }]),
         ChatMessage::Assistant { text, tool_calls } => {
-            let text = (!text.is_empty()).then(|| json!({ "type": "text", "text": text }));
-            let calls = tool_calls.iter().map(|call| {
-                json!({ "type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments })
+            let text = (!text.is_empty()).then_some(Block::Text { text });
+            let calls = tool_calls.iter().map(|call| Block::ToolUse {
+                id: &call.id,
+                name: &call.name,
+                input: &call.arguments,
             });
             ("assistant", text.into_iter().chain(calls).collect())
         }
@@ -82,7 +133,11 @@ fn blocks(message: &ChatMessage) -> (&'static str, Vec<Value>) {
             ..
         } => (
             "user",
-            vec![json!({ "type": "tool_result", "tool_use_id": call_id, "content": output, "is_error": is_error })],
+            vec![Block::ToolResult {
+                tool_use_id: call_id,
+                content: output,
+                is_error: *is_error,
+            }],
         ),
     }
 }
@@ -144,6 +199,7 @@ fn tool_use(block: &Value) -> Option<ModelToolCall> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn a_message_with_text_tool_use_and_cache_usage_is_read() {
@@ -201,6 +257,7 @@ mod tests {
             },
             Some("sk-ant-secret"),
         );
+        let body = serde_json::to_value(&body).unwrap();
         assert_eq!(path, "/v1/messages");
         let messages = body["messages"].as_array().unwrap();
         assert_eq!(messages.len(), 3);

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::llm_spec::{LlmSpec, WireShape};
+use crate::net::JsonBody;
 
 /// Most bytes of a model's answer read; a longer answer is malformed for the loop.
 pub const MODEL_ANSWER_BYTES_MAX: u64 = 4 * 1024 * 1024;
@@ -139,7 +140,7 @@ pub struct PostRequest<'a> {
     /// Appended to the base URL's path.
     pub path: &'a str,
     pub headers: Vec<Header>,
-    pub body: serde_json::Value,
+    pub body: crate::net::JsonBody,
     /// Bounds the whole exchange.
     pub timeout_ms: u64,
     pub response_bytes_max: u64,
@@ -198,10 +199,20 @@ pub async fn call_model(
     api_key: Option<&str>,
     request: ModelRequest<'_>,
 ) -> Result<ModelTurn, ModelError> {
-    let (path, headers, body) = match spec.api {
-        WireShape::Openai => openai::request(request, api_key),
-        WireShape::Anthropic => anthropic::request(request, api_key),
+    let written = match spec.api {
+        WireShape::Openai => {
+            let (path, headers, body) = openai::request(request, api_key);
+            JsonBody::of(&body).map(|body| (path, headers, body))
+        }
+        WireShape::Anthropic => {
+            let (path, headers, body) = anthropic::request(request, api_key);
+            JsonBody::of(&body).map(|body| (path, headers, body))
+        }
     };
+    // Only a map with non-string keys fails to write, and a request has none: kept as an
+    // error rather than a panic all the same.
+    let (path, headers, body) = written
+        .map_err(|error| ModelError::Config(format!("the request could not be written: {error}")))?;
     let post = PostRequest {
         base_url: &spec.base_url,
         path,

@@ -1,40 +1,34 @@
 //! The OpenAI-compatible chat-completions wire shape (OpenAI, and the local servers that speak
 //! it: Ollama, vLLM, llama.cpp). Tool calls carry their arguments as a JSON string.
 
-use serde_json::{json, Value};
+use serde::ser::{SerializeSeq, Serializer};
+use serde::Serialize;
+use serde_json::Value;
 
 use super::{
     arguments_value, excerpt, ChatMessage, Header, ModelError, ModelRequest, ModelToolCall,
-    ModelTurn, TokenUsage,
+    ModelTurn, TokenUsage, ToolSchema,
 };
 
 /// Below the spec's `base_url`.
 pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 const SHAPE: &str = "chat completion";
 
-/// Path, headers and body of one call.
-pub fn request(
-    request: ModelRequest<'_>,
+/// Path, headers and body of one call. The body borrows the conversation: it is written
+/// straight to bytes (`super::call_model`), never built as a `Value` first.
+pub fn request<'a>(
+    request: ModelRequest<'a>,
     api_key: Option<&str>,
-) -> (&'static str, Vec<Header>, Value) {
-    let mut messages = vec![json!({ "role": "system", "content": request.system })];
-    messages.extend(request.messages.iter().map(message));
-    let mut body = json!({
-        "model": request.model,
-        "messages": messages,
-        "max_tokens": request.max_output_tokens,
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = request
-            .tools
-            .iter()
-            .map(|tool| {
-                json!({ "type": "function", "function": {
-                    "name": tool.name, "description": tool.description, "parameters": tool.parameters,
-                }})
-            })
-            .collect();
-    }
+) -> (&'static str, Vec<Header>, impl Serialize + 'a) {
+    let body = Body {
+        model: request.model,
+        messages: Messages {
+            system: request.system,
+            conversation: request.messages,
+        },
+        max_tokens: request.max_output_tokens,
+        tools: request.tools.iter().map(Tool::of).collect(),
+    };
     let headers = api_key
         .map(|key| Header {
             name: "authorization".into(),
@@ -46,24 +40,126 @@ pub fn request(
     (CHAT_COMPLETIONS_PATH, headers, body)
 }
 
-fn message(message: &ChatMessage) -> Value {
-    match message {
-        ChatMessage::User { text } => json!({ "role": "user", "content": text }),
-        ChatMessage::Assistant { text, tool_calls } if tool_calls.is_empty() => {
-            json!({ "role": "assistant", "content": text })
+/// A chat completion request.
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Messages<'a>,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+}
+
+/// The system prompt as the first message, then the conversation.
+struct Messages<'a> {
+    system: &'a str,
+    conversation: &'a [ChatMessage],
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.conversation.len() + 1))?;
+        seq.serialize_element(&Message::System {
+            content: self.system,
+        })?;
+        for message in self.conversation {
+            seq.serialize_element(&Message::of(message))?;
         }
-        ChatMessage::Assistant { text, tool_calls } => json!({
-            "role": "assistant",
-            "content": if text.is_empty() { Value::Null } else { json!(text) },
-            "tool_calls": tool_calls.iter().map(|call| json!({
-                "id": call.id,
-                "type": "function",
-                "function": { "name": call.name, "arguments": call.arguments.to_string() },
-            })).collect::<Vec<_>>(),
-        }),
-        ChatMessage::Tool {
-            call_id, output, ..
-        } => json!({ "role": "tool", "tool_call_id": call_id, "content": output }),
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+enum Message<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    /// `content` is null when the model only called tools.
+    Assistant {
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<Call<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+impl<'a> Message<'a> {
+    fn of(message: &'a ChatMessage) -> Self {
+        match message {
+            ChatMessage::User { text } => Message::User { content: text },
+            ChatMessage::Assistant { text, tool_calls } => Message::Assistant {
+                content: (tool_calls.is_empty() || !text.is_empty()).then_some(text.as_str()),
+                tool_calls: tool_calls.iter().map(Call::of).collect(),
+            },
+            ChatMessage::Tool {
+                call_id, output, ..
+            } => Message::Tool {
+                tool_call_id: call_id,
+                content: output,
+            },
+        }
+    }
+}
+
+/// A tool call as the model made it; its arguments go back as a JSON string.
+#[derive(Serialize)]
+struct Call<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: CallFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct CallFunction<'a> {
+    name: &'a str,
+    arguments: String,
+}
+
+impl<'a> Call<'a> {
+    fn of(call: &'a ModelToolCall) -> Self {
+        Call {
+            id: &call.id,
+            kind: "function",
+            function: CallFunction {
+                name: &call.name,
+                arguments: call.arguments.to_string(),
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: Function<'a>,
+}
+
+#[derive(Serialize)]
+struct Function<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+impl<'a> Tool<'a> {
+    fn of(tool: &'a ToolSchema) -> Self {
+        Tool {
+            kind: "function",
+            function: Function {
+                name: &tool.name,
+                description: &tool.description,
+                parameters: &tool.parameters,
+            },
+        }
     }
 }
 
@@ -122,7 +218,7 @@ fn tool_call(call: &Value) -> Option<ModelToolCall> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::exec::model::ToolSchema;
+    use serde_json::json;
 
     #[test]
     fn a_completion_with_tool_calls_and_usage_is_read() {
@@ -196,6 +292,7 @@ mod tests {
             },
             Some("sk-key"),
         );
+        let body = serde_json::to_value(&body).unwrap();
         assert_eq!(path, "/v1/chat/completions");
         assert!(headers[0].sensitive);
         assert_eq!(body["messages"][0]["content"], "sys");
