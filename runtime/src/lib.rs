@@ -11,6 +11,7 @@ pub mod api;
 pub mod cli;
 pub mod dashboard;
 pub mod engine;
+pub mod event_tail;
 pub mod exec;
 pub mod fleet;
 pub mod fleet_plan;

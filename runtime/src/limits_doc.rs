@@ -79,6 +79,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(store::snapshot::SNAPSHOT_CHUNK_AGENTS),
         limit!(store::snapshot::SNAPSHOT_PRUNE_BATCH),
         limit!(store::snapshot::SNAPSHOT_DECODE_BATCH),
+        limit!(event_tail::EVENT_TAIL_EVENTS_MAX),
+        limit!(event_tail::EVENT_TAIL_BYTES_MAX),
         limit!(snapshots::EVENTS_RETENTION_MS),
         limit!(store::compaction::COMPACT_BATCH_EVENTS),
         limit!(engine::agent::INTERVAL_MS_MIN),

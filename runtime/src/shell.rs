@@ -31,6 +31,7 @@ use crate::io::entropy::{new_token, SharedEntropy};
 use crate::store::{Store, StoreError};
 use crate::transcript::SharedTranscriptStore;
 use crate::snapshots::{SnapshotPolicy, Snapshots};
+use crate::event_tail::EventTail;
 use crate::writer::{Committed, Decide, Job, WhenFull, WriterQueue, GROUP_COMMIT_COMMANDS_MAX};
 
 /// Prefix of the tokens issued to agents.
@@ -128,6 +129,9 @@ pub struct Shell {
     backing_up: std::sync::atomic::AtomicBool,
     /// When the next snapshot is due, and whether one is being written (ADR 0016).
     snapshots: Mutex<Snapshots>,
+    /// The newest durable events, for readers of the log's tail. A leaf lock: nothing else is
+    /// locked while it is held.
+    tail: Mutex<EventTail>,
 }
 
 /// Why no backup was written.
@@ -184,6 +188,7 @@ impl Shell {
             draining: std::sync::atomic::AtomicBool::new(false),
             metrics: crate::metrics::Metrics::new(),
             backing_up: std::sync::atomic::AtomicBool::new(false),
+            tail: Mutex::new(EventTail::default()),
             snapshots: Mutex::new(Snapshots::new(
                 SnapshotPolicy::default(),
                 current_snapshot,
@@ -645,7 +650,12 @@ impl Shell {
         // Head first: a page may then contain events newer than `head`, never the reverse. The
         // durable head, not the engine's: the engine may hold a batch still being written.
         let head = self.head_seq();
-        let events = self.store.events_after(after, limit)?;
+        let limit = limit.min(crate::store::EVENTS_PAGE_MAX);
+        let held = self.tail.lock().expect("event tail lock").page(after, limit);
+        let events = match held {
+            Some(events) => events,
+            None => self.store.events_after(after, limit)?,
+        };
         Ok((events, head))
     }
 
@@ -757,6 +767,12 @@ impl Shell {
                 return;
             }
             snapshots.started();
+            // Compaction after this snapshot may remove events up to its position: from now
+            // on the store answers for them.
+            self.tail
+                .lock()
+                .expect("event tail lock")
+                .forget_through(engine.last_seq());
             (engine.image(), snapshots.keep_events_ms())
         };
         let cutoff_at_ms = self.clock.wall_now_ms().saturating_sub(keep_events_ms);
@@ -890,12 +906,12 @@ impl Shell {
         // would stall accepts, streams and timers (under the simulator it is one more task).
         #[allow(deprecated)]
         let written = tokio::task::spawn_blocking(move || {
-            let result = store.append(&events);
+            let result = store.append_sized(&events);
             (events, result)
         })
         .await;
-        let events = match written {
-            Ok((events, Ok(()))) => events,
+        let (events, sizes) = match written {
+            Ok((events, Ok(sizes))) => (events, sizes),
             Ok((_, Err(error))) => return Err(error),
             Err(join) => {
                 return Err(StoreError::Storage(redb::Error::Io(std::io::Error::other(
@@ -912,6 +928,10 @@ impl Shell {
         self.executor.on_commit(self, &engine, &events);
         let head = events.last().map_or(engine.last_seq(), |event| event.seq);
         drop(engine);
+        self.tail
+            .lock()
+            .expect("event tail lock")
+            .push(events, &sizes);
         self.head.send_replace(head);
         self.head_moved.notify_waiters();
         self.schedule_changed.notify_one();

@@ -152,8 +152,14 @@ impl Store {
 
     /// Appends `events` in one durable transaction. They must continue the log exactly.
     pub fn append(&self, events: &[Event]) -> Result<(), StoreError> {
+        self.append_sized(events).map(drop)
+    }
+
+    /// Appends like [`Store::append`], and returns each event's stored size in bytes.
+    pub fn append_sized(&self, events: &[Event]) -> Result<Vec<usize>, StoreError> {
+        let mut sizes = Vec::with_capacity(events.len());
         let Some(first) = events.first() else {
-            return Ok(());
+            return Ok(sizes);
         };
         let tx = self.db.begin_write().map_err(redb::Error::from)?;
         {
@@ -175,13 +181,14 @@ impl Store {
                     "batch must be contiguous"
                 );
                 let bytes = record::encode(event);
+                sizes.push(bytes.len());
                 table
                     .insert(event.seq, bytes.as_slice())
                     .map_err(redb::Error::from)?;
             }
         }
         tx.commit().map_err(redb::Error::from)?;
-        Ok(())
+        Ok(sizes)
     }
 
     /// Sequence number of the newest stored event (0 when the log is empty).
