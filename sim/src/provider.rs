@@ -350,7 +350,7 @@ macro_rules! deserialize_shape {
     )*};
 }
 
-deserialize_shape!(MaybeText, MaybeArray, Blocks, BlockKind);
+deserialize_shape!(MaybeText, MaybeArray, Blocks, BlockKind, OpenaiMessage);
 
 impl Shape for MaybeText {
     const EXPECTING: &'static str = "any JSON value (a string is read)";
@@ -379,12 +379,44 @@ struct OpenaiBody {
     tools: Vec<OpenaiTool>,
 }
 
-#[derive(serde::Deserialize, Default)]
-#[serde(default)]
+/// A message: its role, whether it called tools, and its content only while it may be the
+/// system prompt (a `system` message, or one whose role has not come yet). Why not every
+/// content: the history is most of a request's bytes, and only the system prompt's marker is
+/// read.
+#[derive(Default)]
 struct OpenaiMessage {
     role: Option<MaybeText>,
     content: Option<MaybeText>,
     tool_calls: Option<MaybeArray>,
+}
+
+impl Shape for OpenaiMessage {
+    const EXPECTING: &'static str = "any JSON value (a message object is read)";
+    fn other() -> Self {
+        OpenaiMessage::default()
+    }
+    fn map<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
+        let mut message = OpenaiMessage::default();
+        while let Some(key) = map.next_key::<MaybeText>()? {
+            let MaybeText::Text(key) = key else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+                continue;
+            };
+            let maybe_system = match &message.role {
+                Some(MaybeText::Text(role)) => role == "system",
+                _ => true,
+            };
+            match key.as_str() {
+                "role" => message.role = map.next_value()?,
+                "tool_calls" => message.tool_calls = map.next_value()?,
+                "content" if maybe_system => message.content = map.next_value()?,
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(message)
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -846,4 +878,80 @@ pub fn prices() -> vigil::exec::pricing::PriceTable {
         },
     );
     table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vigil::exec::model::{ChatMessage, ModelRequest, ModelToolCall, ToolSchema};
+
+    /// A tool round in progress: the marker, a user wake, an assistant turn calling a tool and
+    /// its result, with one HTTP tool and the built-in rest offered.
+    fn conversation() -> (Vec<ChatMessage>, Vec<ToolSchema>) {
+        let messages = vec![
+            ChatMessage::User { text: "wake \"now\"\n".into() },
+            ChatMessage::Assistant {
+                text: String::new(),
+                tool_calls: vec![ModelToolCall {
+                    id: "c1".into(),
+                    name: "lookup".into(),
+                    arguments: json!({"q": "x"}),
+                }],
+            },
+            ChatMessage::Tool {
+                call_id: "c1".into(),
+                name: "lookup".into(),
+                output: "found".into(),
+                is_error: false,
+            },
+        ];
+        let schema = |name: &str| ToolSchema {
+            name: name.into(),
+            description: "d".into(),
+            parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        };
+        (messages, vec![schema("lookup"), schema(PAUSE_TOOL)])
+    }
+
+    #[test]
+    fn both_shapes_as_the_runtime_writes_them_are_read_alike() {
+        let (messages, tools) = conversation();
+        let request = ModelRequest {
+            model: "m-1",
+            system: "[vigil-sim agent=3 run=7 name=a] be brief",
+            messages: &messages,
+            tools: &tools,
+            max_output_tokens: 100,
+        };
+        let openai = serde_json::to_vec(&vigil::exec::model::openai::request(request, None).2);
+        let anthropic =
+            serde_json::to_vec(&vigil::exec::model::anthropic::request(request, None).2);
+        for (api, body) in [(WireApi::Openai, openai), (WireApi::Anthropic, anthropic)] {
+            let body = body.unwrap();
+            let read = read_request(api, &body);
+            let caller = Caller {
+                agent: Some(3),
+                run: Some(7),
+                name: Some("a".into()),
+            };
+            assert_eq!(read.caller, caller, "{api:?}");
+            assert_eq!(read.model, "m-1");
+            assert_eq!(read.round, 1, "{api:?}: one tool round since the user's text");
+            assert_eq!(read.tools, vec![("lookup".to_string(), tools[0].parameters.clone())]);
+            assert_eq!(read.bytes, body.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_system_prompt_is_read_whatever_the_order_of_its_fields() {
+        let body = br#"{"messages":[
+            {"content":"[vigil-sim agent=1 run=2 name=z]","role":"system"},
+            {"role":"user","content":"[vigil-sim agent=9 run=9 name=y]"},
+            {"content":"hi","role":"assistant","tool_calls":[{"id":"c"}]}]}"#;
+        let read = read_request(WireApi::Openai, body);
+        assert_eq!(read.caller.agent, Some(1));
+        assert_eq!(read.caller.name.as_deref(), Some("z"));
+        assert_eq!(read.round, 1);
+        assert_eq!(read.messages, 3);
+    }
 }

@@ -368,7 +368,13 @@ impl fmt::Display for Divergence {
 
 /// A stable digest of one runtime event: equal events, equal digests, on any build.
 pub fn event_digest(event: &Event) -> u64 {
-    fnv1a64(&serde_json::to_vec(event).expect("events always serialize"))
+    sent_event_digest(&serde_json::to_string(event).expect("events always serialize"))
+}
+
+/// The digest of an event from its JSON as the node sent it (`GET /v1/events`), which the
+/// node writes with serde_json's compact writer: the [`event_digest`] of the event it holds.
+pub fn sent_event_digest(json: &str) -> u64 {
+    fnv1a64(json.as_bytes())
 }
 
 /// The hash of a whole trace, as 16 hex digits.

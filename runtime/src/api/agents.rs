@@ -223,9 +223,12 @@ pub async fn list(caller: Caller, RawQuery(query): RawQuery) -> Result<Json<List
     let next_after = more.then(|| agents.last().map(|a| a.id)).flatten();
     let agents = agents
         .into_iter()
-        .map(|agent| match brief {
-            true => Listed::Brief(AgentBrief::of(&agent)),
-            false => Listed::Whole(AgentView::of(agent, &caller)),
+        .map(|agent| {
+            if brief {
+                Listed::Brief(AgentBrief::of(&agent))
+            } else {
+                Listed::Whole(AgentView::of(agent, &caller))
+            }
         })
         .collect();
     let now_ms = caller.shell.clock().wall_now_ms();

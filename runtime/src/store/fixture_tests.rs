@@ -759,3 +759,38 @@ fn format_4_fixture_recovers_byte_for_byte_into_the_same_state() {
     let state = fixture_recovers_byte_for_byte(4);
     insta::assert_snapshot!("format_4_fixture_state", state);
 }
+
+/// A page of `GET /v1/events` writes each event exactly as serde_json writes the event alone,
+/// so a reader may digest each event as the bytes it received: the simulator's feed reader
+/// does (`sim/src/workload.rs`), and its digests must equal those of the events committed.
+/// Every event type, from the newest format's fixture.
+#[test]
+fn a_feed_page_writes_each_event_as_the_event_alone() {
+    // A copy of its own: the fixture tests of this format remove theirs when done.
+    let dir = std::env::temp_dir().join(format!("vigil-feed-page-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("vigil.redb");
+    std::fs::copy(fixture_path(record::FORMAT_VERSION), &path).unwrap();
+    let store = Store::open(StorageLocation::File(path)).unwrap();
+    let events = all_events(&store);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(events.len() > 50, "{} events", events.len());
+    let alone: Vec<String> = events
+        .iter()
+        .map(|event| serde_json::to_string(event).unwrap())
+        .collect();
+    let page = crate::api::events::Page {
+        events,
+        head_seq: 1,
+        next_after: 2,
+    };
+    let written = serde_json::to_string(&page).unwrap();
+    assert_eq!(
+        written,
+        format!(
+            r#"{{"events":[{}],"head_seq":1,"next_after":2}}"#,
+            alone.join(",")
+        )
+    );
+}
