@@ -340,38 +340,27 @@ fn decode_while_reading(
 }
 
 /// The agents of `batch` (id, stored bytes), decoded in order, on every core there is (one
-/// thread under the simulator, whose world is a single thread). Each part shares the specs it
-/// decodes among its agents (`record::decode_agent_sharing`).
+/// thread under the simulator, whose world is a single thread).
+/// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
+/// kilobyte-sized state would be copied once more on the reading thread.
 fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentState>, String>> {
+    let decode = |(id, bytes): &(u64, Vec<u8>)| {
+        let state = record::decode_agent(format, bytes)
+            .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
+        if state.agent().id.0 != *id {
+            return Err(format!(
+                "agent {id}'s record says it is agent {}",
+                state.agent().id
+            ));
+        }
+        Ok(Arc::new(state))
+    };
     // Why in parallel: decoding is most of a large fleet's recovery (several microseconds an
     // agent), and every record decodes alone.
-    crate::parallel::map_chunks(batch, |part| {
-        let mut specs = record::SharedSpecs::new();
-        part.iter()
-            .map(|entry| decode_agent(format, &mut specs, entry))
-            .collect::<Vec<_>>()
-    })
-    .into_iter()
-    .flatten()
-    .collect()
-}
-
-/// One agent of a batch, put behind its `Arc` here, on the decoding thread: moved there
-/// later, a kilobyte-sized state would be copied once more on the reading thread.
-fn decode_agent<'a>(
-    format: u64,
-    specs: &mut record::SharedSpecs<'a>,
-    (id, bytes): &'a (u64, Vec<u8>),
-) -> Result<Arc<AgentState>, String> {
-    let state = record::decode_agent_sharing(format, bytes, specs)
-        .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
-    if state.agent().id.0 != *id {
-        return Err(format!(
-            "agent {id}'s record says it is agent {}",
-            state.agent().id
-        ));
-    }
-    Ok(Arc::new(state))
+    crate::parallel::map_chunks(batch, |part| part.iter().map(decode).collect::<Vec<_>>())
+        .into_iter()
+        .flatten()
+        .collect()
 }
 
 fn record_problem(error: &RecordError) -> String {

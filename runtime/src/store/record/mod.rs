@@ -32,9 +32,6 @@
 
 pub mod current;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
-
 use crate::engine::event::Event;
 
 /// The format this build writes. A database of a newer format is refused at open; an older one
@@ -92,46 +89,12 @@ pub fn decode_agent(
     format: u64,
     bytes: &[u8],
 ) -> Result<crate::engine::agent_state::AgentState, RecordError> {
-    decode_agent_sharing(format, bytes, &mut SharedSpecs::new())
-}
-
-/// Specs already decoded, by their stored JSON: agents made from one template share one spec.
-pub type SharedSpecs<'a> = BTreeMap<&'a [u8], Arc<crate::engine::agent::AgentSpec>>;
-
-/// One agent's state like [`decode_agent`], its spec decoded only if `specs` has no spec of
-/// the same stored bytes (then shared, one `Arc`), and kept there for the agents after it.
-/// Why: a fleet's agents often share one spec, which is most of an idle agent's record; a
-/// million agents' recovery spent most of its time decoding and checking the same spec.
-pub fn decode_agent_sharing<'a>(
-    format: u64,
-    bytes: &'a [u8],
-    specs: &mut SharedSpecs<'a>,
-) -> Result<crate::engine::agent_state::AgentState, RecordError> {
     const TYPE: &str = "agent_snapshot";
-    let refused = |reason: String| RecordError {
+    let record: current::snapshot::AgentRecord = read_snapshot(TYPE, format, bytes)?;
+    record.into_engine().map_err(|problem| RecordError {
         event_type: Some(TYPE.into()),
-        reason,
-    };
-    if format > FORMAT_VERSION {
-        return Err(refused(format!(
-            "format {format} is newer than this build's ({FORMAT_VERSION})"
-        )));
-    }
-    let record: current::snapshot::AgentRecordSpecJson<'a> =
-        serde_json::from_slice(bytes).map_err(|error| refused(error.to_string()))?;
-    record
-        .into_engine_with(|json| {
-            let key = json.get().as_bytes();
-            if let Some(spec) = specs.get(key) {
-                return Ok(spec.clone());
-            }
-            let stored = serde_json::from_str(json.get())
-                .map_err(|error| current::Problem::new("spec", error.to_string()))?;
-            let spec = Arc::new(current::snapshot::spec_into_engine(stored)?);
-            specs.insert(key, spec.clone());
-            Ok(spec)
-        })
-        .map_err(|problem| refused(format!("{}: {}", problem.field, problem.message)))
+        reason: format!("{}: {}", problem.field, problem.message),
+    })
 }
 
 /// The stored bytes of one tenant (name, operator token hash, configured token hash, daily

@@ -64,15 +64,12 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 /// optional instant, pause, cooldown and error none; `breaker` closed with no failures;
 /// `liveness` unknown since never; `day_count` and `day_spend` no day counted yet; usage zero;
 /// every list empty.
-///
-/// `S` is the spec: the record type when written, and when read either that or its JSON left
-/// undecoded ([`AgentRecordSpecJson`]), so that agents sharing one spec decode it once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AgentRecord<S = AgentSpec> {
+pub struct AgentRecord {
     pub id: u64,
     pub tenant: String,
     pub name: String,
-    pub spec: S,
+    pub spec: AgentSpec,
     #[serde(default = "active", skip_serializing_if = "is_active")]
     pub status: AgentStatus,
     pub token_hash: String,
@@ -640,29 +637,9 @@ fn restored(error: RestoreError) -> Problem {
     Problem::new(error.field, error.message)
 }
 
-/// An agent record whose spec is still its JSON, as stored.
-pub type AgentRecordSpecJson<'a> = AgentRecord<&'a serde_json::value::RawValue>;
-
 impl AgentRecord {
     /// The engine's agent state, or the first field that cannot be one.
     pub fn into_engine(self) -> Result<agent_state::AgentState, Problem> {
-        self.into_engine_with(|spec| spec_into_engine(spec).map(std::sync::Arc::new))
-    }
-}
-
-/// The engine's spec of a stored one, or the field that cannot be one.
-pub fn spec_into_engine(spec: AgentSpec) -> Result<agent::AgentSpec, Problem> {
-    spec.into_engine()
-        .map_err(|(field, message)| Problem::new(field, message))
-}
-
-impl<S> AgentRecord<S> {
-    /// The engine's agent state with its spec made by `spec_of`, or the first field that
-    /// cannot be one (fields in their order here, the spec's at its place).
-    pub fn into_engine_with(
-        self,
-        spec_of: impl FnOnce(S) -> Result<std::sync::Arc<agent::AgentSpec>, Problem>,
-    ) -> Result<agent_state::AgentState, Problem> {
         let id = AgentId(self.id);
         let cooldown = self
             .cooldown
@@ -686,7 +663,11 @@ impl<S> AgentRecord<S> {
             id,
             tenant: self.tenant,
             name: self.name,
-            spec: spec_of(self.spec)?,
+            spec: std::sync::Arc::new(
+                self.spec
+                    .into_engine()
+                    .map_err(|(field, message)| Problem::new(field, message))?,
+            ),
             status: self.status.into(),
             token_hash: TokenHash(self.token_hash),
             created_at_ms: instant("created_at_ms", self.created_at_ms)?,

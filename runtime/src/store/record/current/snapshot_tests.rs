@@ -21,8 +21,7 @@ use crate::engine::usage::{MicroUsd, Usage};
 use crate::engine::wakeup::{WakeupRequest, IDEMPOTENCY_TTL_MS};
 use crate::engine::{Command, Decision, Engine};
 use crate::store::record::{
-    decode_agent, decode_agent_sharing, decode_tenant, encode_agent, encode_tenant, RecordError,
-    SharedSpecs, FORMAT_VERSION,
+    decode_agent, decode_tenant, encode_agent, encode_tenant, RecordError, FORMAT_VERSION,
 };
 
 /// Encodes and decodes `state`, asserting the very same state comes back and that encoding
@@ -756,31 +755,4 @@ fn snapshot_sizes_and_speed() {
         encode_time,
         decode_time
     );
-}
-
-#[test]
-fn agents_decoded_together_share_a_spec_stored_alike_and_only_that() {
-    let stored = |record: &serde_json::Value| serde_json::to_vec(record).unwrap();
-    let one = busy_record();
-    let mut twin = busy_record();
-    twin["name"] = json!("twin");
-    let mut other = busy_record();
-    other["spec"]["time_zone"] = json!("Asia/Tokyo");
-    let (one, twin, other) = (stored(&one), stored(&twin), stored(&other));
-    let mut specs = SharedSpecs::new();
-    let decoded: Vec<AgentState> = [&one, &twin, &other, &one]
-        .into_iter()
-        .map(|bytes| decode_agent_sharing(FORMAT_VERSION, bytes, &mut specs).unwrap())
-        .collect();
-    let spec = |i: usize| &decoded[i].agent().spec;
-    assert!(std::sync::Arc::ptr_eq(spec(0), spec(1)), "one spec, decoded once");
-    assert!(std::sync::Arc::ptr_eq(spec(0), spec(3)));
-    assert!(!std::sync::Arc::ptr_eq(spec(0), spec(2)), "another spec is its own");
-    assert_eq!(spec(2).time_zone, "Asia/Tokyo");
-    assert_eq!(specs.len(), 2);
-    // Shared or not, each agent is what decoding it alone gives.
-    for (state, bytes) in decoded.iter().zip([&one, &twin, &other, &one]) {
-        assert_eq!(*state, decode_agent(FORMAT_VERSION, bytes).unwrap());
-    }
-    assert_eq!(decoded[1].agent().name, "twin");
 }
