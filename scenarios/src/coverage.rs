@@ -14,7 +14,7 @@ use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 use vigil_world::state_server::state_token;
-use vigil_world::trace::{CheckAnswer, FaultRecord, TraceEvent, TraceRecord};
+use vigil_world::trace::{CheckAnswer, EdgeKind, FaultRecord, TraceEvent, TraceRecord};
 
 mod combinations;
 
@@ -65,6 +65,10 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "emission_paused", invariant: "pending_within_cap (31)", counts: "heartbeats whose emission paused at the pending cap" },
     Precondition { key: "transition_lost_to_crash", invariant: "transition_redetected (32)", counts: "crashes and power cuts while a check had shown a heartbeat a state not yet recorded" },
     Precondition { key: "redetected_after_restart", invariant: "transition_redetected (32)", counts: "transitions recorded after a restart by a heartbeat whose change a crash had cut short" },
+    Precondition { key: "edge_taken", invariant: "limits_as_documented (33)", counts: "requests with every field within its documented limits, taken" },
+    Precondition { key: "edge_refused", invariant: "limits_as_documented (33)", counts: "requests with a field past its documented limits, refused" },
+    Precondition { key: "spec_shown_after_recovery", invariant: "spec_shown_as_sent (34)", counts: "specs read back after a recovery" },
+    Precondition { key: "pause_taken", invariant: "pause_length_as_asked (35)", counts: "pauses and rests asked at the edges of their minutes, taken" },
 ];
 
 /// What one seed met: preconditions and faults struck, by name.
@@ -84,8 +88,20 @@ impl Coverage {
 /// Counts what the trace of one seed met.
 pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     let mut coverage = Coverage::default();
+    let mut recovered = false;
     for record in records {
         match &record.event {
+            TraceEvent::EdgeAnswered { kind, status, .. } => {
+                let taken = (200..300).contains(status) || *status == 409;
+                coverage.count(if taken { "edge_taken" } else { "edge_refused" });
+                let pause = matches!(kind, EdgeKind::Pause | EdgeKind::PauseHeartbeats);
+                if taken && pause {
+                    coverage.count("pause_taken");
+                }
+            }
+            TraceEvent::SpecShown { .. } if recovered => {
+                coverage.count("spec_shown_after_recovery")
+            }
             TraceEvent::Committed { event } => committed(&mut coverage, &event.kind),
             TraceEvent::Recovered {
                 head_seq,
@@ -93,6 +109,7 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                 ..
             } => {
                 if *head_seq > 0 {
+                    recovered = true;
                     coverage.count("recovered_after_crash");
                 }
                 if !unreported.is_empty() {
@@ -341,6 +358,14 @@ pub fn required(name: &str) -> &'static [&'static str] {
         ],
         "cli_agents" => &["execution_served", "process_group_gone"],
         "hostile" => &["operator_answered"],
+        "edges" => &[
+            "edge_taken",
+            "edge_refused",
+            "spec_shown_after_recovery",
+            "pause_taken",
+            "recovered_after_crash",
+            "interrupted_commit",
+        ],
         "predicate_flap" => &[
             "heartbeat_transition",
             "predicate_wakeup_refused",

@@ -24,6 +24,8 @@ pub mod coverage;
 #[cfg(madsim)]
 pub mod crash_mid_run;
 #[cfg(madsim)]
+pub mod edges;
+#[cfg(madsim)]
 pub mod fleet_sim;
 #[cfg(madsim)]
 pub mod heart_fleet;

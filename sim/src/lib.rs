@@ -16,6 +16,8 @@ pub mod tool_server;
 pub mod trace;
 
 #[cfg(madsim)]
+pub mod edges;
+#[cfg(madsim)]
 pub mod harness;
 #[cfg(madsim)]
 pub mod hostile;

@@ -162,6 +162,46 @@ pub enum TraceEvent {
     /// That check is over: answered, or dropped by the runtime (its budget, a closed
     /// connection).
     CheckEnded { heartbeat: String, request: u64 },
+    /// A request of the `edges` workload (sim/src/edges.rs), sent with values at and just past
+    /// the documented limits, and its final answer once it got one (a lost answer is retried
+    /// with the same body; `attempts` counts the sends). `field` is an `invalid_field` answer's
+    /// field. The oracle judges it against the limits restated in check/edges.rs.
+    EdgeAnswered {
+        kind: EdgeKind,
+        /// The agent asked about (by name); none for a creation.
+        agent: Option<String>,
+        body: serde_json::Value,
+        status: u16,
+        code: Option<String>,
+        field: Option<String>,
+        attempts: u32,
+        /// The durable events the oracle knew of when the request was first sent: a commit
+        /// with a larger seq may be this request's.
+        seq_before: u64,
+        /// `paused_until_ms` of a 2xx answer that shows the agent (pause requests).
+        paused_until_ms: Option<u64>,
+    },
+    /// The `edges` workload read the agent called `agent`: the spec the node shows.
+    SpecShown {
+        agent: String,
+        spec: serde_json::Value,
+    },
+}
+
+/// Which request an [`TraceEvent::EdgeAnswered`] record answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    /// `POST /v1/agents`.
+    Create,
+    /// `PATCH /v1/agents/{id}`.
+    Patch,
+    /// `POST /v1/agents/{id}/wakeup`.
+    Wake,
+    /// `POST /v1/agents/{id}/pause`.
+    Pause,
+    /// `POST /v1/agents/{id}/pause_heartbeats`.
+    PauseHeartbeats,
 }
 
 /// How the simulated state server answers one check.

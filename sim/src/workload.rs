@@ -62,6 +62,16 @@ pub enum Action {
         agent: String,
         definition: serde_json::Value,
     },
+    /// A request with values at or past the documented limits (sim/src/edges.rs), sent until
+    /// answered with anything but a server error and recorded with its answer. Sent one after
+    /// another (the next step waits for the answer), so the node takes spec changes in order.
+    Submit {
+        kind: crate::trace::EdgeKind,
+        agent: Option<String>,
+        body: serde_json::Value,
+    },
+    /// Read the agent called `agent` and record the spec it shows.
+    ShowSpec { agent: String },
 }
 
 /// An action and when it happens.
@@ -94,7 +104,7 @@ pub struct Workload {
 }
 
 /// Agent ids by name, as learnt from the API.
-type Directory = Rc<RefCell<BTreeMap<String, u64>>>;
+pub(crate) type Directory = Rc<RefCell<BTreeMap<String, u64>>>;
 
 impl Workload {
     /// Runs the plan to its end (or until an invariant breaks).
@@ -233,6 +243,28 @@ impl Workload {
                             agent.clone(),
                             definition.clone(),
                         ));
+                    }
+                    Action::Submit { kind, agent, body } => {
+                        crate::edges::submit(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            *kind,
+                            agent.clone(),
+                            body.clone(),
+                        )
+                        .await;
+                    }
+                    Action::ShowSpec { agent } => {
+                        crate::edges::show(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                        )
+                        .await;
                     }
                     Action::Wake { agent, request } => {
                         let wake = wake(
@@ -635,7 +667,7 @@ pub async fn aligned_timers(
 }
 
 /// Fills the directory from the agent list (after a create whose answer was lost).
-async fn learn_ids(until_ms: u64, client: &OperatorClient, directory: &Directory) {
+pub(crate) async fn learn_ids(until_ms: u64, client: &OperatorClient, directory: &Directory) {
     loop {
         if let Some((_, agents)) = read_agent_list(client).await {
             let mut directory = directory.borrow_mut();

@@ -42,5 +42,9 @@ fn sweep_from_passes(name: &str, start: u64, seeds: u64, check_determinism: bool
     // A sweep that never met a precondition the scenario is built to reach checked nothing of
     // that invariant, however green.
     let gaps = summary.coverage_gaps();
-    assert!(gaps.is_empty(), "{name}: no seed met {gaps:?}\n{}", summary.coverage_table());
+    assert!(
+        gaps.is_empty(),
+        "{name}: no seed met {gaps:?}\n{}",
+        summary.coverage_table()
+    );
 }

@@ -39,6 +39,7 @@ const MUTATED: &[&str] = &[
 const SIM_JUDGE: &[(&str, u32)] = &[
     ("crash_mid_run", 10),
     ("idempotency", 10),
+    ("edges", 10),
     ("pause_basic", 5),
     ("pause_jump_backward", 5),
     ("pause_crash_after_write", 5),

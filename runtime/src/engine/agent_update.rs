@@ -159,10 +159,18 @@ fn diff(at: &str, old: &Value, new: &Value, paths: &mut Vec<String>) {
 }
 
 /// The first slot of a re-anchored timer grid for `agent` changed at `now_ms` to `new`; `None`
-/// when the new spec has no timer.
-pub fn first_fire_at_ms(agent: AgentId, new: &AgentSpec, now_ms: u64) -> Option<u64> {
+/// when the new spec has no timer. The grid is anchored at the change, or at the agent's latest
+/// fired slot (`last_due_at_ms`) when the wall clock has gone back before it: a slot never fires
+/// at or before one that already fired, across grids too (`timer_not_duplicated`).
+pub fn first_fire_at_ms(
+    agent: AgentId,
+    new: &AgentSpec,
+    now_ms: u64,
+    last_due_at_ms: Option<u64>,
+) -> Option<u64> {
+    let anchor_ms = now_ms.max(last_due_at_ms.unwrap_or(0));
     new.heartbeat.interval_ms.map(|interval_ms| {
-        now_ms
+        anchor_ms
             .saturating_add(interval_ms)
             .saturating_add(schedule::jitter_ms(agent.0, interval_ms))
     })

@@ -75,6 +75,43 @@ fn replayed(log: &[Event]) -> Engine {
 }
 
 #[test]
+fn a_new_grid_after_the_clock_went_back_starts_after_the_latest_fired_slot() {
+    let (mut engine, mut log) = setup();
+    let a = create(
+        &mut engine,
+        &mut log,
+        AgentSpec::with_interval("a", Some(1_000)),
+        0,
+    );
+    run(&mut engine, &mut log, Command::FireDueTimers, 200_000);
+    let slot = engine.agent(a).unwrap().last_due_at_ms.expect("a slot fired");
+    assert!(slot > 199_000);
+    // The wall clock went back 100 s, more than the new interval; a new interval is set then.
+    let back_ms = 100_000;
+    let events = run(
+        &mut engine,
+        &mut log,
+        patch(a, json!({"heartbeat": {"interval_ms": 60_000}})),
+        back_ms,
+    );
+    let EventKind::AgentUpdated {
+        first_fire_at_ms, ..
+    } = &events[0].kind
+    else {
+        panic!("expected agent_updated, got {:?}", events[0].kind)
+    };
+    let jitter = super::schedule::jitter_ms(a.0, 60_000);
+    assert_eq!(*first_fire_at_ms, Some(slot + 60_000 + jitter));
+    // Its first slot fires once the clock reaches it, after the slot that already fired.
+    let first = first_fire_at_ms.unwrap();
+    let fired = run(&mut engine, &mut log, Command::FireDueTimers, first);
+    assert!(fired
+        .iter()
+        .any(|e| matches!(e.kind, EventKind::TimerFired { due_at_ms, .. } if due_at_ms == first)));
+    assert_eq!(replayed(&log), engine);
+}
+
+#[test]
 fn a_new_interval_re_anchors_the_grid_and_an_unchanged_one_keeps_it() {
     let (mut engine, mut log) = setup();
     let a = create(

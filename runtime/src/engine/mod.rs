@@ -789,7 +789,12 @@ impl Engine {
             current.tenant.clone(),
             EventKind::AgentUpdated {
                 agent,
-                first_fire_at_ms: agent_update::first_fire_at_ms(agent, &spec, draft.now_ms()),
+                first_fire_at_ms: agent_update::first_fire_at_ms(
+                    agent,
+                    &spec,
+                    draft.now_ms(),
+                    current.last_due_at_ms,
+                ),
                 spec: Box::new(spec),
                 changed,
             },

@@ -81,6 +81,10 @@ impl AgentErrorOracle {
         let Some(a) = self.agents.get_mut(&agent.0) else {
             return Ok(());
         };
+        if let EventKind::AgentUpdated { spec, .. } = &event.kind {
+            a.cooldown_ms_max = spec.breaker.cooldown_ms_max;
+            return Ok(());
+        }
         let what = match &event.kind {
             EventKind::RunStarted { run, .. } => {
                 a.running = Some(run.0);

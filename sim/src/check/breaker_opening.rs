@@ -56,6 +56,11 @@ impl OpeningOracle {
         let Some(a) = self.agents.get_mut(&agent.0) else {
             return Ok(());
         };
+        if let EventKind::AgentUpdated { spec, .. } = &event.kind {
+            // A new threshold applies from the next failure (docs/api.md, PATCH).
+            a.failures_to_open = spec.breaker.failures_to_open;
+            return Ok(());
+        }
         if let Some((trigger, run)) = a.due {
             if overtakes_an_opening(&event.kind) {
                 return violation(

@@ -87,6 +87,15 @@ impl ContractOracle {
                     },
                 );
             }
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                // A new zone moves the local day; a new breaker policy applies from the next
+                // opening (docs/api.md, PATCH).
+                if let Some(a) = self.agents.get_mut(&agent.0) {
+                    a.time_zone = spec.time_zone.clone();
+                    a.cooldown_ms = spec.breaker.cooldown_ms;
+                    a.cooldown_ms_max = spec.breaker.cooldown_ms_max;
+                }
+            }
             EventKind::BreakerOpened {
                 agent,
                 until_ms,

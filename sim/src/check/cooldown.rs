@@ -2,7 +2,9 @@
 //! that after the agent's previous run (one that ran) ended. Judged on the committed events'
 //! own wall times (`at_ms`), the clock the engine decides by. A start whose wall time reads
 //! before the end (the clock went back since) is the documented exception: the engine cannot
-//! measure the wait across a backward jump and ends the cooldown (docs/api.md).
+//! measure the wait across a backward jump and ends the cooldown (docs/api.md). The wait is the
+//! cooldown in force when the previous run ended: a spec change keeps a cooldown in progress (or
+//! its absence) as it is, and its new length holds from the next end (docs/api.md, PATCH).
 
 use std::collections::BTreeMap;
 
@@ -16,8 +18,8 @@ pub struct CooldownOracle {
     cooldown_ms: BTreeMap<u64, u64>,
     /// Runs that started and have not ended.
     running: BTreeMap<u64, u64>,
-    /// Each agent's last end of a run that ran: (wall ms, run).
-    last_end: BTreeMap<u64, (u64, u64)>,
+    /// Each agent's last end of a run that ran: (wall ms, run, the cooldown it began).
+    last_end: BTreeMap<u64, (u64, u64, u64)>,
     /// Starts that came after a cooldown (a coverage figure).
     held_starts: u64,
 }
@@ -28,14 +30,22 @@ impl CooldownOracle {
             EventKind::AgentCreated { agent, spec, .. } if spec.limits.cooldown_ms > 0 => {
                 self.cooldown_ms.insert(agent.0, spec.limits.cooldown_ms);
             }
+            // A changed cooldown holds the next start (docs/api.md, PATCH).
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                match spec.limits.cooldown_ms {
+                    0 => self.cooldown_ms.remove(&agent.0),
+                    ms => self.cooldown_ms.insert(agent.0, ms),
+                };
+            }
             EventKind::RunStarted { run, agent, .. } => {
                 self.running.insert(run.0, agent.0);
-                let Some(cooldown_ms) = self.cooldown_ms.get(&agent.0).copied() else {
+                let Some((ended_ms, previous, cooldown_ms)) = self.last_end.get(&agent.0).copied()
+                else {
                     return Ok(());
                 };
-                let Some((ended_ms, previous)) = self.last_end.get(&agent.0).copied() else {
+                if cooldown_ms == 0 {
                     return Ok(());
-                };
+                }
                 let until_ms = ended_ms.saturating_add(cooldown_ms);
                 if (ended_ms..until_ms).contains(&event.at_ms) {
                     return violation(
@@ -51,7 +61,8 @@ impl CooldownOracle {
             }
             EventKind::RunFinished { run, agent, .. } => {
                 if self.running.remove(&run.0).is_some() {
-                    self.last_end.insert(agent.0, (event.at_ms, run.0));
+                    let cooldown_ms = self.cooldown_ms.get(&agent.0).copied().unwrap_or(0);
+                    self.last_end.insert(agent.0, (event.at_ms, run.0, cooldown_ms));
                 }
             }
             _ => {}

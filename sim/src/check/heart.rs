@@ -65,6 +65,17 @@ impl HeartOracle {
                     },
                 );
             }
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                // A changed spec: the cap and the zone apply from the next start; a new idle
+                // period restarts the chamber from the change (docs/api.md, PATCH).
+                let seen = self.agents.entry(agent.0).or_default();
+                seen.time_zone = spec.time_zone.clone();
+                seen.daily_cap = spec.limits.daily_cap;
+                if seen.idle_after_ms != spec.heartbeat.idle_after_ms {
+                    seen.idle_after_ms = spec.heartbeat.idle_after_ms;
+                    seen.idle_due_ms = spec.heartbeat.idle_after_ms.map(|after| event.at_ms + after);
+                }
+            }
             EventKind::AgentPaused {
                 agent, until_ms, ..
             } => {

@@ -71,6 +71,16 @@ impl LivenessOracle {
                     },
                 );
             }
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                // A new liveness policy applies from the next judgement (docs/api.md, PATCH).
+                let watched = self.agents.entry(agent.0).or_default();
+                let policy = &spec.liveness;
+                watched.floor_ms = match policy.detector {
+                    Detector::Fixed => policy.threshold_ms(),
+                    Detector::PhiAccrual => policy.pulse_interval_ms,
+                };
+                watched.threshold_ms = policy.threshold_ms();
+            }
             EventKind::AgentOnline { agent, .. } => {
                 let watched = self.agents.entry(agent.0).or_default();
                 watched.online = true;

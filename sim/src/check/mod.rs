@@ -10,6 +10,7 @@ mod breaker_opening;
 mod commits;
 mod contracts;
 mod cooldown;
+pub mod edges;
 mod executions;
 mod heart;
 mod liveness;
@@ -102,6 +103,7 @@ pub struct Checker {
     operator: operator::OperatorOracle,
     alerts: alerts::AlertsOracle,
     predicate: predicate::PredicateOracle,
+    edges: edges::EdgesOracle,
 }
 
 impl Checker {
@@ -130,6 +132,7 @@ impl Checker {
         let t_ms = record.t_ms;
         match &record.event {
             TraceEvent::Committed { event } => {
+                self.edges.committed(event);
                 self.committed(t_ms, record.node, event)?;
                 self.commits.committed(record.node, event.seq)
             }
@@ -259,6 +262,27 @@ impl Checker {
                 self.predicate.run_started(*seed);
                 Ok(())
             }
+            TraceEvent::EdgeAnswered {
+                kind,
+                agent,
+                body,
+                status,
+                code,
+                field,
+                attempts,
+                seq_before,
+                paused_until_ms,
+            } => self.edges.answered(
+                *kind,
+                agent.as_deref(),
+                body,
+                *status,
+                code.as_deref(),
+                field.as_deref(),
+                *attempts,
+                (*seq_before, *paused_until_ms),
+            ),
+            TraceEvent::SpecShown { agent, spec } => self.edges.shown(agent, spec),
             TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. }
             | TraceEvent::OperatorAsked { .. }
@@ -283,6 +307,11 @@ impl Checker {
         }
         self.alerts.finish()?;
         self.predicate.finish(end_ms)
+    }
+
+    /// Edge requests judged (taken, refused) and specs compared (invariants 33-35).
+    pub fn edges_judged(&self) -> ((u64, u64), u64) {
+        (self.edges.judged(), self.edges.specs_shown())
     }
 
     /// Heartbeat transitions the predicate checks judged.
@@ -407,6 +436,22 @@ impl Checker {
                         last_due_at_ms: None,
                     },
                 );
+            }
+            EventKind::AgentUpdated {
+                agent,
+                spec,
+                first_fire_at_ms,
+                ..
+            } => {
+                // A new interval starts a new grid from the change's first slot; any other
+                // change keeps the grid (docs/api.md, `PATCH /v1/agents/{id}`). The latest fired
+                // slot is kept: a new grid's slots come after it too.
+                if let Some(schedule) = self.agents.get_mut(&agent.0) {
+                    schedule.name = spec.name.clone();
+                    if schedule.timer.map(|(interval, _)| interval) != spec.heartbeat.interval_ms {
+                        schedule.timer = spec.heartbeat.interval_ms.zip(*first_fire_at_ms);
+                    }
+                }
             }
             EventKind::TimerFired {
                 agent,

@@ -204,6 +204,11 @@ impl PredicateOracle {
         let Some((agent, key)) = wakeup else {
             return Ok(());
         };
+        // `predicate` is a source any caller may name: only an agent a heartbeat watches owes
+        // its predicate wakeups to transitions.
+        if !self.heartbeats.values().any(|h| h.agent == agent) {
+            return Ok(());
+        }
         let owed = self
             .owed
             .iter()

@@ -118,6 +118,16 @@ impl RefusalOracle {
         if !self.agents.contains_key(&agent.0) {
             return Ok(());
         }
+        if let EventKind::AgentUpdated { spec, .. } = &event.kind {
+            // A changed spec's gates apply from the next decision (docs/api.md, PATCH).
+            let gate = self.agents.get_mut(&agent.0).expect("checked above");
+            gate.sources = spec.heartbeat.sources.clone();
+            gate.while_paused = spec.heartbeat.while_paused;
+            gate.queued_runs_max = spec.limits.queued_runs_max;
+            gate.has_cap = spec.limits.daily_cap.is_some();
+            gate.has_budget = spec.limits.daily_budget_usd.is_some();
+            return Ok(());
+        }
         self.judge(agent.0, event)?;
         self.fold(agent.0, event);
         Ok(())

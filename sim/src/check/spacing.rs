@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::engine::liveness::Detector;
+use vigil::engine::liveness::{Detector, LivenessPolicy};
 
 use super::{violation, Violation};
 
@@ -46,13 +46,7 @@ impl SpacingOracle {
         let at_ms = event.at_ms;
         match &event.kind {
             EventKind::AgentCreated { agent, spec, .. } => {
-                let liveness = &spec.liveness;
-                let offline_after_ms = match liveness.detector {
-                    Detector::Fixed => liveness
-                        .pulse_interval_ms
-                        .saturating_mul(u64::from(liveness.offline_after_misses)),
-                    Detector::PhiAccrual => liveness.pulse_interval_ms,
-                };
+                let offline_after_ms = offline_after_ms(&spec.liveness);
                 let idle_after_ms = spec.heartbeat.idle_after_ms;
                 let chambers = Chambers {
                     idle_after_ms,
@@ -64,6 +58,17 @@ impl SpacingOracle {
             EventKind::AgentTerminated { agent } => {
                 if let Some(a) = self.agents.get_mut(&agent.0) {
                     a.idle_due_ms = None;
+                }
+            }
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                // A new idle period restarts the chamber from the change; the liveness
+                // threshold applies from the next judgement (docs/api.md, PATCH).
+                if let Some(a) = self.agents.get_mut(&agent.0) {
+                    if a.idle_after_ms != spec.heartbeat.idle_after_ms {
+                        a.idle_after_ms = spec.heartbeat.idle_after_ms;
+                        a.idle_due_ms = a.idle_after_ms.map(|d| at_ms.saturating_add(d));
+                    }
+                    a.offline_after_ms = offline_after_ms(&spec.liveness);
                 }
             }
             EventKind::InputReceived {
@@ -124,6 +129,16 @@ impl SpacingOracle {
             _ => {}
         }
         Ok(())
+    }
+}
+
+/// The least silence that may make an agent offline, by the documents.
+fn offline_after_ms(liveness: &LivenessPolicy) -> u64 {
+    match liveness.detector {
+        Detector::Fixed => liveness
+            .pulse_interval_ms
+            .saturating_mul(u64::from(liveness.offline_after_misses)),
+        Detector::PhiAccrual => liveness.pulse_interval_ms,
     }
 }
 

@@ -1,0 +1,432 @@
+//! Scenario `edges`: the operator registers agents, changes their specs, wakes and pauses them
+//! with values drawn at and just past every documented limit (docs/api.md): each request has all
+//! its fields within their limits, often right at an edge, or exactly one field pushed just past
+//! one (a number one past its range, a wrong type, an unknown key, a string a character too long,
+//! a body a byte too large). Crashes, power cuts mid-commit and clock jumps strike meanwhile, and
+//! the agents' specs are read back now and then and once more in the quiet phase.
+//!
+//! The oracle judges every answer from its own statement of the limits (check/edges.rs):
+//! `limits_as_documented` (33), `spec_shown_as_sent` (34), `pause_length_as_asked` (35).
+
+use rand::seq::SliceRandom;
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+use serde_json::{json, Value};
+use vigil_faults::plan::FaultKind;
+use vigil_faults::stream;
+use vigil_world::check::edges::{
+    judge_spec, IntField, KEY_CHARS_MAX, NAME_CHARS_MAX, NOT_ZONES, PAUSE_MINUTES_MAX,
+    PAYLOAD_BYTES_MAX, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX, STEP_MS_MAX,
+    TRIGGER_DETAIL_BYTES_MAX, ZONES, ZONE_CHARS_MAX,
+};
+use vigil_world::recorder::Recorder;
+use vigil_world::trace::EdgeKind;
+use vigil_world::workload::{Action, Step};
+
+use crate::phases::{self, Setup};
+use crate::smoke::rate;
+
+const MINUTE_MS: u64 = 60_000;
+pub const SAFETY_MS: u64 = 60 * MINUTE_MS;
+pub const QUIET_MS: u64 = 20 * MINUTE_MS;
+/// Creations sent in the first minutes; about half are pushed past a limit.
+const CREATES_MIN: usize = 12;
+const CREATES_MAX: usize = 18;
+const CREATE_WINDOW_MS: u64 = 5 * MINUTE_MS;
+/// Requests about the created agents over the rest of the safety phase.
+const REQUESTS_MIN: usize = 50;
+const REQUESTS_MAX: usize = 90;
+/// Chance in a hundred that a request has one field pushed past its limit.
+const INVALID_PERCENT: u32 = 45;
+/// Timers and idle chambers shorter than this are drawn only for this many agents: an agent
+/// woken every second is a few thousand runs an hour, enough to reach a snapshot.
+const FAST_AGENTS_MAX: usize = 2;
+const FAST_MS: u64 = 10_000;
+
+/// Runs the scenario for `seed`, recording into `recorder`.
+pub async fn run(seed: u64, recorder: Recorder) {
+    let mut rng = stream(seed, "edges");
+    let mut steps = Vec::new();
+    let mut agents: Vec<String> = Vec::new();
+    let mut fast = 0;
+    let creates = rng.gen_range(CREATES_MIN..=CREATES_MAX);
+    let (mut taken, mut refused) = (0, 0);
+    for i in 0..creates {
+        let mut spec = valid_spec(&mut rng, i, &mut fast);
+        if rng.gen_range(0..100) < INVALID_PERCENT {
+            push_spec_past_a_limit(&mut rng, &mut spec);
+        }
+        if judge_spec(&spec).is_empty() {
+            agents.push(spec["name"].as_str().expect("named").to_string());
+            taken += 1;
+        } else {
+            refused += 1;
+        }
+        steps.push(submit(
+            rng.gen_range(0..CREATE_WINDOW_MS),
+            EdgeKind::Create,
+            None,
+            spec,
+        ));
+    }
+    let requests = rng.gen_range(REQUESTS_MIN..=REQUESTS_MAX);
+    for n in 0..requests {
+        let at_ms = rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS);
+        let Some(agent) = agents.choose(&mut rng).cloned() else {
+            break;
+        };
+        let invalid = rng.gen_range(0..100) < INVALID_PERCENT;
+        let step = match rng.gen_range(0..10) {
+            0..=2 => submit(
+                at_ms,
+                EdgeKind::Patch,
+                Some(agent),
+                patch(&mut rng, invalid),
+            ),
+            3..=5 => submit(
+                at_ms,
+                EdgeKind::Wake,
+                Some(agent),
+                wakeup(&mut rng, n, invalid),
+            ),
+            6 => submit(
+                at_ms,
+                EdgeKind::Pause,
+                Some(agent),
+                pause(&mut rng, invalid),
+            ),
+            7 => submit(
+                at_ms,
+                EdgeKind::PauseHeartbeats,
+                Some(agent),
+                rest(&mut rng, invalid),
+            ),
+            _ => Step {
+                at_ms,
+                action: Action::ShowSpec { agent },
+            },
+        };
+        steps.push(step);
+    }
+    // Every agent's spec once more in the quiet phase, after the last recovery.
+    for agent in &agents {
+        steps.push(Step {
+            at_ms: SAFETY_MS + rng.gen_range(MINUTE_MS..5 * MINUTE_MS),
+            action: Action::ShowSpec {
+                agent: agent.clone(),
+            },
+        });
+    }
+    // Then every agent is terminated: a spec at its edges may hold a run for a day (a day-long
+    // step under a day-long timeout, a day's cooldown, a week's pause), and the quiet phase
+    // would otherwise end with runs queued behind it (`wakeup_reaches_one_terminal`).
+    for agent in &agents {
+        steps.push(Step {
+            at_ms: SAFETY_MS + 6 * MINUTE_MS,
+            action: Action::Terminate {
+                agent: agent.clone(),
+            },
+        });
+    }
+    steps.sort_by_key(|s| s.at_ms);
+    let setup = Setup {
+        agents: Default::default(),
+        pinned: Vec::new(),
+        scenario: "edges",
+        seed,
+        safety_ms: SAFETY_MS,
+        quiet_ms: QUIET_MS,
+        rates: vec![
+            rate(FaultKind::Crash, 2.0, 6),
+            rate(FaultKind::PowerCut, 2.0, 6),
+            rate(FaultKind::ClockJump, 1.0, 4),
+        ],
+        downtime_ms_max: 3 * MINUTE_MS,
+        skew_ms_max: 5_000,
+        power_cut_wait_ms: 10 * MINUTE_MS,
+        steps,
+        probe_every_ms: 5 * MINUTE_MS,
+        tail_every_ms: 5 * MINUTE_MS,
+        sse_readers: 0,
+        describe: format!(
+            "creations={creates} (within limits {taken}, past one {refused}) requests={requests}"
+        ),
+    };
+    phases::run(setup, recorder).await;
+}
+
+fn submit(at_ms: u64, kind: EdgeKind, agent: Option<String>, body: Value) -> Step {
+    Step {
+        at_ms,
+        action: Action::Submit { kind, agent, body },
+    }
+}
+
+/// A spec with every field within its limits: each present field drawn at an edge of its range
+/// or in the middle, or left out (its default applies).
+fn valid_spec(rng: &mut ChaCha8Rng, i: usize, fast: &mut usize) -> Value {
+    let name = if rng.gen_bool(0.2) {
+        // Exactly as long as a name may be.
+        let stem = format!("edge-{i}-");
+        format!("{stem}{}", "n".repeat(NAME_CHARS_MAX - stem.len()))
+    } else {
+        format!("edge-{i}")
+    };
+    let mut spec = json!({ "name": name, "adapter": adapter(rng) });
+    for field in SPEC_INTS {
+        if rng.gen_bool(0.5) {
+            continue;
+        }
+        let value = valid_int(rng, field);
+        let is_fast =
+            field.path.starts_with("heartbeat.") && value.as_u64().is_some_and(|ms| ms < FAST_MS);
+        if is_fast {
+            if *fast >= FAST_AGENTS_MAX {
+                continue;
+            }
+            *fast += 1;
+        }
+        set(&mut spec, field.path, value);
+    }
+    // The breaker's longest cooldown may not be below its first one.
+    let cooldown = spec["breaker"]["cooldown_ms"].as_u64().unwrap_or(900_000);
+    let max = spec["breaker"]["cooldown_ms_max"]
+        .as_u64()
+        .unwrap_or(7_200_000);
+    if max < cooldown {
+        set(&mut spec, "breaker.cooldown_ms_max", json!(cooldown));
+    }
+    if rng.gen_bool(0.4) {
+        spec["time_zone"] = json!(ZONES.choose(rng).expect("zones"));
+    }
+    spec
+}
+
+/// A scripted adapter: 1 step, or as many as allowed, lasting up to a day each.
+fn adapter(rng: &mut ChaCha8Rng) -> Value {
+    let count = if rng.gen_bool(0.1) {
+        STEPS_MAX
+    } else {
+        rng.gen_range(1..=3)
+    };
+    let steps: Vec<Value> = (0..count)
+        .map(|_| {
+            let duration_ms = match rng.gen_range(0..10) {
+                0 => 0,
+                1 => STEP_MS_MAX,
+                _ => rng.gen_range(100..30_000),
+            };
+            let outcome = ["succeeded", "succeeded", "failed", "hang"]
+                .choose(rng)
+                .expect("outcomes");
+            json!({ "duration_ms": duration_ms, "outcome": outcome })
+        })
+        .collect();
+    json!({ "type": "scripted", "steps": steps })
+}
+
+/// A value within the field's limits: an edge, one step inside one, or its middle.
+fn valid_int(rng: &mut ChaCha8Rng, field: &IntField) -> Value {
+    let min = if field.path == "breaker.cooldown_ms_max" {
+        // Its real lower bound is the spec's cooldown; the default one keeps clear of it.
+        900_000
+    } else {
+        field.min
+    };
+    match rng.gen_range(0..6) {
+        0 => json!(min),
+        1 => json!(min + 1),
+        2 => json!(field.max - 1),
+        3 => json!(field.max),
+        4 if field.nullable => Value::Null,
+        _ => json!(rng.gen_range(min..=field.max)),
+    }
+}
+
+/// A value just past the field's limits, or of the wrong type.
+fn invalid_int(rng: &mut ChaCha8Rng, field: &IntField) -> Value {
+    match rng.gen_range(0..5) {
+        0 if field.min > 0 => json!(field.min - 1),
+        0 | 1 => json!(field.max + 1),
+        2 => json!(-1),
+        3 => json!(field.max.to_string()),
+        _ => json!(f64::from(u32::try_from(field.min).unwrap_or(1)) + 0.5),
+    }
+}
+
+/// Pushes exactly one field of a valid spec past its limit.
+fn push_spec_past_a_limit(rng: &mut ChaCha8Rng, spec: &mut Value) {
+    match rng.gen_range(0..10) {
+        0 => {
+            spec["name"] = match rng.gen_range(0..4) {
+                0 => json!("x".repeat(NAME_CHARS_MAX + 1)),
+                1 => json!(""),
+                2 => json!("two words"),
+                _ => json!("naïve"),
+            }
+        }
+        1 => {
+            spec["time_zone"] = if rng.gen_bool(0.5) {
+                json!(NOT_ZONES.choose(rng).expect("not zones"))
+            } else {
+                json!("Z".repeat(ZONE_CHARS_MAX + 1))
+            }
+        }
+        2 => {
+            let steps = &mut spec["adapter"]["steps"];
+            match rng.gen_range(0..3) {
+                0 => *steps = json!([]),
+                1 => {
+                    let step = steps[0].clone();
+                    *steps = Value::Array(vec![step; STEPS_MAX + 1]);
+                }
+                _ => steps[0]["duration_ms"] = json!(STEP_MS_MAX + 1),
+            }
+        }
+        3 => {
+            let group = ["limits", "heartbeat", "breaker", "liveness"]
+                .choose(rng)
+                .expect("groups");
+            set(spec, &format!("{group}.colour"), json!(1));
+        }
+        _ => {
+            let field = SPEC_INTS.choose(rng).expect("fields");
+            set(spec, field.path, invalid_int(rng, field));
+        }
+    }
+}
+
+/// A spec change (JSON merge patch) of one or two fields: within limits, back to a default
+/// (`null`), or with one field past its limit.
+fn patch(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
+    let mut patch = json!({});
+    for _ in 0..rng.gen_range(1..=2) {
+        let field = SPEC_INTS.choose(rng).expect("fields");
+        let value = if rng.gen_bool(0.25) {
+            Value::Null
+        } else {
+            let value = valid_int(rng, field);
+            // Keep timers and idle chambers of changed agents at a minute or more.
+            match value.as_u64() {
+                Some(ms) if field.path.starts_with("heartbeat.") && ms < FAST_MS => json!(60_000),
+                _ => value,
+            }
+        };
+        set(&mut patch, field.path, value);
+    }
+    if invalid {
+        if rng.gen_bool(0.2) {
+            set(&mut patch, "limits.colour", json!("blue"));
+        } else {
+            let field = SPEC_INTS.choose(rng).expect("fields");
+            set(&mut patch, field.path, invalid_int(rng, field));
+        }
+    }
+    patch
+}
+
+/// A wakeup request: each optional field left out or drawn at its edge, and with `invalid` one
+/// of them just past it. Idempotency keys are unique per request (`n`).
+fn wakeup(rng: &mut ChaCha8Rng, n: usize, invalid: bool) -> Value {
+    let mut body = json!({ "source": SOURCES.choose(rng).expect("sources") });
+    let reason_char = if rng.gen_bool(0.5) { "r" } else { "é" };
+    if rng.gen_bool(0.5) {
+        body["reason"] = json!(reason_char.repeat(REASON_CHARS_MAX));
+    }
+    if rng.gen_bool(0.4) {
+        body["payload"] = sized_object(PAYLOAD_BYTES_MAX);
+    }
+    if rng.gen_bool(0.4) {
+        body["task_key"] = json!(padded(&format!("task-{}", n % 3), KEY_CHARS_MAX));
+    }
+    if rng.gen_bool(0.4) {
+        body["idempotency_key"] = json!(padded(&format!("key-{n}-"), KEY_CHARS_MAX));
+    }
+    if rng.gen_bool(0.4) {
+        body["trigger_detail"] = sized_object(TRIGGER_DETAIL_BYTES_MAX);
+    }
+    if invalid {
+        match rng.gen_range(0..8) {
+            0 => body["source"] = json!("later"),
+            1 => body["reason"] = json!(reason_char.repeat(REASON_CHARS_MAX + 1)),
+            2 => body["payload"] = sized_object(PAYLOAD_BYTES_MAX + 1),
+            3 => body["task_key"] = json!(padded("task-", KEY_CHARS_MAX + 1)),
+            4 => body["idempotency_key"] = json!(""),
+            5 => body["trigger_detail"] = sized_object(TRIGGER_DETAIL_BYTES_MAX + 1),
+            6 => body["trigger_detail"] = json!(["not", "an", "object"]),
+            _ => body["requested_by"] = json!("someone"),
+        }
+    }
+    body
+}
+
+/// `/pause`: a timed pause of 1 minute to a week, or minutes past that range.
+fn pause(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
+    let minutes = if invalid {
+        [
+            json!(0),
+            json!(PAUSE_MINUTES_MAX + 1),
+            json!(-1),
+            json!("5"),
+        ]
+        .choose(rng)
+        .expect("values")
+        .clone()
+    } else {
+        // A week-long pause only now and then: it silences the agent for the rest of the run.
+        match rng.gen_range(0..10) {
+            0 => json!(PAUSE_MINUTES_MAX),
+            1..=4 => json!(1),
+            _ => json!(rng.gen_range(2..=5)),
+        }
+    };
+    json!({ "minutes": minutes })
+}
+
+/// `pause_heartbeats`: minutes left out, at the clamp's edges or far past them (clamped, never
+/// refused), or negative or not a number.
+fn rest(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
+    if invalid {
+        let minutes = [json!(-1), json!("ten")]
+            .choose(rng)
+            .expect("values")
+            .clone();
+        return json!({ "minutes": minutes });
+    }
+    match rng.gen_range(0..7) {
+        0 => json!({}),
+        1 => json!({ "minutes": 0 }),
+        2 => json!({ "minutes": 1 }),
+        3 => json!({ "minutes": 60 }),
+        4 => json!({ "minutes": 61 }),
+        5 => json!({ "minutes": 999 }),
+        _ => json!({ "minutes": null }),
+    }
+}
+
+/// `{"d":"xx…"}` of exactly `bytes` bytes as compact JSON.
+fn sized_object(bytes: usize) -> Value {
+    const AROUND: usize = r#"{"d":""}"#.len();
+    json!({ "d": "x".repeat(bytes - AROUND) })
+}
+
+/// `stem` padded with `-` to `chars` characters.
+fn padded(stem: &str, chars: usize) -> String {
+    format!("{stem}{}", "-".repeat(chars - stem.len()))
+}
+
+/// Sets the value at a dotted path, creating objects on the way.
+fn set(value: &mut Value, path: &str, new: Value) {
+    let mut at = value;
+    let mut keys = path.split('.').peekable();
+    while let Some(key) = keys.next() {
+        if keys.peek().is_none() {
+            at[key] = new;
+            return;
+        }
+        if !at[key].is_object() {
+            at[key] = json!({});
+        }
+        at = &mut at[key];
+    }
+}

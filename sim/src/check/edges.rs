@@ -1,0 +1,776 @@
+//! The documented limits at their edges (docs/invariants.md, 33–35), judged on the `edges`
+//! workload's requests (sim/src/edges.rs). Every limit, default and clamp below is restated from
+//! docs/api.md, never taken from the runtime's constants, so that a wrong constant or a slip in a
+//! comparison cannot move the runtime and its check together.
+//!
+//! - `limits_as_documented` (33): a request whose every field lies within its documented limits
+//!   is taken (2xx); one with a field outside them is refused 400 `invalid_field` naming that
+//!   field (any one of them when several are out), and nothing changes.
+//! - `spec_shown_as_sent` (34): the spec the node shows holds each field as the accepted
+//!   creation and spec changes (JSON merge patches) left it, or the documented default; across
+//!   crashes, power cuts and recoveries from snapshots.
+//! - `pause_length_as_asked` (35): a `/pause` of N minutes pauses until N minutes after its
+//!   decision, by the operator; a `pause_heartbeats` rest lasts its minutes clamped to 1–60
+//!   (2 when not given), by the agent.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Map, Value};
+use vigil::engine::event::{Event, EventKind};
+use vigil::engine::pause::PausedBy;
+
+use super::{violation, Violation};
+use crate::trace::EdgeKind;
+
+/// An integer field of an agent spec: its dotted path, its default (`None`: null) and its
+/// documented range. `nullable`: `null` is a value (no timer, no cap) rather than a wrong type.
+#[derive(Debug, Clone, Copy)]
+pub struct IntField {
+    pub path: &'static str,
+    pub default: Option<u64>,
+    pub min: u64,
+    pub max: u64,
+    pub nullable: bool,
+}
+
+const fn int(path: &'static str, default: Option<u64>, min: u64, max: u64) -> IntField {
+    IntField {
+        path,
+        default,
+        min,
+        max,
+        nullable: default.is_none(),
+    }
+}
+
+/// One week and one day, in ms.
+const WEEK_MS: u64 = 604_800_000;
+const DAY_MS: u64 = 86_400_000;
+
+/// The integer fields of docs/api.md's spec table (`POST /v1/agents`), with their defaults.
+/// `breaker.cooldown_ms_max` also may not be below `breaker.cooldown_ms` ([`COOLDOWN_MAX_PATH`]).
+pub static SPEC_INTS: &[IntField] = &[
+    int("heartbeat.interval_ms", None, 1_000, WEEK_MS),
+    int("heartbeat.idle_after_ms", None, 1_000, WEEK_MS),
+    int("limits.run_timeout_ms", Some(600_000), 1_000, DAY_MS),
+    int("limits.queued_runs_max", Some(16), 1, 1_000),
+    int("limits.cooldown_ms", Some(0), 0, DAY_MS),
+    int("limits.daily_cap", None, 1, 10_000),
+    int("breaker.failures_to_open", Some(3), 1, 100),
+    int("breaker.cooldown_ms", Some(900_000), 1_000, WEEK_MS),
+    int("breaker.cooldown_ms_max", Some(7_200_000), 0, WEEK_MS),
+    int("liveness.pulse_interval_ms", Some(10_000), 1_000, 3_600_000),
+    int("liveness.offline_after_misses", Some(3), 1, 100),
+    int("liveness.phi_threshold", Some(8), 1, 16),
+];
+
+/// Its lower bound is the spec's `breaker.cooldown_ms`, not a number.
+const COOLDOWN_MAX_PATH: &str = "breaker.cooldown_ms_max";
+const COOLDOWN_PATH: &str = "breaker.cooldown_ms";
+
+/// `name`: 1 to this many characters of `[A-Za-z0-9._-]`.
+pub const NAME_CHARS_MAX: usize = 64;
+/// `adapter.steps`: 1 to this many steps, each lasting 0 to a day.
+pub const STEPS_MAX: usize = 64;
+pub const STEP_MS_MAX: u64 = DAY_MS;
+const STEP_OUTCOMES: &[&str] = &["succeeded", "failed", "tool_failed", "hang"];
+/// Zones the bundled tz database holds, and names that are no zone (the workload draws from
+/// these; a name in neither list is not judged).
+pub const ZONES: &[&str] = &[
+    "UTC",
+    "Europe/Paris",
+    "Pacific/Kiritimati",
+    "America/St_Johns",
+];
+pub const NOT_ZONES: &[&str] = &["Mars/Olympus_Mons", "utc+1", "Europe/Pariss"];
+/// `time_zone`: at most this many characters.
+pub const ZONE_CHARS_MAX: usize = 64;
+
+/// The wakeup request's fields (`POST /v1/agents/{id}/wakeup`).
+pub const SOURCES: &[&str] = &[
+    "timer",
+    "idle",
+    "assignment",
+    "on_demand",
+    "automation",
+    "predicate",
+];
+pub const REASON_CHARS_MAX: usize = 500;
+pub const PAYLOAD_BYTES_MAX: usize = 16_384;
+pub const KEY_CHARS_MAX: usize = 200;
+pub const TRIGGER_DETAIL_BYTES_MAX: usize = 2_048;
+
+/// `/pause`'s `minutes`: 1 to a week.
+pub const PAUSE_MINUTES_MAX: u64 = 10_080;
+/// `pause_heartbeats`' `minutes`: clamped into 1..=60, 2 when not given.
+pub const REST_MINUTES_MIN: u64 = 1;
+pub const REST_MINUTES_MAX: u64 = 60;
+pub const REST_MINUTES_DEFAULT: u64 = 2;
+const MINUTE_MS: u64 = 60_000;
+
+/// What a request deserves: to be taken, or refused naming one of these fields.
+type Judgement = BTreeSet<String>;
+
+/// A committed pause.
+#[derive(Debug, Clone, Copy)]
+struct Pause {
+    seq: u64,
+    at_ms: u64,
+    until_ms: Option<u64>,
+    by: PausedBy,
+}
+
+#[derive(Debug, Default)]
+pub struct EdgesOracle {
+    /// The spec each accepted agent should show, by name: the creation's body with every
+    /// accepted change merged in.
+    expected: BTreeMap<String, Value>,
+    /// Agent ids by name, from the committed creations.
+    ids: BTreeMap<String, u64>,
+    /// Each agent's latest committed pause.
+    pauses: BTreeMap<u64, Pause>,
+    /// Requests judged: taken, refused.
+    judged: (u64, u64),
+    shown: u64,
+}
+
+impl EdgesOracle {
+    /// Follows the committed events it needs: creations (names to ids) and pauses.
+    pub fn committed(&mut self, event: &Event) {
+        match &event.kind {
+            EventKind::AgentCreated { agent, name, .. } => {
+                self.ids.insert(name.clone(), agent.0);
+            }
+            EventKind::AgentPaused {
+                agent,
+                until_ms,
+                by,
+            } => {
+                let pause = Pause {
+                    seq: event.seq,
+                    at_ms: event.at_ms,
+                    until_ms: *until_ms,
+                    by: *by,
+                };
+                self.pauses.insert(agent.0, pause);
+            }
+            _ => {}
+        }
+    }
+
+    /// Requests judged so far: (taken, refused).
+    pub fn judged(&self) -> (u64, u64) {
+        self.judged
+    }
+
+    /// Specs compared so far.
+    pub fn specs_shown(&self) -> u64 {
+        self.shown
+    }
+
+    /// Judges one answered request (invariants 33 and 35).
+    #[allow(clippy::too_many_arguments)]
+    pub fn answered(
+        &mut self,
+        kind: EdgeKind,
+        agent: Option<&str>,
+        body: &Value,
+        status: u16,
+        code: Option<&str>,
+        field: Option<&str>,
+        attempts: u32,
+        (seq_before, paused_until_ms): (u64, Option<u64>),
+    ) -> Result<(), Violation> {
+        let current = agent.and_then(|a| self.expected.get(a));
+        let (invalid, merged) = match kind {
+            EdgeKind::Create => (judge_spec(body), Some(body.clone())),
+            EdgeKind::Patch => {
+                let current = current.ok_or_else(|| unknown_agent(agent))?;
+                let merged = merge_patch(current, body);
+                let invalid = if body.is_object() {
+                    judge_spec(&merged)
+                } else {
+                    ["body".to_string()].into()
+                };
+                (invalid, Some(merged))
+            }
+            EdgeKind::Wake => (judge_wake(body), None),
+            EdgeKind::Pause | EdgeKind::PauseHeartbeats => (judge_pause(kind, body), None),
+        };
+        // A creation retried after a lost answer finds its own agent: 409 `name_taken`.
+        let taken = (200..300).contains(&status)
+            || (kind == EdgeKind::Create && status == 409 && attempts > 1);
+        let what = format!("{kind:?} {} {body}", agent.unwrap_or(""));
+        if invalid.is_empty() {
+            if !taken {
+                return violation(
+                    "limits_as_documented",
+                    format!("{what}: every field is within its documented limits, yet the answer was {status} {code:?} naming {field:?}"),
+                );
+            }
+            self.judged.0 += 1;
+            if let Some(merged) = merged {
+                let name = merged["name"].as_str().unwrap_or_default().to_string();
+                let name = agent.map_or(name, str::to_string);
+                self.expected.insert(name, merged);
+            }
+            if let Some(agent) = agent {
+                self.pause_length(kind, agent, body, seq_before, paused_until_ms)?;
+            }
+            return Ok(());
+        }
+        let named = field.is_some_and(|f| invalid.contains(f));
+        if status != 400 || code != Some("invalid_field") || !named {
+            return violation(
+                "limits_as_documented",
+                format!("{what}: {invalid:?} lie outside their documented limits, so the answer should be 400 invalid_field naming one of them; it was {status} {code:?} naming {field:?}"),
+            );
+        }
+        self.judged.1 += 1;
+        Ok(())
+    }
+
+    /// Invariant 35 for a pause the node took: the pause committed since the request was sent
+    /// lasts as asked; or, when none was, a pause at least as long was in force (an agent's
+    /// short rest never cuts a longer pause) and the answer shows it.
+    fn pause_length(
+        &self,
+        kind: EdgeKind,
+        agent: &str,
+        body: &Value,
+        seq_before: u64,
+        paused_until_ms: Option<u64>,
+    ) -> Result<(), Violation> {
+        let (minutes, by) = match kind {
+            EdgeKind::Pause => match body["minutes"].as_u64() {
+                Some(minutes) => (minutes, PausedBy::Operator),
+                None => return Ok(()),
+            },
+            EdgeKind::PauseHeartbeats => {
+                let asked = body["minutes"].as_u64().unwrap_or(REST_MINUTES_DEFAULT);
+                (
+                    asked.clamp(REST_MINUTES_MIN, REST_MINUTES_MAX),
+                    PausedBy::Agent,
+                )
+            }
+            _ => return Ok(()),
+        };
+        let id = self
+            .ids
+            .get(agent)
+            .ok_or_else(|| unknown_agent(Some(agent)))?;
+        let Some(pause) = self.pauses.get(id).copied() else {
+            return violation(
+                "pause_length_as_asked",
+                format!(
+                    "agent {agent}: a {kind:?} {body} was taken, yet no pause was ever committed"
+                ),
+            );
+        };
+        if pause.seq <= seq_before {
+            // Nothing new: a pause in force already lasted as long.
+            if paused_until_ms != pause.until_ms {
+                return violation(
+                    "pause_length_as_asked",
+                    format!("agent {agent}: {kind:?} {body} committed no pause, so the pause in force (until {:?}) should stand; the answer shows paused_until_ms {paused_until_ms:?}", pause.until_ms),
+                );
+            }
+            return Ok(());
+        }
+        let expected = pause.at_ms + minutes * MINUTE_MS;
+        if pause.until_ms != Some(expected) || paused_until_ms != pause.until_ms || pause.by != by {
+            return violation(
+                "pause_length_as_asked",
+                format!("agent {agent}: {kind:?} {body} decided at {} should pause until {expected} by {by:?}; the node committed until {:?} by {:?} and answered paused_until_ms {paused_until_ms:?}", pause.at_ms, pause.until_ms, pause.by),
+            );
+        }
+        Ok(())
+    }
+
+    /// Invariant 34: the shown spec against the expected one, field by field.
+    pub fn shown(&mut self, agent: &str, spec: &Value) -> Result<(), Violation> {
+        let Some(expected) = self.expected.get(agent) else {
+            return Ok(());
+        };
+        self.shown += 1;
+        let mismatch = |path: &str, want: &Value, got: &Value| {
+            violation(
+                "spec_shown_as_sent",
+                format!("agent {agent}: {path} should be {want} (as sent, or its documented default); the node shows {got}"),
+            )
+        };
+        for field in SPEC_INTS {
+            let sent = at(expected, field.path);
+            let want = if sent.is_null() {
+                field.default.map_or(Value::Null, Value::from)
+            } else {
+                sent.clone()
+            };
+            let got = at(spec, field.path);
+            // A field left out of the shown spec is shown at its default.
+            let got = if got.is_null() {
+                field.default.map_or(Value::Null, Value::from)
+            } else {
+                got.clone()
+            };
+            if want != got {
+                return mismatch(field.path, &want, &got);
+            }
+        }
+        let zone = at(expected, "time_zone");
+        let zone = if zone.is_null() {
+            &Value::from("UTC")
+        } else {
+            zone
+        };
+        for (path, want) in [
+            ("name", &expected["name"]),
+            ("time_zone", zone),
+            ("adapter.steps", at(expected, "adapter.steps")),
+        ] {
+            if at(spec, path) != want {
+                return mismatch(path, want, at(spec, path));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unknown_agent(agent: Option<&str>) -> Violation {
+    Violation {
+        invariant: "limits_as_documented",
+        detail: format!(
+            "a request about {agent:?}, whose creation was never taken (the workload only sends those)"
+        ),
+    }
+}
+
+/// The value at a dotted path; null when absent.
+fn at<'a>(value: &'a Value, path: &str) -> &'a Value {
+    path.split('.')
+        .try_fold(value, |v, key| v.get(key))
+        .unwrap_or(&Value::Null)
+}
+
+/// RFC 7396: an object merges key by key, `null` removes a key, anything else replaces.
+fn merge_patch(target: &Value, patch: &Value) -> Value {
+    let Value::Object(patch) = patch else {
+        return patch.clone();
+    };
+    let mut merged = match target {
+        Value::Object(target) => target.clone(),
+        _ => Map::new(),
+    };
+    for (key, value) in patch {
+        if value.is_null() {
+            merged.remove(key);
+        } else {
+            let old = merged.get(key).cloned().unwrap_or(Value::Null);
+            merged.insert(key.clone(), merge_patch(&old, value));
+        }
+    }
+    Value::Object(merged)
+}
+
+/// The fields of `spec` outside their documented limits (empty: a valid spec).
+pub fn judge_spec(spec: &Value) -> Judgement {
+    let mut invalid = Judgement::new();
+    let Some(object) = spec.as_object() else {
+        invalid.insert("body".into());
+        return invalid;
+    };
+    for (key, value) in object {
+        match key.as_str() {
+            "name" => {
+                if !valid_name(value) {
+                    invalid.insert("name".into());
+                }
+            }
+            "time_zone" => {
+                if !valid_zone(value) {
+                    invalid.insert("time_zone".into());
+                }
+            }
+            "adapter" => judge_adapter(value, &mut invalid),
+            "heartbeat" | "limits" | "breaker" | "liveness" => {
+                judge_group(key, value, &mut invalid);
+            }
+            other => {
+                invalid.insert(other.to_string());
+            }
+        }
+    }
+    let cooldown = match at(spec, COOLDOWN_PATH) {
+        Value::Null => 900_000,
+        v => v.as_u64().unwrap_or(0),
+    };
+    if let Some(max) = at(spec, COOLDOWN_MAX_PATH).as_u64().or(Some(7_200_000)) {
+        if max < cooldown && !invalid.contains(COOLDOWN_PATH) {
+            invalid.insert(COOLDOWN_MAX_PATH.into());
+        }
+    }
+    invalid
+}
+
+fn valid_name(value: &Value) -> bool {
+    let Some(name) = value.as_str() else {
+        return false;
+    };
+    let chars = name.chars().count();
+    (1..=NAME_CHARS_MAX).contains(&chars)
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn valid_zone(value: &Value) -> bool {
+    match value.as_str() {
+        Some(zone) => zone.chars().count() <= ZONE_CHARS_MAX && ZONES.contains(&zone),
+        None => false,
+    }
+}
+
+fn judge_adapter(adapter: &Value, invalid: &mut Judgement) {
+    let Some(adapter) = adapter.as_object() else {
+        invalid.insert("adapter".into());
+        return;
+    };
+    for (key, value) in adapter {
+        match key.as_str() {
+            "type" => {
+                if value != "scripted" {
+                    invalid.insert("adapter.type".into());
+                }
+            }
+            "steps" => {
+                let steps = value.as_array().map(Vec::as_slice).unwrap_or_default();
+                if !(1..=STEPS_MAX).contains(&steps.len()) {
+                    invalid.insert("adapter.steps".into());
+                }
+                for step in steps {
+                    let duration = step["duration_ms"].as_u64();
+                    if !duration.is_some_and(|d| d <= STEP_MS_MAX) {
+                        invalid.insert("adapter.steps.duration_ms".into());
+                    }
+                    let outcome = step["outcome"].as_str().unwrap_or_default();
+                    if !STEP_OUTCOMES.contains(&outcome) {
+                        invalid.insert("adapter.steps.outcome".into());
+                    }
+                }
+            }
+            other => {
+                invalid.insert(format!("adapter.{other}"));
+            }
+        }
+    }
+}
+
+fn judge_group(group: &str, value: &Value, invalid: &mut Judgement) {
+    let Some(fields) = value.as_object() else {
+        invalid.insert(group.to_string());
+        return;
+    };
+    for (key, value) in fields {
+        let path = format!("{group}.{key}");
+        let Some(field) = SPEC_INTS.iter().find(|f| f.path == path) else {
+            invalid.insert(path);
+            continue;
+        };
+        let ok = match value {
+            Value::Null => field.nullable,
+            v => v
+                .as_u64()
+                .is_some_and(|n| (field.min..=field.max).contains(&n)),
+        };
+        if !ok {
+            invalid.insert(path);
+        }
+    }
+}
+
+/// The fields of a wakeup request outside their documented limits.
+pub fn judge_wake(body: &Value) -> Judgement {
+    let mut invalid = Judgement::new();
+    let Some(object) = body.as_object() else {
+        invalid.insert("body".into());
+        return invalid;
+    };
+    if !object.contains_key("source") {
+        invalid.insert("source".into());
+    }
+    for (key, value) in object {
+        let ok = match key.as_str() {
+            "source" => value.as_str().is_some_and(|s| SOURCES.contains(&s)),
+            "reason" => value
+                .as_str()
+                .is_some_and(|r| r.chars().count() <= REASON_CHARS_MAX),
+            "payload" => value.to_string().len() <= PAYLOAD_BYTES_MAX,
+            "task_key" | "idempotency_key" => match value {
+                Value::Null => true,
+                Value::String(k) => (1..=KEY_CHARS_MAX).contains(&k.chars().count()),
+                _ => false,
+            },
+            "trigger_detail" => match value {
+                Value::Null => true,
+                Value::Object(_) => value.to_string().len() <= TRIGGER_DETAIL_BYTES_MAX,
+                _ => false,
+            },
+            _ => false,
+        };
+        if !ok {
+            invalid.insert(key.clone());
+        }
+    }
+    invalid
+}
+
+/// The fields of a pause request outside their documented limits.
+pub fn judge_pause(kind: EdgeKind, body: &Value) -> Judgement {
+    let mut invalid = Judgement::new();
+    let Some(object) = body.as_object() else {
+        invalid.insert("body".into());
+        return invalid;
+    };
+    for (key, value) in object {
+        let ok = match (key.as_str(), kind) {
+            ("minutes", _) if value.is_null() => true,
+            ("minutes", EdgeKind::Pause) => value
+                .as_u64()
+                .is_some_and(|m| (1..=PAUSE_MINUTES_MAX).contains(&m)),
+            // Clamped, never refused: any whole number of minutes that is not negative.
+            ("minutes", _) => value.as_u64().is_some(),
+            _ => false,
+        };
+        if !ok {
+            invalid.insert(key.clone());
+        }
+    }
+    invalid
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn spec(extra: Value) -> Value {
+        let base = json!({
+            "name": "edge-1",
+            "adapter": {"type": "scripted", "steps": [{"duration_ms": 1000, "outcome": "succeeded"}]},
+        });
+        merge_patch(&base, &extra)
+    }
+
+    #[test]
+    fn specs_are_judged_at_their_edges() {
+        let cases = [
+            (json!({"heartbeat": {"interval_ms": 1_000}}), None),
+            (
+                json!({"heartbeat": {"interval_ms": 999}}),
+                Some("heartbeat.interval_ms"),
+            ),
+            (
+                json!({"heartbeat": {"interval_ms": 604_800_001}}),
+                Some("heartbeat.interval_ms"),
+            ),
+            (
+                json!({"limits": {"cooldown_ms": 0, "daily_cap": 10_000}}),
+                None,
+            ),
+            (
+                json!({"limits": {"daily_cap": 10_001}}),
+                Some("limits.daily_cap"),
+            ),
+            (
+                json!({"limits": {"queued_runs_max": "16"}}),
+                Some("limits.queued_runs_max"),
+            ),
+            (json!({"limits": {"colour": 1}}), Some("limits.colour")),
+            (
+                json!({"breaker": {"cooldown_ms": 8_000_000}}),
+                Some("breaker.cooldown_ms_max"),
+            ),
+            (
+                json!({"breaker": {"cooldown_ms": 8_000_000, "cooldown_ms_max": 8_000_000}}),
+                None,
+            ),
+            (json!({"name": "x".repeat(NAME_CHARS_MAX)}), None),
+            (
+                json!({"name": "x".repeat(NAME_CHARS_MAX + 1)}),
+                Some("name"),
+            ),
+            (json!({"name": "a b"}), Some("name")),
+            (json!({"time_zone": "Mars/Olympus_Mons"}), Some("time_zone")),
+            (json!({"adapter": {"steps": []}}), Some("adapter.steps")),
+            (
+                json!({"adapter": {"steps": [{"duration_ms": STEP_MS_MAX + 1, "outcome": "failed"}]}}),
+                Some("adapter.steps.duration_ms"),
+            ),
+        ];
+        for (extra, field) in cases {
+            let invalid = judge_spec(&spec(extra.clone()));
+            let want: Judgement = field.into_iter().map(String::from).collect();
+            assert_eq!(invalid, want, "{extra}");
+        }
+    }
+
+    #[test]
+    fn wakeups_are_judged_in_characters_and_compact_bytes() {
+        let reason = "é".repeat(REASON_CHARS_MAX);
+        assert!(judge_wake(&json!({"source": "on_demand", "reason": reason})).is_empty());
+        let long = "é".repeat(REASON_CHARS_MAX + 1);
+        assert_eq!(
+            judge_wake(&json!({"source": "timer", "reason": long})),
+            ["reason".to_string()].into()
+        );
+        // {"p":"xx…"} is 8 bytes around the string.
+        let payload = json!({"p": "x".repeat(PAYLOAD_BYTES_MAX - 8)});
+        assert!(judge_wake(&json!({"source": "idle", "payload": payload})).is_empty());
+        let payload = json!({"p": "x".repeat(PAYLOAD_BYTES_MAX - 7)});
+        assert!(judge_wake(&json!({"source": "idle", "payload": payload})).contains("payload"));
+        assert!(judge_wake(&json!({"source": "idle", "task_key": ""})).contains("task_key"));
+        assert!(
+            judge_wake(&json!({"source": "idle", "trigger_detail": []})).contains("trigger_detail")
+        );
+        assert!(judge_wake(&json!({"source": "later"})).contains("source"));
+        assert!(judge_wake(&json!({"reason": "no source"})).contains("source"));
+    }
+
+    fn oracle_with_agent() -> EdgesOracle {
+        let mut oracle = EdgesOracle::default();
+        let body = spec(json!({"limits": {"daily_cap": 5}}));
+        oracle
+            .answered(EdgeKind::Create, None, &body, 201, None, None, 1, (0, None))
+            .expect("a valid creation taken");
+        oracle
+    }
+
+    #[test]
+    fn a_valid_request_refused_or_an_invalid_one_taken_is_reported() {
+        let mut oracle = oracle_with_agent();
+        let valid = spec(json!({"name": "edge-2", "limits": {"queued_runs_max": 1_000}}));
+        let refused = oracle.answered(
+            EdgeKind::Create,
+            None,
+            &valid,
+            400,
+            Some("invalid_field"),
+            Some("limits.queued_runs_max"),
+            1,
+            (0, None),
+        );
+        assert_eq!(refused.unwrap_err().invariant, "limits_as_documented");
+        let patch = json!({"limits": {"queued_runs_max": 1_001}});
+        let taken = oracle.answered(
+            EdgeKind::Patch,
+            Some("edge-1"),
+            &patch,
+            200,
+            None,
+            None,
+            1,
+            (0, None),
+        );
+        assert_eq!(taken.unwrap_err().invariant, "limits_as_documented");
+        let wrong_field = oracle.answered(
+            EdgeKind::Patch,
+            Some("edge-1"),
+            &patch,
+            400,
+            Some("invalid_field"),
+            Some("limits"),
+            1,
+            (0, None),
+        );
+        assert_eq!(wrong_field.unwrap_err().invariant, "limits_as_documented");
+        oracle
+            .answered(
+                EdgeKind::Patch,
+                Some("edge-1"),
+                &patch,
+                400,
+                Some("invalid_field"),
+                Some("limits.queued_runs_max"),
+                1,
+                (0, None),
+            )
+            .expect("refused naming the field");
+    }
+
+    #[test]
+    fn a_spec_shown_otherwise_than_sent_and_patched_is_reported() {
+        let mut oracle = oracle_with_agent();
+        let patch = json!({"limits": {"daily_cap": null, "cooldown_ms": 5_000}});
+        oracle
+            .answered(
+                EdgeKind::Patch,
+                Some("edge-1"),
+                &patch,
+                200,
+                None,
+                None,
+                1,
+                (0, None),
+            )
+            .expect("a valid change taken");
+        let mut shown = spec(
+            json!({"limits": {"cooldown_ms": 5_000, "run_timeout_ms": 600_000}, "time_zone": "UTC"}),
+        );
+        oracle
+            .shown("edge-1", &shown)
+            .expect("as sent, with defaults");
+        shown["limits"]["daily_cap"] = json!(5);
+        let kept = oracle.shown("edge-1", &shown).unwrap_err();
+        assert_eq!(kept.invariant, "spec_shown_as_sent");
+        shown["limits"]["daily_cap"] = Value::Null;
+        shown["liveness"] = json!({"phi_threshold": 9});
+        assert!(
+            oracle.shown("edge-1", &shown).is_err(),
+            "a default shown wrong"
+        );
+    }
+
+    #[test]
+    fn a_rest_not_clamped_as_documented_is_reported() {
+        let mut oracle = oracle_with_agent();
+        let created = Event {
+            seq: 5,
+            at_ms: 1_000,
+            tenant: "default".into(),
+            kind: EventKind::AgentPaused {
+                agent: vigil::engine::agent::AgentId(7),
+                until_ms: Some(1_000 + 60 * MINUTE_MS),
+                by: PausedBy::Agent,
+            },
+        };
+        oracle.ids.insert("edge-1".into(), 7);
+        oracle.committed(&created);
+        let body = json!({"minutes": 999});
+        let until = Some(1_000 + 60 * MINUTE_MS);
+        oracle
+            .answered(
+                EdgeKind::PauseHeartbeats,
+                Some("edge-1"),
+                &body,
+                200,
+                None,
+                None,
+                1,
+                (0, until),
+            )
+            .expect("999 clamps to 60");
+        let body = json!({"minutes": 59});
+        let short = oracle.answered(
+            EdgeKind::PauseHeartbeats,
+            Some("edge-1"),
+            &body,
+            200,
+            None,
+            None,
+            1,
+            (0, until),
+        );
+        assert_eq!(short.unwrap_err().invariant, "pause_length_as_asked");
+    }
+}

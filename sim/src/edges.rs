@@ -1,0 +1,166 @@
+//! The `edges` workload's requests: agent specs, spec changes, wakeups and pauses whose values
+//! sit at and just past the limits docs/api.md documents, each sent until it gets an answer that
+//! is not a server error, then recorded whole with that answer ([`TraceEvent::EdgeAnswered`]);
+//! and reads of the specs the node shows ([`TraceEvent::SpecShown`]). What each answer should
+//! have been is the oracle's to say (check/edges.rs), from its own restatement of the limits.
+
+use std::time::Duration;
+
+use hyper::Method;
+
+use crate::harness::elapsed_ms;
+use crate::operator_client::OperatorClient;
+use crate::recorder::Recorder;
+use crate::trace::{EdgeKind, TraceEvent};
+use crate::workload::{learn_ids, Directory};
+
+/// Pause before sending a request again after no answer or a server error.
+const RETRY_MS: u64 = 2_000;
+
+/// Sends `body` as a `kind` request about `agent` (by name; none for a creation) until it is
+/// answered with anything but a server error, then records the answer. A creation answered 201
+/// or a wakeup answered 2xx is also recorded as acknowledged, for the durability checks.
+pub async fn submit(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    kind: EdgeKind,
+    agent: Option<String>,
+    body: serde_json::Value,
+) {
+    let bytes = body.to_string().into_bytes();
+    let mut attempts = 0;
+    let seq_before = recorder.durable_events();
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        let Some(path) = path_of(kind, agent.as_deref(), &directory) else {
+            // The agent's creation has not been answered yet.
+            learn_ids(until_ms, &client, &directory).await;
+            tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            continue;
+        };
+        let method = match kind {
+            EdgeKind::Patch => Method::PATCH,
+            _ => Method::POST,
+        };
+        attempts += 1;
+        let answer = match client.request(method, &path, Some(bytes.clone())).await {
+            Ok(answer) if !answer.status.is_server_error() => answer,
+            _ => {
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+                continue;
+            }
+        };
+        let json = answer.json().unwrap_or(serde_json::Value::Null);
+        let status = answer.status.as_u16();
+        acknowledge(kind, status, &json, &body, &recorder, &directory);
+        if kind == EdgeKind::Create && status == 409 {
+            // An earlier attempt was committed but its answer lost: learn the agent's id.
+            learn_ids(until_ms, &client, &directory).await;
+        }
+        let error = &json["error"];
+        let shows_agent = matches!(kind, EdgeKind::Pause | EdgeKind::PauseHeartbeats);
+        recorder.record(
+            "workload",
+            TraceEvent::EdgeAnswered {
+                kind,
+                agent,
+                body,
+                status,
+                code: error["code"].as_str().map(str::to_string),
+                field: error["field"].as_str().map(str::to_string),
+                attempts,
+                seq_before,
+                paused_until_ms: json["paused_until_ms"].as_u64().filter(|_| shows_agent),
+            },
+        );
+        return;
+    }
+}
+
+/// The request's path, once the agent it is about has a known id.
+fn path_of(kind: EdgeKind, agent: Option<&str>, directory: &Directory) -> Option<String> {
+    if kind == EdgeKind::Create {
+        return Some("/v1/agents".into());
+    }
+    let id = directory.borrow().get(agent?).copied()?;
+    Some(match kind {
+        EdgeKind::Create => unreachable!("handled above"),
+        EdgeKind::Patch => format!("/v1/agents/{id}"),
+        EdgeKind::Wake => format!("/v1/agents/{id}/wakeup"),
+        EdgeKind::Pause => format!("/v1/agents/{id}/pause"),
+        EdgeKind::PauseHeartbeats => format!("/v1/agents/{id}/pause_heartbeats"),
+    })
+}
+
+/// Records what the other checks judge of a 2xx: an acknowledged creation or wakeup.
+fn acknowledge(
+    kind: EdgeKind,
+    status: u16,
+    json: &serde_json::Value,
+    body: &serde_json::Value,
+    recorder: &Recorder,
+    directory: &Directory,
+) {
+    match kind {
+        EdgeKind::Create if status == 201 => {
+            let name = body["name"].as_str().expect("specs name their agent");
+            let agent = json["agent"]["id"].as_u64().expect("agent id");
+            directory.borrow_mut().insert(name.to_string(), agent);
+            recorder.record(
+                "workload",
+                TraceEvent::AckedCreate {
+                    name: name.to_string(),
+                    agent,
+                    seq: json["seq"].as_u64().expect("seq"),
+                },
+            );
+        }
+        EdgeKind::Wake if (200..300).contains(&status) => recorder.record(
+            "workload",
+            TraceEvent::AckedWakeup {
+                agent: json["agent"].as_u64().expect("the wakeup's agent"),
+                wakeup: json["wakeup"].as_u64().expect("wakeup id"),
+                idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
+                replayed: json["replayed"].as_bool().expect("replayed"),
+            },
+        ),
+        _ => {}
+    }
+}
+
+/// Reads the agent called `agent` until answered, and records the spec it shows. Nothing is
+/// recorded for an agent whose id is not known yet.
+pub async fn show(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+) {
+    let Some(id) = directory.borrow().get(&agent).copied() else {
+        return;
+    };
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        match client.get(&format!("/v1/agents/{id}")).await {
+            Ok(answer) if answer.status.is_success() => {
+                let json = answer.json().expect("an agent is JSON");
+                recorder.record(
+                    "workload",
+                    TraceEvent::SpecShown {
+                        agent,
+                        spec: json["spec"].clone(),
+                    },
+                );
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
+    }
+}
