@@ -1,5 +1,5 @@
 //! The `edges` scenario under the simulator (issue 16, contract checks): every documented limit
-//! of an agent's spec, a spec change, a wakeup and a pause, sent at its edge and just past it
+//! of an agent's spec (each adapter type's own fields too), a spec change, a wakeup and a pause, sent at its edge and just past it
 //! across crashes, power cuts and clock jumps. Seeds pass invariants 33–35 (check/edges.rs),
 //! give the same whole trace twice, and really reach both sides of the limits: requests taken
 //! right at an edge, requests refused naming many different fields, every kind of request, and
@@ -82,6 +82,14 @@ fn edges_reach_both_sides_of_the_limits() {
         "idempotency_key",
         "trigger_detail",
         "minutes",
+        "adapter.base_url",
+        "adapter.model",
+        "adapter.command",
+        "adapter.max_turns",
+        "adapter.url",
+        "adapter.secret_env",
+        "adapter.timeout_sec",
+        "adapter.grace_sec",
     ] {
         assert!(fields.contains(field), "no refusal named {field}");
     }

@@ -364,7 +364,6 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "spec_shown_after_recovery",
             "pause_taken",
             "recovered_after_crash",
-            "interrupted_commit",
         ],
         "predicate_flap" => &[
             "heartbeat_transition",

@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 use vigil_faults::plan::FaultKind;
 use vigil_faults::stream;
 use vigil_world::check::edges::{
-    judge_spec, IntField, KEY_CHARS_MAX, NAME_CHARS_MAX, NOT_ZONES, PAUSE_MINUTES_MAX,
-    PAYLOAD_BYTES_MAX, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX, STEP_MS_MAX,
-    TRIGGER_DETAIL_BYTES_MAX, ZONES, ZONE_CHARS_MAX,
+    judge_spec, AdapterRules, Form, IntField, ADAPTERS, KEY_CHARS_MAX, NAME_CHARS_MAX, NOT_ZONES,
+    PAUSE_MINUTES_MAX, PAYLOAD_BYTES_MAX, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX,
+    STEP_MS_MAX, TRIGGER_DETAIL_BYTES_MAX, ZONES, ZONE_CHARS_MAX,
 };
 use vigil_world::recorder::Recorder;
 use vigil_world::trace::EdgeKind;
@@ -42,22 +42,41 @@ const INVALID_PERCENT: u32 = 45;
 /// woken every second is a few thousand runs an hour, enough to reach a snapshot.
 const FAST_AGENTS_MAX: usize = 2;
 const FAST_MS: u64 = 10_000;
+/// Chance that an agent has another adapter than `scripted`.
+const OTHER_ADAPTER_CHANCE: f64 = 0.4;
 
 /// Runs the scenario for `seed`, recording into `recorder`.
 pub async fn run(seed: u64, recorder: Recorder) {
     let mut rng = stream(seed, "edges");
     let mut steps = Vec::new();
+    // Agents by name: scripted ones take every request; the others (llm, process, coding-CLI,
+    // webhook adapters, never woken: this world has no provider, processes or receiver) only
+    // spec changes that leave their heartbeat alone, and reads.
     let mut agents: Vec<String> = Vec::new();
+    let mut others: Vec<(String, &'static AdapterRules)> = Vec::new();
     let mut fast = 0;
     let creates = rng.gen_range(CREATES_MIN..=CREATES_MAX);
     let (mut taken, mut refused) = (0, 0);
     for i in 0..creates {
-        let mut spec = valid_spec(&mut rng, i, &mut fast);
+        let rules = if rng.gen_bool(OTHER_ADAPTER_CHANCE) {
+            ADAPTERS[1..].choose(&mut rng).expect("adapters")
+        } else {
+            &ADAPTERS[0]
+        };
+        let mut spec = valid_spec(&mut rng, i, &mut fast, rules);
         if rng.gen_range(0..100) < INVALID_PERCENT {
-            push_spec_past_a_limit(&mut rng, &mut spec);
+            if rules.kind == "scripted" || rng.gen_bool(0.3) {
+                push_spec_past_a_limit(&mut rng, &mut spec);
+            } else {
+                push_adapter_past_a_limit(&mut rng, &mut spec, rules);
+            }
         }
         if judge_spec(&spec).is_empty() {
-            agents.push(spec["name"].as_str().expect("named").to_string());
+            let name = spec["name"].as_str().expect("named").to_string();
+            match rules.kind {
+                "scripted" => agents.push(name),
+                _ => others.push((name, rules)),
+            }
             taken += 1;
         } else {
             refused += 1;
@@ -70,6 +89,27 @@ pub async fn run(seed: u64, recorder: Recorder) {
         ));
     }
     let requests = rng.gen_range(REQUESTS_MIN..=REQUESTS_MAX);
+    for _ in 0..requests * others.len() / (agents.len() + 1) {
+        let at_ms = rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS);
+        let Some((agent, rules)) = others.choose(&mut rng).cloned() else {
+            break;
+        };
+        let step = if rng.gen_bool(0.7) {
+            let invalid = rng.gen_range(0..100) < INVALID_PERCENT;
+            submit(
+                at_ms,
+                EdgeKind::Patch,
+                Some(agent),
+                adapter_patch(&mut rng, rules, invalid),
+            )
+        } else {
+            Step {
+                at_ms,
+                action: Action::ShowSpec { agent },
+            }
+        };
+        steps.push(step);
+    }
     for n in 0..requests {
         let at_ms = rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS);
         let Some(agent) = agents.choose(&mut rng).cloned() else {
@@ -108,6 +148,10 @@ pub async fn run(seed: u64, recorder: Recorder) {
         };
         steps.push(step);
     }
+    let agents: Vec<String> = agents
+        .into_iter()
+        .chain(others.into_iter().map(|(name, _)| name))
+        .collect();
     // Every agent's spec once more in the quiet phase, after the last recovery.
     for agent in &agents {
         steps.push(Step {
@@ -155,6 +199,134 @@ pub async fn run(seed: u64, recorder: Recorder) {
     phases::run(setup, recorder).await;
 }
 
+/// An adapter of `rules`' type: its required fields, and each other field left out or drawn
+/// within its limits, often at an edge.
+fn valid_adapter(rng: &mut ChaCha8Rng, rules: &AdapterRules) -> Value {
+    let mut adapter = json!({ "type": rules.kind });
+    for text in rules.texts {
+        let key = text.path.trim_start_matches("adapter.");
+        if rules.required.contains(&key) || rng.gen_bool(0.5) {
+            adapter[key] = valid_text(rng, text.chars_max, text.form);
+        }
+    }
+    for field in rules.ints {
+        if rng.gen_bool(0.5) {
+            let key = field.path.trim_start_matches("adapter.");
+            adapter[key] = valid_int(rng, field);
+        }
+    }
+    for list in rules.lists {
+        if rng.gen_bool(0.5) {
+            let key = list.path.trim_start_matches("adapter.");
+            // As many items as allowed, or an item as long as allowed: both at once would
+            // pass the 64 KiB body limit.
+            let (items, chars) = match rng.gen_range(0..3) {
+                0 => (list.items_max, 8),
+                1 => (rng.gen_range(1..3), list.chars_max),
+                _ => (rng.gen_range(0..3), 8),
+            };
+            adapter[key] = json!(vec!["a".repeat(chars); items]);
+        }
+    }
+    adapter
+}
+
+/// A text of the form within `chars_max` characters, often exactly that long.
+fn valid_text(rng: &mut ChaCha8Rng, chars_max: usize, form: Form) -> Value {
+    let long = rng.gen_bool(0.3);
+    json!(match form {
+        Form::OneOf(words) => words.choose(rng).expect("words").to_string(),
+        Form::Url { .. } => {
+            let stem = "https://edge.example/";
+            let len = if long { chars_max } else { stem.len() + 4 };
+            format!("{stem}{}", "p".repeat(len - stem.len()))
+        }
+        Form::EnvName => "K".repeat(if long { chars_max } else { 6 }),
+        Form::NotBlank | Form::NonEmpty | Form::Any => {
+            "é".repeat(if long { chars_max } else { 5 })
+        }
+    })
+}
+
+/// A text just past the field's limits or form.
+fn invalid_text(rng: &mut ChaCha8Rng, chars_max: usize, form: Form) -> Value {
+    let too_long = "x".repeat(chars_max + 1);
+    json!(match form {
+        Form::OneOf(_) => "neither".to_string(),
+        Form::Url { strict } => {
+            let bad = ["ftp://edge.example/", "https://", "edge.example/path"];
+            let strict_bad = ["https://user@edge.example/", "https://edge.example/?q=1"];
+            match rng.gen_range(0..4) {
+                0 => format!("https://edge.example/{too_long}"),
+                1 if strict => strict_bad.choose(rng).expect("urls").to_string(),
+                _ => bad.choose(rng).expect("urls").to_string(),
+            }
+        }
+        Form::EnvName => ["1ABC", "MY-KEY", "", too_long.as_str()]
+            .choose(rng)
+            .expect("names")
+            .to_string(),
+        Form::NotBlank => [" ", "", too_long.as_str()]
+            .choose(rng)
+            .expect("texts")
+            .to_string(),
+        Form::NonEmpty => ["", too_long.as_str()]
+            .choose(rng)
+            .expect("texts")
+            .to_string(),
+        Form::Any => too_long,
+    })
+}
+
+/// Pushes exactly one of the adapter's own fields past its limit (or adds a field it lacks).
+fn push_adapter_past_a_limit(rng: &mut ChaCha8Rng, spec: &mut Value, rules: &AdapterRules) {
+    let adapter = &mut spec["adapter"];
+    let choices = rules.ints.len() + rules.texts.len() + rules.lists.len() + 1;
+    let pick = rng.gen_range(0..choices);
+    if let Some(field) = rules.ints.get(pick) {
+        adapter[field.path.trim_start_matches("adapter.")] = invalid_int(rng, field);
+    } else if let Some(text) = rules.texts.get(pick - rules.ints.len()) {
+        let key = text.path.trim_start_matches("adapter.");
+        adapter[key] = invalid_text(rng, text.chars_max, text.form);
+    } else if let Some(list) = rules.lists.get(pick - rules.ints.len() - rules.texts.len()) {
+        let key = list.path.trim_start_matches("adapter.");
+        adapter[key] = if rng.gen_bool(0.5) {
+            json!(vec!["a"; list.items_max + 1])
+        } else {
+            json!(["ok", "a".repeat(list.chars_max + 1)])
+        };
+    } else {
+        // A field of another adapter type (`max_turns` is Claude's alone), or none at all.
+        let key = if rules.kind == "codex_local" {
+            "max_turns"
+        } else {
+            "colour"
+        };
+        adapter[key] = json!(3);
+    }
+}
+
+/// A change of an adapter's own fields (or of the agent's limits): within limits, or with
+/// one field past them. Never its heartbeat: such an agent is never woken.
+fn adapter_patch(rng: &mut ChaCha8Rng, rules: &AdapterRules, invalid: bool) -> Value {
+    let mut spec = json!({ "adapter": valid_adapter(rng, rules) });
+    spec["adapter"]
+        .as_object_mut()
+        .expect("an object")
+        .retain(|key, _| key != "type" && !rules.required.contains(&key.as_str()));
+    if rng.gen_bool(0.2) {
+        set(
+            &mut spec,
+            "limits.daily_cap",
+            json!(rng.gen_range(1..=10_000)),
+        );
+    }
+    if invalid {
+        push_adapter_past_a_limit(rng, &mut spec, rules);
+    }
+    spec
+}
+
 fn submit(at_ms: u64, kind: EdgeKind, agent: Option<String>, body: Value) -> Step {
     Step {
         at_ms,
@@ -164,7 +336,12 @@ fn submit(at_ms: u64, kind: EdgeKind, agent: Option<String>, body: Value) -> Ste
 
 /// A spec with every field within its limits: each present field drawn at an edge of its range
 /// or in the middle, or left out (its default applies).
-fn valid_spec(rng: &mut ChaCha8Rng, i: usize, fast: &mut usize) -> Value {
+fn valid_spec(
+    rng: &mut ChaCha8Rng,
+    i: usize,
+    fast: &mut usize,
+    rules: &'static AdapterRules,
+) -> Value {
     let name = if rng.gen_bool(0.2) {
         // Exactly as long as a name may be.
         let stem = format!("edge-{i}-");
@@ -172,9 +349,15 @@ fn valid_spec(rng: &mut ChaCha8Rng, i: usize, fast: &mut usize) -> Value {
     } else {
         format!("edge-{i}")
     };
-    let mut spec = json!({ "name": name, "adapter": adapter(rng) });
+    let adapter = match rules.kind {
+        "scripted" => adapter(rng),
+        _ => valid_adapter(rng, rules),
+    };
+    let mut spec = json!({ "name": name, "adapter": adapter });
     for field in SPEC_INTS {
-        if rng.gen_bool(0.5) {
+        // Only a scripted agent is ever woken: the others get no timer or idle chamber.
+        let woken = field.path.starts_with("heartbeat.");
+        if rng.gen_bool(0.5) || (woken && rules.kind != "scripted") {
             continue;
         }
         let value = valid_int(rng, field);
@@ -271,6 +454,10 @@ fn push_spec_past_a_limit(rng: &mut ChaCha8Rng, spec: &mut Value) {
             } else {
                 json!("Z".repeat(ZONE_CHARS_MAX + 1))
             }
+        }
+        2 if !spec["adapter"]["steps"].is_array() => {
+            // Not a scripted adapter: a field it does not have.
+            spec["adapter"]["colour"] = json!(1);
         }
         2 => {
             let steps = &mut spec["adapter"]["steps"];

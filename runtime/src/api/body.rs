@@ -36,6 +36,11 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
             serde_json::error::Category::Data => field_of(&path, &inner.to_string()),
             _ => None,
         };
+        // Inside an agent's adapter, serde names only `adapter`: find the field itself.
+        let field = field.map(|field| match serde_json::from_slice(&bytes) {
+            Ok(spec) => crate::engine::agent_update::refine_adapter_field(field, &spec),
+            Err(_) => field,
+        });
         ApiError {
             status: StatusCode::BAD_REQUEST,
             code: if field.is_some() {
@@ -90,5 +95,26 @@ mod tests {
         assert_eq!(nested_unknown.field.as_deref(), Some("limits.colour"));
         assert_eq!(parse("{").unwrap_err().code, "invalid_json");
         assert!(parse(r#"{"name":"a","heartbeat":{"interval_ms":1000}}"#).is_ok());
+    }
+
+    #[test]
+    fn errors_inside_the_adapter_name_the_adapter_field() {
+        let field = |adapter: &str| {
+            let json = format!(r#"{{"name":"a","adapter":{adapter}}}"#);
+            parse(&json).unwrap_err().field
+        };
+        let cases = [
+            (r#"{"type":"http","url":"https://h/x","secret_env":"K","report_wait_sec":1.5}"#, "adapter.report_wait_sec"),
+            (r#"{"type":"llm","base_url":"https://h","model":"m","max_iterations":"5"}"#, "adapter.max_iterations"),
+            (r#"{"type":"claude_local","colour":3}"#, "adapter.colour"),
+            (r#"{"type":"llm","model":"m"}"#, "adapter.base_url"),
+            (r#"{"type":"scripted","steps":[{"duration_ms":-1,"outcome":"succeeded"}]}"#, "adapter.steps[0].duration_ms"),
+            (r#"{"type":"warp"}"#, "adapter.type"),
+            (r#"{"type":"process","command":"x","timeout_sec":-1}"#, "adapter.timeout_sec"),
+            (r#"{"type":"codex_local","grace_sec":"5"}"#, "adapter.grace_sec"),
+        ];
+        for (adapter, want) in cases {
+            assert_eq!(field(adapter).as_deref(), Some(want), "{adapter}");
+        }
     }
 }

@@ -57,11 +57,60 @@ fn merged(current: &AgentSpec, patch: &Value) -> Result<AgentSpec, FieldError> {
     }
     let mut value = serde_json::to_value(current).expect("a spec serialises");
     merge_patch(&mut value, patch);
-    serde_path_to_error::deserialize(value).map_err(|error| {
+    serde_path_to_error::deserialize(value.clone()).map_err(|error| {
         let path = error.path().to_string();
         let message = error.inner().to_string();
-        FieldError::new(field_of(&path, &message), message)
+        FieldError::new(refine_adapter_field(field_of(&path, &message), &value), message)
     })
+}
+
+/// The field a spec's parse error is about, made precise inside the adapter: adapters are told
+/// apart by `type`, which hides the inner path from serde (a wrong type in
+/// `adapter.timeout_sec` is reported on `adapter`). `spec` is the spec as sent; the adapter is
+/// parsed again as the type it names, for the path.
+pub fn refine_adapter_field(field: String, spec: &Value) -> String {
+    if field != "adapter" {
+        return field;
+    }
+    let adapter = &spec["adapter"];
+    let mut fields = adapter.clone();
+    let Some(kind) = fields
+        .as_object_mut()
+        .and_then(|f| f.remove("type"))
+        .and_then(|t| t.as_str().map(str::to_string))
+    else {
+        return field;
+    };
+    use super::cli_spec::{CodingCliSpec, ProcessSpec, WebhookSpec};
+    let inner = match kind.as_str() {
+        "scripted" => inner_field::<super::agent::ScriptedSpec>(fields),
+        "llm" => inner_field::<super::llm_spec::LlmSpec>(fields),
+        "http" => inner_field::<WebhookSpec>(fields),
+        // The child's fields are flattened into these, where serde keeps no path: read them
+        // apart when the whole gives none.
+        "process" => inner_field::<ProcessSpec>(fields.clone()).or_else(|| child_field(fields)),
+        "claude_local" | "codex_local" => {
+            inner_field::<CodingCliSpec>(fields.clone()).or_else(|| child_field(fields))
+        }
+        _ => None,
+    };
+    inner.map_or(field, |inner| format!("adapter.{inner}"))
+}
+
+/// The path of the first error in the child's own fields of an adapter (`ChildSpec`).
+fn child_field(mut fields: Value) -> Option<String> {
+    const CHILD: [&str; 5] = ["cwd", "env", "secret_env", "timeout_sec", "grace_sec"];
+    fields
+        .as_object_mut()?
+        .retain(|key, _| CHILD.contains(&key.as_str()));
+    inner_field::<super::cli_spec::ChildSpec>(fields)
+}
+
+/// The path of the first error parsing `fields` as `T`, if it fails.
+fn inner_field<T: serde::de::DeserializeOwned>(fields: Value) -> Option<String> {
+    let error = serde_path_to_error::deserialize::<_, T>(fields).err()?;
+    let path = error.path().to_string();
+    Some(field_of(&path, &error.inner().to_string())).filter(|f| f != "body")
 }
 
 /// RFC 7396: applies `patch` to `target`.

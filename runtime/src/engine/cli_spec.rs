@@ -343,7 +343,7 @@ fn validate_template(field: &str, template: &str) -> Result<(), FieldError> {
             format!("a template is at most {STDIN_TEMPLATE_CHARS_MAX} characters"),
         ));
     }
-    super::prompt::validate_template(field, template)
+    super::prompt::validate_template_syntax(field, template)
 }
 
 /// A POSIX-portable variable name: letters, digits and `_`, not starting with a digit.
@@ -387,6 +387,22 @@ mod tests {
         spec.validate().unwrap();
         let unknown = agent("type = \"process\"\ncommand = \"echo\"\ntimeout = 5\n").unwrap_err();
         assert!(unknown.contains("timeout"), "{unknown}");
+    }
+
+    #[test]
+    fn stdin_and_cli_prompts_hold_their_own_limit_not_the_prompt_templates() {
+        // Longer than a prompt template may be (8,192), within STDIN_TEMPLATE_CHARS_MAX.
+        for (kind, key, extra) in [("process", "stdin", "command = \"x\"\n"), ("claude_local", "prompt", "")] {
+            let at = |chars: usize| {
+                let text = "é".repeat(chars);
+                agent(&format!("type = \"{kind}\"\n{extra}{key} = \"{text}\"\n"))
+                    .unwrap()
+                    .validate()
+            };
+            at(super::STDIN_TEMPLATE_CHARS_MAX).unwrap();
+            let refused = at(super::STDIN_TEMPLATE_CHARS_MAX + 1).unwrap_err();
+            assert_eq!(refused.field, format!("adapter.{key}"));
+        }
     }
 
     #[test]

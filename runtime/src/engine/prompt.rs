@@ -145,6 +145,12 @@ pub fn validate_template(field: &str, source: &str) -> Result<(), SpecError> {
             ),
         ));
     }
+    validate_template_syntax(field, source)
+}
+
+/// The template's syntax and variables, whatever its length: a process' `stdin` and a coding
+/// CLI's `prompt` have a limit of their own (`STDIN_TEMPLATE_CHARS_MAX`), checked by their spec.
+pub fn validate_template_syntax(field: &str, source: &str) -> Result<(), SpecError> {
     let env = environment();
     let template = env
         .template_from_str(source)

@@ -219,7 +219,12 @@ impl EdgesOracle {
             }
             return Ok(());
         }
-        let named = field.is_some_and(|f| invalid.contains(f));
+        // A list's item is named with its index (`adapter.args[3]`), a step's field after it.
+        let named = field.is_some_and(|f| {
+            invalid.iter().any(|i| {
+                f == i || f.starts_with(&format!("{i}[")) || f.starts_with(&format!("{i}."))
+            })
+        });
         if status != 400 || code != Some("invalid_field") || !named {
             return violation(
                 "limits_as_documented",
@@ -317,6 +322,7 @@ impl EdgesOracle {
                 return mismatch(field.path, &want, &got);
             }
         }
+        self.adapter_shown(agent, expected, spec)?;
         let zone = at(expected, "time_zone");
         let zone = if zone.is_null() {
             &Value::from("UTC")
@@ -330,6 +336,46 @@ impl EdgesOracle {
         ] {
             if at(spec, path) != want {
                 return mismatch(path, want, at(spec, path));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EdgesOracle {
+    /// Invariant 34 for the adapter's own fields: numbers as sent or at their documented
+    /// defaults, texts and lists as sent, the two choices at their defaults when not sent.
+    fn adapter_shown(&self, agent: &str, expected: &Value, spec: &Value) -> Result<(), Violation> {
+        let kind = at(expected, "adapter.type").as_str().unwrap_or("scripted");
+        let Some(rules) = ADAPTERS.iter().find(|a| a.kind == kind) else {
+            return Ok(());
+        };
+        let default_of = |path: &str| match path {
+            "adapter.api" => Value::from("openai"),
+            "adapter.mode" => Value::from("sync"),
+            _ => Value::Null,
+        };
+        let paths = rules
+            .ints
+            .iter()
+            .map(|f| (f.path, f.default.map_or(Value::Null, Value::from)))
+            .chain(rules.texts.iter().map(|t| (t.path, default_of(t.path))))
+            .chain(rules.lists.iter().map(|l| (l.path, Value::Null)));
+        for (path, default) in paths {
+            let sent = at(expected, path);
+            let want = if sent.is_null() { &default } else { sent };
+            let got = at(spec, path);
+            // A field never sent and without a documented default is the node's to fill.
+            if sent.is_null() && default.is_null() {
+                continue;
+            }
+            // An empty list may be left out of the spec shown.
+            let empty = want.as_array().is_some_and(Vec::is_empty) && got.is_null();
+            if got != want && !empty {
+                return violation(
+                    "spec_shown_as_sent",
+                    format!("agent {agent}: {path} should be {want} (as sent, or its documented default); the node shows {got}"),
+                );
             }
         }
         Ok(())
@@ -431,39 +477,258 @@ fn valid_zone(value: &Value) -> bool {
 }
 
 fn judge_adapter(adapter: &Value, invalid: &mut Judgement) {
-    let Some(adapter) = adapter.as_object() else {
+    let Some(fields) = adapter.as_object() else {
         invalid.insert("adapter".into());
         return;
     };
-    for (key, value) in adapter {
-        match key.as_str() {
-            "type" => {
-                if value != "scripted" {
-                    invalid.insert("adapter.type".into());
-                }
+    let kind = fields
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("scripted");
+    let Some(rules) = ADAPTERS.iter().find(|a| a.kind == kind) else {
+        invalid.insert("adapter.type".into());
+        return;
+    };
+    for required in rules.required {
+        if !fields.contains_key(*required) {
+            invalid.insert(format!("adapter.{required}"));
+        }
+    }
+    for (key, value) in fields {
+        let path = format!("adapter.{key}");
+        let ok = match key.as_str() {
+            "type" => true,
+            "steps" if kind == "scripted" => {
+                judge_steps(value, invalid);
+                true
             }
-            "steps" => {
-                let steps = value.as_array().map(Vec::as_slice).unwrap_or_default();
-                if !(1..=STEPS_MAX).contains(&steps.len()) {
-                    invalid.insert("adapter.steps".into());
-                }
-                for step in steps {
-                    let duration = step["duration_ms"].as_u64();
-                    if !duration.is_some_and(|d| d <= STEP_MS_MAX) {
-                        invalid.insert("adapter.steps.duration_ms".into());
-                    }
-                    let outcome = step["outcome"].as_str().unwrap_or_default();
-                    if !STEP_OUTCOMES.contains(&outcome) {
-                        invalid.insert("adapter.steps.outcome".into());
-                    }
-                }
+            _ => rules.judge(&path, value),
+        };
+        if !ok {
+            invalid.insert(path);
+        }
+    }
+}
+
+fn judge_steps(steps: &Value, invalid: &mut Judgement) {
+    let steps = steps.as_array().map(Vec::as_slice).unwrap_or_default();
+    if !(1..=STEPS_MAX).contains(&steps.len()) {
+        invalid.insert("adapter.steps".into());
+    }
+    for step in steps {
+        let duration = step["duration_ms"].as_u64();
+        if !duration.is_some_and(|d| d <= STEP_MS_MAX) {
+            invalid.insert("adapter.steps.duration_ms".into());
+        }
+        let outcome = step["outcome"].as_str().unwrap_or_default();
+        if !STEP_OUTCOMES.contains(&outcome) {
+            invalid.insert("adapter.steps.outcome".into());
+        }
+    }
+}
+
+/// A text field: its length in characters, and whether blank text is refused.
+#[derive(Debug, Clone, Copy)]
+pub struct Text {
+    pub path: &'static str,
+    pub chars_max: usize,
+    pub form: Form,
+}
+
+/// What a text field holds besides its length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// Any text of at least one character that is not all blank (a program's name).
+    NotBlank,
+    /// Any text of at least one character.
+    NonEmpty,
+    /// Any text, empty included.
+    Any,
+    /// An `http://` or `https://` URL with a host; `strict`: no user info, query or fragment.
+    Url { strict: bool },
+    /// An environment variable's name: letters, digits and `_`, not starting with a digit.
+    EnvName,
+    /// One of these words.
+    OneOf(&'static [&'static str]),
+}
+
+/// A list of texts: at most `items_max`, each at most `chars_max` characters.
+#[derive(Debug, Clone, Copy)]
+pub struct List {
+    pub path: &'static str,
+    pub items_max: usize,
+    pub chars_max: usize,
+}
+
+/// One adapter type's documented fields (docs/api.md, docs/agents.md, docs/adapters/).
+#[derive(Debug)]
+pub struct AdapterRules {
+    pub kind: &'static str,
+    pub required: &'static [&'static str],
+    pub ints: &'static [IntField],
+    pub texts: &'static [Text],
+    pub lists: &'static [List],
+}
+
+impl AdapterRules {
+    /// Whether `value` is a valid value of the field at `path` (unknown fields are not).
+    fn judge(&self, path: &str, value: &Value) -> bool {
+        if let Some(field) = self.ints.iter().find(|f| f.path == path) {
+            return match value {
+                Value::Null => field.nullable,
+                v => v
+                    .as_u64()
+                    .is_some_and(|n| (field.min..=field.max).contains(&n)),
+            };
+        }
+        if let Some(text) = self.texts.iter().find(|t| t.path == path) {
+            return value.as_str().is_some_and(|v| text.holds(v))
+                || (value.is_null()
+                    && !self.required.iter().any(|r| path == format!("adapter.{r}")));
+        }
+        if let Some(list) = self.lists.iter().find(|l| l.path == path) {
+            return value.as_array().is_some_and(|items| {
+                items.len() <= list.items_max
+                    && items.iter().all(|item| {
+                        item.as_str()
+                            .is_some_and(|t| t.chars().count() <= list.chars_max)
+                    })
+            });
+        }
+        false
+    }
+}
+
+impl Text {
+    fn holds(&self, value: &str) -> bool {
+        if value.chars().count() > self.chars_max {
+            return false;
+        }
+        match self.form {
+            Form::Any => true,
+            Form::NotBlank => !value.trim().is_empty(),
+            Form::NonEmpty => !value.is_empty(),
+            Form::EnvName => {
+                let mut chars = value.chars();
+                chars
+                    .next()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
             }
-            other => {
-                invalid.insert(format!("adapter.{other}"));
+            Form::OneOf(words) => words.contains(&value),
+            Form::Url { strict } => {
+                let Some(rest) = value
+                    .strip_prefix("https://")
+                    .or_else(|| value.strip_prefix("http://"))
+                else {
+                    return false;
+                };
+                let host = rest.split('/').next().unwrap_or_default();
+                let extras = rest.contains('?') || rest.contains('#') || host.contains('@');
+                !host.is_empty() && !(strict && extras)
             }
         }
     }
 }
+
+const fn text(path: &'static str, chars_max: usize, form: Form) -> Text {
+    Text {
+        path,
+        chars_max,
+        form,
+    }
+}
+
+/// The child process' fields, shared by `process`, `claude_local` and `codex_local`.
+const CHILD_INTS: [IntField; 2] = [
+    int("adapter.timeout_sec", Some(600), 1, 86_400),
+    int("adapter.grace_sec", Some(10), 0, 300),
+];
+const CLAUDE_INTS: [IntField; 3] = [
+    CHILD_INTS[0],
+    CHILD_INTS[1],
+    int("adapter.max_turns", None, 1, 500),
+];
+const CLI_TEXTS: [Text; 3] = [
+    text("adapter.binary", 1_024, Form::NotBlank),
+    text("adapter.model", 200, Form::NonEmpty),
+    text("adapter.prompt", 16_384, Form::Any),
+];
+const CLI_LISTS: [List; 1] = [List {
+    path: "adapter.extra_args",
+    items_max: 64,
+    chars_max: 4_096,
+}];
+
+/// Every adapter type the workload writes, with its documented fields.
+pub static ADAPTERS: &[AdapterRules] = &[
+    AdapterRules {
+        kind: "scripted",
+        required: &["steps"],
+        ints: &[],
+        texts: &[],
+        lists: &[],
+    },
+    AdapterRules {
+        kind: "llm",
+        required: &["base_url", "model"],
+        ints: &[
+            int("adapter.request_timeout_ms", Some(60_000), 1_000, 600_000),
+            int("adapter.max_iterations", Some(5), 1, 50),
+            int("adapter.tool_calls_max", Some(5), 0, 50),
+            int("adapter.max_output_tokens", Some(1_024), 1, 128_000),
+        ],
+        texts: &[
+            text("adapter.api", 16, Form::OneOf(&["openai", "anthropic"])),
+            text("adapter.base_url", 2_048, Form::Url { strict: true }),
+            text("adapter.model", 200, Form::NonEmpty),
+            text("adapter.api_key_env", 128, Form::EnvName),
+        ],
+        lists: &[],
+    },
+    AdapterRules {
+        kind: "process",
+        required: &["command"],
+        ints: &CHILD_INTS,
+        texts: &[
+            text("adapter.command", 1_024, Form::NotBlank),
+            text("adapter.stdin", 16_384, Form::Any),
+        ],
+        lists: &[List {
+            path: "adapter.args",
+            items_max: 64,
+            chars_max: 4_096,
+        }],
+    },
+    AdapterRules {
+        kind: "claude_local",
+        required: &[],
+        ints: &CLAUDE_INTS,
+        texts: &CLI_TEXTS,
+        lists: &CLI_LISTS,
+    },
+    AdapterRules {
+        kind: "codex_local",
+        required: &[],
+        ints: &CHILD_INTS,
+        texts: &CLI_TEXTS,
+        lists: &CLI_LISTS,
+    },
+    AdapterRules {
+        kind: "http",
+        required: &["url", "secret_env"],
+        ints: &[
+            int("adapter.timeout_ms", Some(30_000), 100, 600_000),
+            int("adapter.report_wait_sec", Some(600), 1, 86_400),
+        ],
+        texts: &[
+            text("adapter.url", 2_048, Form::Url { strict: false }),
+            text("adapter.secret_env", 128, Form::EnvName),
+            text("adapter.mode", 16, Form::OneOf(&["sync", "async"])),
+        ],
+        lists: &[],
+    },
+];
 
 fn judge_group(group: &str, value: &Value, invalid: &mut Judgement) {
     let Some(fields) = value.as_object() else {
