@@ -116,7 +116,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
             break;
         };
         let invalid = rng.gen_range(0..100) < INVALID_PERCENT;
-        let step = match rng.gen_range(0..10) {
+        let step = match rng.gen_range(0..11) {
             0..=2 => submit(
                 at_ms,
                 EdgeKind::Patch,
@@ -141,6 +141,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 Some(agent),
                 rest(&mut rng, invalid),
             ),
+            8 => submit(at_ms, EdgeKind::Resume, Some(agent), json!({})),
             _ => Step {
                 at_ms,
                 action: Action::ShowSpec { agent },
@@ -560,9 +561,11 @@ fn pause(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
         .expect("values")
         .clone()
     } else {
-        // A week-long pause only now and then: it silences the agent for the rest of the run.
-        match rng.gen_range(0..10) {
+        // A week-long pause only now and then: it silences the agent until a resume.
+        match rng.gen_range(0..12) {
             0 => json!(PAUSE_MINUTES_MAX),
+            10 => Value::Null,
+            11 => return json!({}),
             1..=4 => json!(1),
             _ => json!(rng.gen_range(2..=5)),
         }

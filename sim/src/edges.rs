@@ -62,7 +62,10 @@ pub async fn submit(
             learn_ids(until_ms, &client, &directory).await;
         }
         let error = &json["error"];
-        let shows_agent = matches!(kind, EdgeKind::Pause | EdgeKind::PauseHeartbeats);
+        let shows_agent = matches!(
+            kind,
+            EdgeKind::Pause | EdgeKind::PauseHeartbeats | EdgeKind::Resume
+        );
         recorder.record(
             "workload",
             TraceEvent::EdgeAnswered {
@@ -93,6 +96,7 @@ fn path_of(kind: EdgeKind, agent: Option<&str>, directory: &Directory) -> Option
         EdgeKind::Wake => format!("/v1/agents/{id}/wakeup"),
         EdgeKind::Pause => format!("/v1/agents/{id}/pause"),
         EdgeKind::PauseHeartbeats => format!("/v1/agents/{id}/pause_heartbeats"),
+        EdgeKind::Resume => format!("/v1/agents/{id}/resume"),
     })
 }
 

@@ -178,7 +178,7 @@ pub enum TraceEvent {
         /// The durable events the oracle knew of when the request was first sent: a commit
         /// with a larger seq may be this request's.
         seq_before: u64,
-        /// `paused_until_ms` of a 2xx answer that shows the agent (pause requests).
+        /// `paused_until_ms` of a 2xx answer that shows the agent (pauses and resumes).
         paused_until_ms: Option<u64>,
     },
     /// The `edges` workload read the agent called `agent`: the spec the node shows.
@@ -202,6 +202,8 @@ pub enum EdgeKind {
     Pause,
     /// `POST /v1/agents/{id}/pause_heartbeats`.
     PauseHeartbeats,
+    /// `POST /v1/agents/{id}/resume`.
+    Resume,
 }
 
 /// How the simulated state server answers one check.

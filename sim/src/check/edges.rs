@@ -11,7 +11,10 @@
 //!   crashes, power cuts and recoveries from snapshots.
 //! - `pause_length_as_asked` (35): a `/pause` of N minutes pauses until N minutes after its
 //!   decision, by the operator; a `pause_heartbeats` rest lasts its minutes clamped to 1–60
-//!   (2 when not given), by the agent.
+//!   (2 when not given), by the agent; a `/pause` without minutes pauses until resumed.
+//! - `resume_ends_pauses` (36): a resume records `agent_resumed` exactly when a pause was in
+//!   force at its instant (paused until resumed, or a timed pause not yet over), and its answer
+//!   then shows no `paused_until_ms`; resuming an agent with no pause in force changes nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -120,6 +123,13 @@ struct Pause {
     by: PausedBy,
 }
 
+/// An agent's pauses as the committed events leave them.
+#[derive(Debug, Clone, Copy, Default)]
+struct PauseState {
+    until_resumed: bool,
+    timed_until_ms: Option<u64>,
+}
+
 #[derive(Debug, Default)]
 pub struct EdgesOracle {
     /// The spec each accepted agent should show, by name: the creation's body with every
@@ -129,6 +139,10 @@ pub struct EdgesOracle {
     ids: BTreeMap<String, u64>,
     /// Each agent's latest committed pause.
     pauses: BTreeMap<u64, Pause>,
+    /// Each agent's pauses now, and its latest committed resume: (seq, whether a pause was in
+    /// force at its instant).
+    pause_states: BTreeMap<u64, PauseState>,
+    resumes: BTreeMap<u64, (u64, bool)>,
     /// Requests judged: taken, refused.
     judged: (u64, u64),
     shown: u64,
@@ -153,6 +167,17 @@ impl EdgesOracle {
                     by: *by,
                 };
                 self.pauses.insert(agent.0, pause);
+                let state = self.pause_states.entry(agent.0).or_default();
+                match until_ms {
+                    None => state.until_resumed = true,
+                    Some(until) => state.timed_until_ms = Some(*until),
+                }
+            }
+            EventKind::AgentResumed { agent } => {
+                let state = self.pause_states.remove(&agent.0).unwrap_or_default();
+                let timed = state.timed_until_ms.is_some_and(|u| event.at_ms < u);
+                let in_force = state.until_resumed || timed;
+                self.resumes.insert(agent.0, (event.seq, in_force));
             }
             _ => {}
         }
@@ -196,6 +221,8 @@ impl EdgesOracle {
             }
             EdgeKind::Wake => (judge_wake(body), None),
             EdgeKind::Pause | EdgeKind::PauseHeartbeats => (judge_pause(kind, body), None),
+            // No body is read.
+            EdgeKind::Resume => (Judgement::new(), None),
         };
         // A creation retried after a lost answer finds its own agent: 409 `name_taken`.
         let taken = (200..300).contains(&status)
@@ -216,6 +243,9 @@ impl EdgesOracle {
             }
             if let Some(agent) = agent {
                 self.pause_length(kind, agent, body, seq_before, paused_until_ms)?;
+                if kind == EdgeKind::Resume {
+                    self.resume(agent, seq_before, paused_until_ms)?;
+                }
             }
             return Ok(());
         }
@@ -249,7 +279,7 @@ impl EdgesOracle {
         let (minutes, by) = match kind {
             EdgeKind::Pause => match body["minutes"].as_u64() {
                 Some(minutes) => (minutes, PausedBy::Operator),
-                None => return Ok(()),
+                None => return self.pause_until_resumed(agent, body, seq_before),
             },
             EdgeKind::PauseHeartbeats => {
                 let asked = body["minutes"].as_u64().unwrap_or(REST_MINUTES_DEFAULT);
@@ -273,8 +303,10 @@ impl EdgesOracle {
             );
         };
         if pause.seq <= seq_before {
-            // Nothing new: a pause in force already lasted as long.
-            if paused_until_ms != pause.until_ms {
+            // Nothing new: the agent is paused until resumed (a timed pause adds nothing), or
+            // a pause in force already lasted as long.
+            let until_resumed = self.pause_states.get(id).is_some_and(|s| s.until_resumed);
+            if !until_resumed && paused_until_ms != pause.until_ms {
                 return violation(
                     "pause_length_as_asked",
                     format!("agent {agent}: {kind:?} {body} committed no pause, so the pause in force (until {:?}) should stand; the answer shows paused_until_ms {paused_until_ms:?}", pause.until_ms),
@@ -290,6 +322,71 @@ impl EdgesOracle {
             );
         }
         Ok(())
+    }
+
+    /// Invariant 35 for `/pause` without minutes: a pause committed since is until resumed, by
+    /// the operator (none is when the agent was paused until resumed already).
+    fn pause_until_resumed(
+        &self,
+        agent: &str,
+        body: &Value,
+        seq_before: u64,
+    ) -> Result<(), Violation> {
+        let id = self
+            .ids
+            .get(agent)
+            .ok_or_else(|| unknown_agent(Some(agent)))?;
+        match self.pauses.get(id) {
+            Some(pause) if pause.seq > seq_before => {
+                if pause.until_ms.is_some() || pause.by != PausedBy::Operator {
+                    return violation(
+                        "pause_length_as_asked",
+                        format!("agent {agent}: Pause {body} should pause until resumed, by the operator; the node committed until {:?} by {:?}", pause.until_ms, pause.by),
+                    );
+                }
+                Ok(())
+            }
+            _ if self.pause_states.get(id).is_some_and(|s| s.until_resumed) => Ok(()),
+            _ => violation(
+                "pause_length_as_asked",
+                format!("agent {agent}: Pause {body} was taken, yet it committed no pause and none until resumed was in force"),
+            ),
+        }
+    }
+
+    /// Invariant 36 for a resume the node took.
+    fn resume(
+        &self,
+        agent: &str,
+        seq_before: u64,
+        paused_until_ms: Option<u64>,
+    ) -> Result<(), Violation> {
+        let id = self
+            .ids
+            .get(agent)
+            .ok_or_else(|| unknown_agent(Some(agent)))?;
+        match self.resumes.get(id) {
+            Some(&(seq, in_force)) if seq > seq_before => {
+                if !in_force {
+                    return violation(
+                        "resume_ends_pauses",
+                        format!("agent {agent}: a resume recorded agent_resumed (seq {seq}) though no pause was in force at its instant: it should change nothing"),
+                    );
+                }
+                if paused_until_ms.is_some() {
+                    return violation(
+                        "resume_ends_pauses",
+                        format!("agent {agent}: a resume ended its pause, yet the answer shows paused_until_ms {paused_until_ms:?}"),
+                    );
+                }
+                Ok(())
+            }
+            _ if self.pause_states.get(id).is_some_and(|s| s.until_resumed) => violation(
+                "resume_ends_pauses",
+                format!("agent {agent}: a resume was taken while the agent was paused until resumed, yet it recorded no agent_resumed"),
+            ),
+            _ => Ok(()),
+        }
     }
 
     /// Invariant 34: the shown spec against the expected one, field by field.
@@ -994,6 +1091,59 @@ mod tests {
             oracle.shown("edge-1", &shown).is_err(),
             "a default shown wrong"
         );
+    }
+
+    #[test]
+    fn a_resume_that_ends_no_pause_or_leaves_one_is_reported() {
+        let mut oracle = oracle_with_agent();
+        oracle.ids.insert("edge-1".into(), 7);
+        let agent = vigil::engine::agent::AgentId(7);
+        let event = |seq, at_ms, kind| Event {
+            seq,
+            at_ms,
+            tenant: "default".into(),
+            kind,
+        };
+        let resume = |oracle: &mut EdgesOracle, seq_before| {
+            oracle.answered(
+                EdgeKind::Resume,
+                Some("edge-1"),
+                &json!({}),
+                200,
+                None,
+                None,
+                1,
+                (seq_before, None),
+            )
+        };
+        // Nothing paused, yet a resume recorded agent_resumed.
+        oracle.committed(&event(3, 10_000, EventKind::AgentResumed { agent }));
+        assert_eq!(
+            resume(&mut oracle, 2).unwrap_err().invariant,
+            "resume_ends_pauses"
+        );
+        // Paused until resumed, and the resume recorded nothing.
+        let paused = EventKind::AgentPaused {
+            agent,
+            until_ms: None,
+            by: PausedBy::Operator,
+        };
+        oracle.committed(&event(4, 20_000, paused));
+        assert_eq!(
+            resume(&mut oracle, 4).unwrap_err().invariant,
+            "resume_ends_pauses"
+        );
+        // The resume that ends it.
+        oracle.committed(&event(5, 30_000, EventKind::AgentResumed { agent }));
+        resume(&mut oracle, 4).expect("the pause in force was ended");
+        // A timed pause already over: nothing to end, nothing recorded.
+        let timed = EventKind::AgentPaused {
+            agent,
+            until_ms: Some(40_000),
+            by: PausedBy::Agent,
+        };
+        oracle.committed(&event(6, 35_000, timed));
+        resume(&mut oracle, 6).expect("nothing in force at the resume's instant");
     }
 
     #[test]

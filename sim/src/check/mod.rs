@@ -164,6 +164,8 @@ impl Checker {
                 unreported,
             } => {
                 self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
+                // A commit a power cut interrupted may have landed: its events are the node's.
+                unreported.iter().for_each(|event| self.edges.committed(event));
                 self.processes.recovered(t_ms);
                 let state = self.node(record.node);
                 state.up_since_ms = Some(t_ms);
