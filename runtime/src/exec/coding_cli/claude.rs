@@ -170,6 +170,17 @@ mod tests {
     }
 
     #[test]
+    fn a_result_that_spent_tokens_counts_one_turn_when_it_says_none() {
+        // Input alone is a model call too: `num_turns` absent, no output.
+        let input_only = r#"{"type":"result","subtype":"success","result":"","usage":{"input_tokens":12,"output_tokens":0}}"#;
+        assert_eq!(parse(&lines(input_only)).unwrap().turns, 1);
+        let output_only = r#"{"type":"result","subtype":"success","result":"","usage":{"output_tokens":3}}"#;
+        assert_eq!(parse(&lines(output_only)).unwrap().turns, 1);
+        let nothing = r#"{"type":"result","subtype":"success","result":"","usage":{}}"#;
+        assert_eq!(parse(&lines(nothing)).unwrap().turns, 0);
+    }
+
+    #[test]
     fn garbage_or_no_result_is_a_parse_error() {
         assert!(parse(&lines("hello\nnot json {")).is_err());
         assert!(parse(&[]).is_err());

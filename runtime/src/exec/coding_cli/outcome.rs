@@ -276,7 +276,11 @@ mod tests {
     fn a_missing_binary_is_not_counted_by_the_breaker_but_a_failing_cli_is() {
         let missing = attempt(AttemptEnd::NotInstalled("x".into()), Err("x".into()), false);
         assert_eq!(run(&missing, Retry::None).cause, None);
-        assert!(run(&missing, Retry::None).detail.contains("\"claude\""));
+        let detail = run(&missing, Retry::None).detail;
+        assert!(detail.contains("\"claude\""), "{detail}");
+        assert!(detail.contains("Claude Code is not installed"), "names the product: {detail}");
+        let codex = conclude(CliKind::Codex, &CodingCliSpec::default(), &missing, Retry::None);
+        assert!(codex.detail.contains("Codex is not installed"), "{}", codex.detail);
         let failing = attempt(exited(1), Err("x".into()), false);
         assert_eq!(run(&failing, Retry::None).cause, Some(FailureCause::Llm));
     }
