@@ -35,7 +35,7 @@ const MUTATED: &[&str] = &[
 ];
 
 /// The bounded sweep that judges a mutant: (scenario, seeds), cheapest first so that most
-/// catches come early. About 40 s of simulation on 2 cores in the `mutants` profile.
+/// catches come early. About 45 s of simulation on 2 cores in the `mutants` profile.
 const SIM_JUDGE: &[(&str, u32)] = &[
     ("crash_mid_run", 10),
     ("idempotency", 10),
@@ -54,6 +54,9 @@ const SIM_JUDGE: &[(&str, u32)] = &[
     ("heart_fleet_2h", 3),
     ("tool_loop", 3),
     ("smoke", 3),
+    ("alerts", 5),
+    // Fewer seeds may meet none of its power cuts mid-commit (a required coverage).
+    ("predicate_flap", 20),
 ];
 
 /// The integration tests that judge a mutant the simulation and the unit tests missed: the
