@@ -154,6 +154,11 @@ fn a_replay_under_a_smaller_cap_evicts_the_oldest_keys() {
 
 /// Wakes `agent` (idle) and finishes its run, with an answer excerpt; returns the run.
 fn finished_run(node: &mut Node, agent: AgentId, now_ms: u64) -> RunId {
+    finished_run_with(node, agent, now_ms, true)
+}
+
+/// As [`finished_run`], with an answer excerpt or without one.
+fn finished_run_with(node: &mut Node, agent: AgentId, now_ms: u64, with_excerpt: bool) -> RunId {
     let woken = node.run(
         Command::Wake {
             agent,
@@ -165,7 +170,7 @@ fn finished_run(node: &mut Node, agent: AgentId, now_ms: u64) -> RunId {
         panic!("an idle agent queues and starts a run");
     };
     let report = RunReport {
-        answer_excerpt: Some(format!("answer of run {run}")),
+        answer_excerpt: with_excerpt.then(|| format!("answer of run {run}")),
         ..RunReport::default()
     };
     let end = RunEnd::new(RunStatus::Succeeded, "ok").with_report(report);
@@ -218,6 +223,19 @@ fn only_the_newest_finished_runs_keep_their_answer_excerpts() {
     assert!(kept.report.as_ref().unwrap().excerpt_truncated);
     assert_eq!(excerpt(&node.engine, second).as_deref(), Some("answer of run 2"));
     assert!(excerpt(&node.engine, third).is_some());
+    node.assert_replay_matches();
+}
+
+#[test]
+fn runs_without_an_excerpt_take_no_place_under_the_excerpt_cap() {
+    let mut node = Node::new(limits(100, 100, 2));
+    let a = node.create("a");
+    let first = finished_run(&mut node, a, 1_000);
+    for i in 1..=3 {
+        finished_run_with(&mut node, a, 1_000 + i * 10, false);
+    }
+    assert_eq!(node.engine.bounds().excerpts_held(), 1);
+    assert!(excerpt(&node.engine, first).is_some(), "nothing pushed it out");
     node.assert_replay_matches();
 }
 
