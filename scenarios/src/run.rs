@@ -49,12 +49,6 @@ pub static SCENARIOS: &[Scenario] = &[
         body: |seed, recorder| Box::pin(crate::idempotency::run(seed, recorder)),
     },
     Scenario {
-        name: "edges",
-        summary: "agents created, changed, woken and paused with every documented limit at its edge and just past it (one field at a time), under crashes, power cuts and clock jumps; specs read back; 1 h 20 min",
-        virtual_ms: crate::edges::SAFETY_MS + crate::edges::QUIET_MS,
-        body: |seed, recorder| Box::pin(crate::edges::run(seed, recorder)),
-    },
-    Scenario {
         name: "crash_mid_run",
         summary: "minutes-long runs cut off by frequent crashes; each interrupted run fails once and is re-queued once; 3 h 15 min",
         virtual_ms: crate::crash_mid_run::SAFETY_MS + crate::crash_mid_run::QUIET_MS,
@@ -215,6 +209,12 @@ pub static SCENARIOS: &[Scenario] = &[
         summary: "predicate heartbeats of 4 scripted agents watch a state server flapping every 10-60 s, answering slowly, late or never, with crashes, power cuts mid-commit and clock jumps: each transition enqueued once, the pending cap held, lost transitions seen again; 29 min",
         virtual_ms: crate::predicate_flap::SAFETY_MS + crate::predicate_flap::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::predicate_flap::run(seed, recorder)),
+    },
+    Scenario {
+        name: "edges",
+        summary: "agents created, changed, woken and paused with every documented limit at its edge and just past it (one field at a time), under crashes, power cuts and clock jumps; specs read back; 1 h 20 min",
+        virtual_ms: crate::edges::SAFETY_MS + crate::edges::QUIET_MS,
+        body: |seed, recorder| Box::pin(crate::edges::run(seed, recorder)),
     },
 ];
 
