@@ -47,6 +47,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "ghost_run", invariant: "ghost_leaves_history_untouched (7)", counts: "runs ended `ghost`" },
     Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
     Precondition { key: "rest_from_run", invariant: "rest_durable_with_run_end, rest_as_asked (21)", counts: "runs that ended resting" },
+    Precondition { key: "wakeup_prompt_read", invariant: "wakeup_prompt_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
     Precondition { key: "execution_served", invariant: "executions (15-17)", counts: "model calls, tool calls and process groups served" },
     Precondition { key: "process_group_gone", invariant: "process_group_ends_with_run (14)", counts: "process groups ended" },
     Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
@@ -68,6 +69,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "edge_taken", invariant: "limits_as_documented (33)", counts: "requests with every field within its documented limits, taken" },
     Precondition { key: "edge_refused", invariant: "limits_as_documented (33)", counts: "requests with a field past its documented limits, refused" },
     Precondition { key: "spec_shown_after_recovery", invariant: "spec_shown_as_sent (34)", counts: "specs read back after a recovery" },
+    Precondition { key: "token_rotated", invariant: "token_rotation_as_answered (37)", counts: "agent token rotations answered 2xx" },
+    Precondition { key: "replaced_token_tried", invariant: "token_rotation_as_answered (37)", counts: "reads with an agent token a later rotation replaced" },
     Precondition { key: "pause_taken", invariant: "pause_length_as_asked (35)", counts: "pauses and rests asked at the edges of their minutes, taken" },
 ];
 
@@ -99,6 +102,8 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                     coverage.count("pause_taken");
                 }
             }
+            TraceEvent::TokenRotated { .. } => coverage.count("token_rotated"),
+            TraceEvent::TokenUsed { status: 401, .. } => coverage.count("replaced_token_tried"),
             TraceEvent::SpecShown { .. } if recovered => {
                 coverage.count("spec_shown_after_recovery")
             }
@@ -128,8 +133,13 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AckedPulses { agents, .. } => {
                 agents.iter().for_each(|_| coverage.count("pulse_answered"))
             }
-            TraceEvent::ModelCallServed { .. }
-            | TraceEvent::ToolCallServed { .. }
+            TraceEvent::ModelCallServed { wake, .. } => {
+                coverage.count("execution_served");
+                if wake.is_some() {
+                    coverage.count("wakeup_prompt_read");
+                }
+            }
+            TraceEvent::ToolCallServed { .. }
             | TraceEvent::ProcessSpawned { .. } => coverage.count("execution_served"),
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
@@ -346,12 +356,14 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "ghost_run",
             "rest_from_run",
             "execution_served",
+            "wakeup_prompt_read",
             "pulse_answered",
         ],
         "tool_loop" => &[
             "tool_cap_stop",
             "rest_from_run",
             "execution_served",
+            "wakeup_prompt_read",
             "breaker_probe",
             "rest_across_crash",
             "probe_during_catch_up",
@@ -363,6 +375,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "edge_refused",
             "spec_shown_after_recovery",
             "pause_taken",
+            "token_rotated",
+            "replaced_token_tried",
             "recovered_after_crash",
         ],
         "predicate_flap" => &[

@@ -6,7 +6,9 @@
 //! the agents' specs are read back now and then and once more in the quiet phase.
 //!
 //! The oracle judges every answer from its own statement of the limits (check/edges.rs):
-//! `limits_as_documented` (33), `spec_shown_as_sent` (34), `pause_length_as_asked` (35).
+//! `limits_as_documented` (33), `spec_shown_as_sent` (34), `pause_length_as_asked` (35),
+//! `resume_ends_pauses` (36). Some agents' tokens are replaced, twice each, and every token
+//! tried after each rotation: `token_rotation_as_answered` (37).
 
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -44,6 +46,8 @@ const FAST_AGENTS_MAX: usize = 2;
 const FAST_MS: u64 = 10_000;
 /// Chance that an agent has another adapter than `scripted`.
 const OTHER_ADAPTER_CHANCE: f64 = 0.4;
+/// Chance that an agent's token is rotated during the safety phase.
+const ROTATED_CHANCE: f64 = 0.3;
 
 /// Runs the scenario for `seed`, recording into `recorder`.
 pub async fn run(seed: u64, recorder: Recorder) {
@@ -153,6 +157,18 @@ pub async fn run(seed: u64, recorder: Recorder) {
         .into_iter()
         .chain(others.into_iter().map(|(name, _)| name))
         .collect();
+    // Some agents' tokens are replaced (twice, each token tried after: `rotate`), whatever
+    // their adapter: a rotation reads no spec.
+    for agent in &agents {
+        if rng.gen_bool(ROTATED_CHANCE) {
+            steps.push(Step {
+                at_ms: rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS),
+                action: Action::RotateToken {
+                    agent: agent.clone(),
+                },
+            });
+        }
+    }
     // Every agent's spec once more in the quiet phase, after the last recovery.
     for agent in &agents {
         steps.push(Step {

@@ -168,3 +168,99 @@ pub async fn show(
         }
     }
 }
+
+/// Rotations of one agent's token in a [`rotate`] action: the second shows whether the first
+/// token stopped working.
+const ROTATIONS: usize = 2;
+
+/// Replaces the token of the agent called `agent` [`ROTATIONS`] times, one after another. After
+/// each 2xx answer it records what the answer gave ([`TraceEvent::TokenRotated`]), then reads
+/// the agent with every token rotated so far and records each status
+/// ([`TraceEvent::TokenUsed`]): the oracle holds the newest to 200 and the older ones to 401.
+/// Nothing is recorded for an agent whose id is not known yet.
+pub async fn rotate(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+) {
+    let Some(id) = directory.borrow().get(&agent).copied() else {
+        return;
+    };
+    let mut tokens: Vec<(String, String)> = Vec::new();
+    let (path, no_body) = (format!("/v1/agents/{id}/token"), serde_json::json!({}));
+    for _ in 0..ROTATIONS {
+        let Some(json) = answered(until_ms, &recorder, || client.post_json(&path, &no_body))
+            .await
+            .and_then(|(status, json)| (200..300).contains(&status).then_some(json))
+        else {
+            return;
+        };
+        let (Some(token), Some(seq)) = (json["token"].as_str(), json["seq"].as_u64()) else {
+            return;
+        };
+        let token_sha256 = sha256_hex(token);
+        recorder.record(
+            "workload",
+            TraceEvent::TokenRotated {
+                agent: agent.clone(),
+                seq,
+                token_sha256: token_sha256.clone(),
+            },
+        );
+        tokens.push((token.to_string(), token_sha256));
+        for (token, token_sha256) in &tokens {
+            let bearer = client.with_bearer(token);
+            let path = format!("/v1/agents/{id}");
+            let Some((status, _)) = answered(until_ms, &recorder, || bearer.get(&path)).await
+            else {
+                return;
+            };
+            recorder.record(
+                "workload",
+                TraceEvent::TokenUsed {
+                    agent: agent.clone(),
+                    token_sha256: token_sha256.clone(),
+                    status,
+                },
+            );
+        }
+    }
+}
+
+/// Sends `request` until it is answered with anything but a server error or a rate limit:
+/// the status and the body as JSON; none once the run is over.
+async fn answered<F, Fut>(
+    until_ms: u64,
+    recorder: &Recorder,
+    request: F,
+) -> Option<(u16, serde_json::Value)>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<vigil::api::client::Answer, vigil::api::client::ClientError>,
+    >,
+{
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return None;
+        }
+        match request().await {
+            Ok(answer) if !answer.status.is_server_error() && answer.status.as_u16() != 429 => {
+                let json = answer.json().unwrap_or(serde_json::Value::Null);
+                return Some((answer.status.as_u16(), json));
+            }
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
+    }
+}
+
+/// Lowercase hex SHA-256 of `token`, as the node stores an agent token's hash (docs/api.md).
+pub fn sha256_hex(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}

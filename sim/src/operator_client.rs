@@ -98,6 +98,15 @@ impl OperatorClient {
         self
     }
 
+    /// The same node, asked with `token` in place of the operator's (an agent's token); its
+    /// requests are recorded as the operator's are.
+    pub fn with_bearer(&self, token: &str) -> Self {
+        OperatorClient {
+            api: ApiClient::with_token(self.api.addr(), token),
+            recorder: self.recorder.clone(),
+        }
+    }
+
     /// `GET path`.
     pub async fn get(&self, path: &str) -> Result<Answer, ClientError> {
         self.request(Method::GET, path, None).await

@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use vigil_faults::LlmFault;
 
 use crate::recorder::{CallGuard, Recorder};
-use crate::trace::{ModelReply, TraceEvent, WireApi};
+use crate::trace::{ModelReply, TraceEvent, WakeSeen, WireApi};
 
 /// Where the provider listens.
 pub const PROVIDER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
@@ -249,12 +249,22 @@ pub struct Request {
     /// Messages in the conversation (history included).
     pub messages: u64,
     pub bytes: u64,
+    /// What the run's wakeup message says, when it is the built-in wakeup prompt: the last
+    /// user text of the conversation that reads as one ([`parse_wake`]).
+    pub wake: Option<WakeSeen>,
 }
 
 /// Reads a request body of `api`'s shape. Typed: only the fields read are decoded (a body
 /// carries the whole bounded history and every tool's schema).
 pub fn read_request(api: WireApi, body: &[u8]) -> Request {
-    let (model, system, tools, round, messages) = match api {
+    let ReadBody {
+        model,
+        system,
+        tools,
+        round,
+        messages,
+        wake,
+    } = match api {
         WireApi::Openai => read_openai(body),
         WireApi::Anthropic => read_anthropic(body),
     };
@@ -269,11 +279,38 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
         tools,
         messages,
         bytes: body.len() as u64,
+        wake: wake.as_deref().and_then(parse_wake),
     }
 }
 
-/// A request's model, system prompt, tools, tool round and message count.
-type ReadBody = (Option<String>, String, Vec<(String, Value)>, u32, u64);
+/// What is read of a request body, in either shape.
+struct ReadBody {
+    model: Option<String>,
+    system: String,
+    tools: Vec<(String, Value)>,
+    /// Tool rounds since the last user text.
+    round: u32,
+    messages: u64,
+    /// The last user text that starts as the built-in wakeup prompt does.
+    wake: Option<String>,
+}
+
+/// Start of the runtime's built-in wakeup prompt (restated from docs/agents.md, not imported),
+/// then its reason line and the line after it.
+const WAKE_SOURCE_LINE: &str = "Wakeup source: ";
+const WAKE_REASON_LINE: &str = "\nReason: ";
+const WAKE_TIME_LINE: &str = "\nLocal time: ";
+
+/// The source and reason a built-in wakeup prompt names; none for any other text.
+pub fn parse_wake(text: &str) -> Option<WakeSeen> {
+    let rest = text.strip_prefix(WAKE_SOURCE_LINE)?;
+    let (source, rest) = rest.split_once(WAKE_REASON_LINE)?;
+    let (reason, _) = rest.split_once(WAKE_TIME_LINE)?;
+    Some(WakeSeen {
+        source: source.to_string(),
+        reason: reason.to_string(),
+    })
+}
 
 /// A string field that may hold another JSON type (then read as absent).
 enum MaybeText {
@@ -289,6 +326,10 @@ trait Shape: Sized {
     fn other() -> Self;
     fn text(_text: String) -> Self {
         Self::other()
+    }
+    /// A string the deserializer lends (no escapes in it): copied only if kept.
+    fn borrowed_text(text: &str) -> Self {
+        Self::text(text.to_owned())
     }
     fn seq<'de, A: serde::de::SeqAccess<'de>>(mut seq: A) -> Result<Self, A::Error> {
         while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
@@ -312,7 +353,7 @@ impl<'de, T: Shape> serde::de::Visitor<'de> for ShapeVisitor<T> {
         f.write_str(T::EXPECTING)
     }
     fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<T, E> {
-        Ok(T::text(text.to_owned()))
+        Ok(T::borrowed_text(text))
     }
     fn visit_string<E: serde::de::Error>(self, text: String) -> Result<T, E> {
         Ok(T::text(text))
@@ -350,7 +391,7 @@ macro_rules! deserialize_shape {
     )*};
 }
 
-deserialize_shape!(MaybeText, MaybeArray, Blocks, BlockKind, OpenaiMessage);
+deserialize_shape!(MaybeText, MaybeArray, Blocks, BlockKind, OpenaiMessage, WakeText);
 
 impl Shape for MaybeText {
     const EXPECTING: &'static str = "any JSON value (a string is read)";
@@ -380,9 +421,9 @@ struct OpenaiBody {
 }
 
 /// A message: its role, whether it called tools, and its content only while it may be the
-/// system prompt (a `system` message, or one whose role has not come yet). Why not every
-/// content: the history is most of a request's bytes, and only the system prompt's marker is
-/// read.
+/// system prompt or a user's text (a `system` or `user` message, or one whose role has not
+/// come yet). Why not every content: the history's answers are most of a request's bytes, and
+/// only the system prompt's marker and the wakeup prompt are read.
 #[derive(Default)]
 struct OpenaiMessage {
     role: Option<MaybeText>,
@@ -402,14 +443,14 @@ impl Shape for OpenaiMessage {
                 map.next_value::<serde::de::IgnoredAny>()?;
                 continue;
             };
-            let maybe_system = match &message.role {
-                Some(MaybeText::Text(role)) => role == "system",
+            let maybe_read = match &message.role {
+                Some(MaybeText::Text(role)) => role == "system" || role == "user",
                 _ => true,
             };
             match key.as_str() {
                 "role" => message.role = map.next_value()?,
                 "tool_calls" => message.tool_calls = map.next_value()?,
-                "content" if maybe_system => message.content = map.next_value()?,
+                "content" if maybe_read => message.content = map.next_value()?,
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -452,15 +493,24 @@ impl Shape for MaybeArray {
 fn read_openai(body: &[u8]) -> ReadBody {
     let body: OpenaiBody = serde_json::from_slice(body).unwrap_or_default();
     let mut system = None;
+    let mut wake = None;
     let mut round = 0;
     let count = body.messages.len() as u64;
     for m in body.messages {
         let role = MaybeText::text(m.role);
         if system.is_none() && role.as_deref() == Some("system") {
             system = Some(MaybeText::text(m.content).unwrap_or_default());
+            continue;
         }
         match role.as_deref() {
-            Some("user") => round = 0,
+            Some("user") => {
+                round = 0;
+                if let Some(text) = MaybeText::text(m.content) {
+                    if text.starts_with(WAKE_SOURCE_LINE) {
+                        wake = Some(text);
+                    }
+                }
+            }
             Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array)) => round += 1,
             _ => {}
         }
@@ -473,13 +523,14 @@ fn read_openai(body: &[u8]) -> ReadBody {
             (name, t.function.parameters)
         })
         .collect();
-    (
-        MaybeText::text(body.model),
-        system.unwrap_or_default(),
+    ReadBody {
+        model: MaybeText::text(body.model),
+        system: system.unwrap_or_default(),
         tools,
         round,
-        count,
-    )
+        messages: count,
+        wake,
+    }
 }
 
 #[derive(serde::Deserialize, Default)]
@@ -518,27 +569,49 @@ impl Shape for Blocks {
     }
 }
 
-/// A content block: only its `type` is read.
+/// A content block: its `type`, and its `text` when that starts as the built-in wakeup prompt
+/// does (other texts are skipped: an answer's text is not read).
 struct BlockKind {
     kind: Option<MaybeText>,
+    wake: Option<WakeText>,
 }
 
 impl Shape for BlockKind {
-    const EXPECTING: &'static str = "any JSON value (a block's `type` is read)";
+    const EXPECTING: &'static str = "any JSON value (a block's `type` and `text` are read)";
     fn other() -> Self {
-        BlockKind { kind: None }
+        BlockKind {
+            kind: None,
+            wake: None,
+        }
     }
     fn map<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
-        let mut kind = None;
+        let mut block = BlockKind::other();
         while let Some(key) = map.next_key::<MaybeText>()? {
             match key {
-                MaybeText::Text(key) if key == "type" => kind = map.next_value()?,
+                MaybeText::Text(key) if key == "type" => block.kind = map.next_value()?,
+                MaybeText::Text(key) if key == "text" => block.wake = map.next_value()?,
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
             }
         }
-        Ok(BlockKind { kind })
+        Ok(block)
+    }
+}
+
+/// A text kept only when it starts as the built-in wakeup prompt does.
+struct WakeText(Option<String>);
+
+impl Shape for WakeText {
+    const EXPECTING: &'static str = "any JSON value (a wakeup prompt's text is kept)";
+    fn other() -> Self {
+        WakeText(None)
+    }
+    fn text(text: String) -> Self {
+        WakeText(text.starts_with(WAKE_SOURCE_LINE).then_some(text))
+    }
+    fn borrowed_text(text: &str) -> Self {
+        WakeText(text.starts_with(WAKE_SOURCE_LINE).then(|| text.to_owned()))
     }
 }
 
@@ -558,10 +631,19 @@ fn read_anthropic(body: &[u8]) -> ReadBody {
         _ => false,
     };
     let mut round = 0;
+    let mut wake = None;
     for m in &body.messages {
         match &m.role {
             Some(MaybeText::Text(role)) if role == "user" && has_block(&m.content, "text") => {
-                round = 0
+                round = 0;
+                if let Some(Blocks::Blocks(blocks)) = &m.content {
+                    if let Some(text) = blocks.iter().rev().find_map(|b| match &b.wake {
+                        Some(WakeText(Some(text))) => Some(text),
+                        _ => None,
+                    }) {
+                        wake = Some(text.clone());
+                    }
+                }
             }
             Some(MaybeText::Text(role)) if role == "assistant" && has_block(&m.content, "tool_use") => {
                 round += 1
@@ -574,13 +656,14 @@ fn read_anthropic(body: &[u8]) -> ReadBody {
         .into_iter()
         .map(|t| (MaybeText::text(t.name).unwrap_or_default(), t.input_schema))
         .collect();
-    (
-        MaybeText::text(body.model),
-        MaybeText::text(body.system).unwrap_or_default(),
+    ReadBody {
+        model: MaybeText::text(body.model),
+        system: MaybeText::text(body.system).unwrap_or_default(),
         tools,
         round,
-        body.messages.len() as u64,
-    )
+        messages: body.messages.len() as u64,
+        wake,
+    }
 }
 
 /// A tool call the model asks for.
@@ -766,6 +849,7 @@ async fn answer(
             run: request.caller.run,
             round: request.round,
             reply,
+            wake: request.wake.clone(),
         },
     );
     match (fault, api) {
@@ -889,7 +973,12 @@ mod tests {
     /// its result, with one HTTP tool and the built-in rest offered.
     fn conversation() -> (Vec<ChatMessage>, Vec<ToolSchema>) {
         let messages = vec![
-            ChatMessage::User { text: "wake \"now\"\n".into() },
+            ChatMessage::User { text: "Wakeup source: on_demand\nReason: earlier\nLocal time: x".into() },
+            ChatMessage::Assistant {
+                text: "Wakeup source: timer\nReason: an answer, not read\nLocal time: y".into(),
+                tool_calls: Vec::new(),
+            },
+            ChatMessage::User { text: "Wakeup source: timer\nReason: two\nlines \"quoted\"\nLocal time: 2026-11-27 09:00 UTC\nPayload: {}".into() },
             ChatMessage::Assistant {
                 text: String::new(),
                 tool_calls: vec![ModelToolCall {
@@ -939,6 +1028,19 @@ mod tests {
             assert_eq!(read.round, 1, "{api:?}: one tool round since the user's text");
             assert_eq!(read.tools, vec![("lookup".to_string(), tools[0].parameters.clone())]);
             assert_eq!(read.bytes, body.len() as u64);
+            let wake = WakeSeen {
+                source: "timer".into(),
+                reason: "two\nlines \"quoted\"".into(),
+            };
+            assert_eq!(read.wake, Some(wake), "{api:?}: the last user text, whole reason");
+        }
+    }
+
+    #[test]
+    fn only_the_built_in_wakeup_prompt_is_read_as_one() {
+        assert_eq!(parse_wake("Wakeup source: idle\nReason: (none given)\nLocal time: "), Some(WakeSeen { source: "idle".into(), reason: "(none given)".into() }));
+        for text in ["Woken by timer: x", "Wakeup source: idle\nLocal time: t", "Wakeup source: idle\nReason: r"] {
+            assert_eq!(parse_wake(text), None, "{text:?}");
         }
     }
 

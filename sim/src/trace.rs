@@ -104,6 +104,10 @@ pub enum TraceEvent {
         run: Option<u64>,
         round: u32,
         reply: ModelReply,
+        /// The source and reason the run's wakeup message names, when it is the built-in
+        /// wakeup prompt (invariant 38); absent otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        wake: Option<WakeSeen>,
     },
     /// The simulated tool server served an HTTP tool call (sim/src/tool_server.rs): the agent
     /// and run the runtime named in the POST body, the tool, which endpoint, what it did.
@@ -185,6 +189,21 @@ pub enum TraceEvent {
     SpecShown {
         agent: String,
         spec: serde_json::Value,
+    },
+    /// The `edges` workload had the token of the agent called `agent` replaced
+    /// (`POST /v1/agents/{id}/token`, answered 2xx): the `seq` the answer gave, and the SHA-256
+    /// (lowercase hex) of the token it returned. The token itself stays out of the trace.
+    TokenRotated {
+        agent: String,
+        seq: u64,
+        token_sha256: String,
+    },
+    /// The `edges` workload read the agent called `agent` with a token one of its rotations
+    /// returned (named by its SHA-256): the answer's status.
+    TokenUsed {
+        agent: String,
+        token_sha256: String,
+        status: u16,
     },
 }
 
@@ -304,6 +323,15 @@ pub enum WireApi {
     Openai,
     /// `/v1/messages`.
     Anthropic,
+}
+
+/// What a built-in wakeup prompt names, as the simulated provider read it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WakeSeen {
+    /// The `Wakeup source:` line.
+    pub source: String,
+    /// The `Reason:` line (all of a reason's lines, up to `Local time:`).
+    pub reason: String,
 }
 
 /// What the simulated provider answered.

@@ -72,6 +72,9 @@ pub enum Action {
     },
     /// Read the agent called `agent` and record the spec it shows.
     ShowSpec { agent: String },
+    /// Replace the token of the agent called `agent` twice, reading the agent with each token
+    /// the node returned after each rotation (sim/src/edges.rs::rotate).
+    RotateToken { agent: String },
 }
 
 /// An action and when it happens.
@@ -253,6 +256,16 @@ impl Workload {
                             *kind,
                             agent.clone(),
                             body.clone(),
+                        )
+                        .await;
+                    }
+                    Action::RotateToken { agent } => {
+                        crate::edges::rotate(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
                         )
                         .await;
                     }

@@ -15,6 +15,10 @@
 //! - `resume_ends_pauses` (36): a resume records `agent_resumed` exactly when a pause was in
 //!   force at its instant (paused until resumed, or a timed pause not yet over), and its answer
 //!   then shows no `paused_until_ms`; resuming an agent with no pause in force changes nothing.
+//! - `token_rotation_as_answered` (37): a token rotation answered 2xx committed
+//!   `agent_token_rotated` for that agent at the answer's `seq`, holding the SHA-256 of the token
+//!   the answer returned; from then on that token reads the agent (200) and every token it
+//!   replaced gets 401, across crashes and recoveries.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -143,6 +147,10 @@ pub struct EdgesOracle {
     /// force at its instant).
     pause_states: BTreeMap<u64, PauseState>,
     resumes: BTreeMap<u64, (u64, bool)>,
+    /// Committed token rotations by seq: the agent and the new token's hash.
+    rotations: BTreeMap<u64, (u64, String)>,
+    /// The newest token the workload was given for each agent (by name), as its SHA-256.
+    tokens: BTreeMap<String, String>,
     /// Requests judged: taken, refused.
     judged: (u64, u64),
     shown: u64,
@@ -172,6 +180,10 @@ impl EdgesOracle {
                     None => state.until_resumed = true,
                     Some(until) => state.timed_until_ms = Some(*until),
                 }
+            }
+            EventKind::AgentTokenRotated { agent, token_hash } => {
+                self.rotations
+                    .insert(event.seq, (agent.0, token_hash.0.clone()));
             }
             EventKind::AgentResumed { agent } => {
                 let state = self.pause_states.remove(&agent.0).unwrap_or_default();
@@ -387,6 +399,50 @@ impl EdgesOracle {
             ),
             _ => Ok(()),
         }
+    }
+
+    /// Invariant 37 for a rotation answered 2xx: the event at its `seq` is that agent's
+    /// rotation to the token it returned.
+    pub fn token_rotated(
+        &mut self,
+        agent: &str,
+        seq: u64,
+        token_sha256: &str,
+    ) -> Result<(), Violation> {
+        let id = self
+            .ids
+            .get(agent)
+            .ok_or_else(|| unknown_agent(Some(agent)))?;
+        match self.rotations.get(&seq) {
+            Some((rotated, hash)) if rotated == id && hash == token_sha256 => {
+                self.tokens.insert(agent.to_string(), token_sha256.to_string());
+                Ok(())
+            }
+            other => violation(
+                "token_rotation_as_answered",
+                format!("agent {agent} ({id}): a rotation was answered with seq {seq} and a token hashing to {token_sha256}, yet the rotation committed at that seq is {other:?}"),
+            ),
+        }
+    }
+
+    /// Invariant 37 for a read with a token a rotation returned: the newest reads the agent,
+    /// an older one is refused.
+    pub fn token_used(
+        &self,
+        agent: &str,
+        token_sha256: &str,
+        status: u16,
+    ) -> Result<(), Violation> {
+        let newest = self.tokens.get(agent).map(String::as_str) == Some(token_sha256);
+        let expected = if newest { 200 } else { 401 };
+        if status != expected {
+            let which = if newest { "newest" } else { "replaced" };
+            return violation(
+                "token_rotation_as_answered",
+                format!("agent {agent}: a read with its {which} token (sha256 {token_sha256}) was answered {status}, not {expected}"),
+            );
+        }
+        Ok(())
     }
 
     /// Invariant 34: the shown spec against the expected one, field by field.
@@ -1187,5 +1243,38 @@ mod tests {
             (0, until),
         );
         assert_eq!(short.unwrap_err().invariant, "pause_length_as_asked");
+    }
+
+    #[test]
+    fn a_rotation_answered_otherwise_than_committed_or_a_token_misjudged_is_reported() {
+        let mut oracle = oracle_with_agent();
+        oracle.ids.insert("edge-1".into(), 7);
+        let rotated = |seq, agent, hash: &str| Event {
+            seq,
+            at_ms: 10_000,
+            tenant: "default".into(),
+            kind: EventKind::AgentTokenRotated {
+                agent: vigil::engine::agent::AgentId(agent),
+                token_hash: vigil::engine::tenant::TokenHash(hash.into()),
+            },
+        };
+        oracle.committed(&rotated(3, 7, "aa"));
+        oracle.committed(&rotated(4, 8, "bb"));
+        // Another seq, another agent's rotation, another hash: each is reported.
+        for (seq, hash) in [(2, "aa"), (4, "bb"), (3, "bb")] {
+            let error = oracle.token_rotated("edge-1", seq, hash).unwrap_err();
+            assert_eq!(error.invariant, "token_rotation_as_answered");
+        }
+        oracle
+            .token_rotated("edge-1", 3, "aa")
+            .expect("the rotation committed at the answer's seq");
+        oracle.token_used("edge-1", "aa", 200).expect("the newest token reads");
+        let refused = oracle.token_used("edge-1", "aa", 401).unwrap_err();
+        assert_eq!(refused.invariant, "token_rotation_as_answered");
+        oracle.committed(&rotated(5, 7, "cc"));
+        oracle.token_rotated("edge-1", 5, "cc").expect("the second rotation");
+        oracle.token_used("edge-1", "aa", 401).expect("the replaced token is refused");
+        let kept = oracle.token_used("edge-1", "aa", 200).unwrap_err();
+        assert_eq!(kept.invariant, "token_rotation_as_answered");
     }
 }

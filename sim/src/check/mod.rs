@@ -17,6 +17,7 @@ mod liveness;
 mod operator;
 mod predicate;
 mod processes;
+mod prompts;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
@@ -104,6 +105,7 @@ pub struct Checker {
     alerts: alerts::AlertsOracle,
     predicate: predicate::PredicateOracle,
     edges: edges::EdgesOracle,
+    prompts: prompts::PromptsOracle,
 }
 
 impl Checker {
@@ -133,6 +135,7 @@ impl Checker {
         match &record.event {
             TraceEvent::Committed { event } => {
                 self.edges.committed(event);
+                self.prompts.committed(event);
                 self.committed(t_ms, record.node, event)?;
                 self.commits.committed(record.node, event.seq)
             }
@@ -165,7 +168,10 @@ impl Checker {
             } => {
                 self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
                 // A commit a power cut interrupted may have landed: its events are the node's.
-                unreported.iter().for_each(|event| self.edges.committed(event));
+                for event in unreported {
+                    self.edges.committed(event);
+                    self.prompts.committed(event);
+                }
                 self.processes.recovered(t_ms);
                 let state = self.node(record.node);
                 state.up_since_ms = Some(t_ms);
@@ -212,8 +218,13 @@ impl Checker {
             }
             TraceEvent::CommitEnd { .. } => self.loops.commit_end(),
             TraceEvent::ModelCallServed {
-                agent, run, reply, ..
+                agent,
+                run,
+                reply,
+                wake,
+                ..
             } => {
+                self.prompts.served(*agent, *run, wake.as_ref())?;
                 if let (Some(run), ModelReply::ToolCalls { rest_minutes: Some(minutes), .. }) =
                     (run, reply)
                 {
@@ -285,6 +296,16 @@ impl Checker {
                 (*seq_before, *paused_until_ms),
             ),
             TraceEvent::SpecShown { agent, spec } => self.edges.shown(agent, spec),
+            TraceEvent::TokenRotated {
+                agent,
+                seq,
+                token_sha256,
+            } => self.edges.token_rotated(agent, *seq, token_sha256),
+            TraceEvent::TokenUsed {
+                agent,
+                token_sha256,
+                status,
+            } => self.edges.token_used(agent, token_sha256, *status),
             TraceEvent::Fault { .. }
             | TraceEvent::Violation { .. }
             | TraceEvent::OperatorAsked { .. }
