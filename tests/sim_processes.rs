@@ -55,7 +55,9 @@ fn tally(seeds: std::ops::Range<u64>) -> Seen {
         let mut restarted_at = None;
         for record in &outcome.records {
             match &record.event {
-                TraceEvent::ProcessSpawned { plan, pgid, run } => {
+                TraceEvent::ProcessSpawned {
+                    plan, pgid, run, ..
+                } => {
                     seen.plans_with_grandchild += u64::from(plan.contains("grandchild: Some"));
                     seen.plans_deaf_to_term += u64::from(plan.contains("ignores_term: true"));
                     live.insert(*pgid, *run);

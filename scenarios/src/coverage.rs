@@ -47,7 +47,9 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "ghost_run", invariant: "ghost_leaves_history_untouched (7)", counts: "runs ended `ghost`" },
     Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
     Precondition { key: "rest_from_run", invariant: "rest_durable_with_run_end, rest_as_asked (21)", counts: "runs that ended resting" },
-    Precondition { key: "wakeup_prompt_read", invariant: "wakeup_prompt_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
+    Precondition { key: "wakeup_prompt_read", invariant: "run_told_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
+    Precondition { key: "child_started", invariant: "run_told_as_queued (38)", counts: "children started for process agents' runs (their arguments and stdin judged)" },
+    Precondition { key: "child_exit_reported", invariant: "run_ends_as_child_did (39)", counts: "runs ended with a child's exit in their report" },
     Precondition { key: "execution_served", invariant: "executions (15-17)", counts: "model calls, tool calls and process groups served" },
     Precondition { key: "process_group_gone", invariant: "process_group_ends_with_run (14)", counts: "process groups ended" },
     Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
@@ -139,8 +141,11 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                     coverage.count("wakeup_prompt_read");
                 }
             }
-            TraceEvent::ToolCallServed { .. }
-            | TraceEvent::ProcessSpawned { .. } => coverage.count("execution_served"),
+            TraceEvent::ToolCallServed { .. } => coverage.count("execution_served"),
+            TraceEvent::ProcessSpawned { .. } => {
+                coverage.count("execution_served");
+                coverage.count("child_started");
+            }
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
             TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
@@ -208,6 +213,9 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
             }
             if report.as_ref().is_some_and(|r| r.pause_minutes.is_some()) {
                 coverage.count("rest_from_run");
+            }
+            if report.as_ref().is_some_and(|r| r.exit.is_some()) {
+                coverage.count("child_exit_reported");
             }
         }
         _ => {}
@@ -368,7 +376,12 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "rest_across_crash",
             "probe_during_catch_up",
         ],
-        "cli_agents" => &["execution_served", "process_group_gone"],
+        "cli_agents" => &[
+            "execution_served",
+            "process_group_gone",
+            "child_started",
+            "child_exit_reported",
+        ],
         "hostile" => &["operator_answered"],
         "edges" => &[
             "edge_taken",

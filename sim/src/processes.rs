@@ -27,7 +27,7 @@ use vigil::exec::spawn::{
 
 use crate::harness::build_node;
 use crate::recorder::Recorder;
-use crate::trace::TraceEvent;
+use crate::trace::{PlannedEnd, TraceEvent};
 
 /// The process host's name on the simulated network.
 pub const PROCESS_HOST: &str = "process-host";
@@ -343,6 +343,22 @@ impl Spawner for SimProcesses {
                     run: request.run.0,
                     pgid,
                     plan: format!("{plan:?}"),
+                    args: request.args.clone(),
+                    stdin: request
+                        .stdin
+                        .as_deref()
+                        .map(|bytes| String::from_utf8_lossy(bytes).into_owned()),
+                    stdout: plan
+                        .lines
+                        .iter()
+                        .filter(|(_, stream, _)| *stream == Stream::Stdout)
+                        .map(|(_, _, text)| text.clone())
+                        .collect(),
+                    end: match plan.end {
+                        Some(LeaderEnd::Exit(code)) => PlannedEnd::Exit { code },
+                        Some(LeaderEnd::Signal(signal)) => PlannedEnd::Signal { signal },
+                        None => PlannedEnd::Never,
+                    },
                 },
             );
             let (lines_tx, lines_rx) = mpsc::channel(PIPE_LINES_MAX);

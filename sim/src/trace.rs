@@ -119,8 +119,18 @@ pub enum TraceEvent {
         outcome: ToolOutcome,
     },
     /// A run's child was started on the simulated machine (sim/src/processes.rs): its group and
-    /// what it was drawn to do.
-    ProcessSpawned { run: u64, pgid: u32, plan: String },
+    /// what it was drawn to do; the arguments and stdin it was given (invariant 38); the lines
+    /// it will write to stdout if nothing stops it, and how its leader will end on its own
+    /// (invariant 39).
+    ProcessSpawned {
+        run: u64,
+        pgid: u32,
+        plan: String,
+        args: Vec<String>,
+        stdin: Option<String>,
+        stdout: Vec<String>,
+        end: PlannedEnd,
+    },
     /// The last process of group `pgid` (of run `run`) is gone.
     ProcessGroupGone { pgid: u32, run: u64 },
     /// A model call (on node `llm-provider`) or a tool call (on node `tool-server`) that the
@@ -323,6 +333,16 @@ pub enum WireApi {
     Openai,
     /// `/v1/messages`.
     Anthropic,
+}
+
+/// How a simulated child's leader ends if nothing stops it, as drawn when it was spawned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum PlannedEnd {
+    Exit { code: i32 },
+    Signal { signal: i32 },
+    /// It hangs until a signal ends it.
+    Never,
 }
 
 /// What a built-in wakeup prompt names, as the simulated provider read it.

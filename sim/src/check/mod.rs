@@ -251,7 +251,17 @@ impl Checker {
                 }
                 Ok(())
             }
-            TraceEvent::ProcessSpawned { run, pgid, .. } => {
+            TraceEvent::ProcessSpawned {
+                run,
+                pgid,
+                args,
+                stdin,
+                stdout,
+                end,
+                ..
+            } => {
+                self.processes.spawned(*run, stdout, *end);
+                self.prompts.spawned(*run, args, stdin.as_deref())?;
                 self.executions.process_spawned(t_ms, *run, *pgid)
             }
             TraceEvent::ProcessGroupGone { pgid, .. } => {

@@ -1,13 +1,20 @@
-//! Invariant 38, `wakeup_prompt_as_queued`, judged on what the simulated provider *received*:
-//! a model call of a run whose agent has no wakeup template of its own carries the built-in
-//! wakeup prompt (docs/agents.md), naming the run's source and reason as the log recorded them.
+//! Invariant 38, `run_told_as_queued`, judged on what the simulated world *received*: what a
+//! run is told names the run as the log queued it.
+//!
+//! - A model call of a run whose agent has no wakeup template of its own carries the built-in
+//!   wakeup prompt (docs/agents.md), naming the run's source and reason. An empty reason reads
+//!   `(none given)`. Only those two lines are judged: the local time, the runs left and the
+//!   payload are the runtime's to format.
+//! - A process agent's child gets one argument per `adapter.args` template, and stdin exactly
+//!   when `adapter.stdin` is set (docs/adapters/process.md), each rendered for its run: a
+//!   template without markup is passed as written; one that is exactly `{{ agent.name }}`,
+//!   `{{ agent.id }}`, `{{ run.id }}`, `{{ run.source }}` or `{{ run.reason }}` renders to that
+//!   value; any other keeps the text before its first markup as its start.
+//!
 //! The run's source is that of the wakeup that queued it; its reason that of the latest wakeup
 //! it absorbed (docs/api.md, the run's fields); a run re-queued after a restart keeps its
-//! original's. An empty reason reads `(none given)`.
-//!
-//! Only what the prompt's first two lines say is judged: the local time, the runs left and the
-//! payload are the runtime's to format. Source names are restated here from docs/api.md, not
-//! taken from the runtime.
+//! original's. Source names and the rendering of those few forms are restated here, not taken
+//! from the runtime.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,15 +40,34 @@ fn source_name(source: WakeupSource) -> &'static str {
     }
 }
 
+/// A run as the log queued it.
+#[derive(Debug, Clone)]
+struct Queued {
+    agent: u64,
+    source: WakeupSource,
+    reason: String,
+}
+
+/// A process agent's templates: its arguments and stdin.
+#[derive(Debug, Clone)]
+struct ProcessTemplates {
+    args: Vec<String>,
+    stdin: Option<String>,
+}
+
 #[derive(Debug, Default)]
 pub struct PromptsOracle {
-    /// Runs not yet finished: their source and current reason.
-    runs: BTreeMap<u64, (WakeupSource, String)>,
-    /// Finished runs' source and reason, kept only until a re-queue may ask for them (the run
-    /// that just finished, per agent).
-    last_finished: BTreeMap<u64, (u64, (WakeupSource, String))>,
+    /// Runs not yet finished.
+    runs: BTreeMap<u64, Queued>,
+    /// Finished runs, kept only until a re-queue may ask for them (the run that just finished,
+    /// per agent).
+    last_finished: BTreeMap<u64, (u64, Queued)>,
     /// Agents whose spec has wakeup templates of its own (their prompts are not judged).
     own_templates: BTreeSet<u64>,
+    /// Agents' names.
+    names: BTreeMap<u64, String>,
+    /// Process agents' templates.
+    processes: BTreeMap<u64, ProcessTemplates>,
     /// Model calls judged.
     judged: u64,
 }
@@ -50,26 +76,32 @@ impl PromptsOracle {
     /// Follows the committed events that set a run's source and reason, and agents' specs.
     pub fn committed(&mut self, event: &Event) {
         match &event.kind {
-            EventKind::AgentCreated { agent, spec, .. }
-            | EventKind::AgentUpdated { agent, spec, .. } => {
-                let own = matches!(&spec.adapter, AdapterSpec::Llm(llm) if !llm.prompts.wakeup.is_empty());
-                if own {
-                    self.own_templates.insert(agent.0);
-                } else {
-                    self.own_templates.remove(&agent.0);
-                }
+            EventKind::AgentCreated {
+                agent, name, spec, ..
+            } => {
+                self.names.insert(agent.0, name.clone());
+                self.follow_spec(agent.0, &spec.adapter);
+            }
+            EventKind::AgentUpdated { agent, spec, .. } => {
+                self.follow_spec(agent.0, &spec.adapter);
             }
             EventKind::WakeupQueued {
                 run,
+                agent,
                 source,
                 reason,
                 ..
             } => {
-                self.runs.insert(run.0, (*source, reason.clone()));
+                let queued = Queued {
+                    agent: agent.0,
+                    source: *source,
+                    reason: reason.clone(),
+                };
+                self.runs.insert(run.0, queued);
             }
             EventKind::WakeupCoalesced { run, reason, .. } => {
-                if let Some((_, current)) = self.runs.get_mut(&run.0) {
-                    current.clone_from(reason);
+                if let Some(queued) = self.runs.get_mut(&run.0) {
+                    queued.reason.clone_from(reason);
                 }
             }
             EventKind::RunRequeued {
@@ -85,12 +117,69 @@ impl PromptsOracle {
                 }
             }
             EventKind::RunFinished { run, agent, .. } => {
-                if let Some(info) = self.runs.remove(&run.0) {
-                    self.last_finished.insert(agent.0, (run.0, info));
+                if let Some(queued) = self.runs.remove(&run.0) {
+                    self.last_finished.insert(agent.0, (run.0, queued));
                 }
             }
             _ => {}
         }
+    }
+
+    fn follow_spec(&mut self, agent: u64, adapter: &AdapterSpec) {
+        let own = matches!(adapter, AdapterSpec::Llm(llm) if !llm.prompts.wakeup.is_empty());
+        if own {
+            self.own_templates.insert(agent);
+        } else {
+            self.own_templates.remove(&agent);
+        }
+        match adapter {
+            AdapterSpec::Process(process) => {
+                let templates = ProcessTemplates {
+                    args: process.args.clone(),
+                    stdin: process.stdin.clone(),
+                };
+                self.processes.insert(agent, templates);
+            }
+            _ => {
+                self.processes.remove(&agent);
+            }
+        }
+    }
+
+    /// Judges the arguments and stdin the simulated machine's child of `run` was started with.
+    pub fn spawned(
+        &mut self,
+        run: u64,
+        args: &[String],
+        stdin: Option<&str>,
+    ) -> Result<(), Violation> {
+        let Some(queued) = self.runs.get(&run) else {
+            return Ok(());
+        };
+        let Some(templates) = self.processes.get(&queued.agent) else {
+            return Ok(());
+        };
+        self.judged += 1;
+        let name = self.names.get(&queued.agent).map_or("", String::as_str);
+        let vars = Vars { run, queued, name };
+        let args_as_rendered = args.len() == templates.args.len()
+            && templates
+                .args
+                .iter()
+                .zip(args)
+                .all(|(template, arg)| vars.renders(template, arg));
+        let stdin_as_rendered = match (&templates.stdin, stdin) {
+            (Some(template), Some(stdin)) => vars.renders(template, stdin),
+            (None, None) => true,
+            _ => false,
+        };
+        if args_as_rendered && stdin_as_rendered {
+            return Ok(());
+        }
+        violation(
+            "run_told_as_queued",
+            format!("agent {} run {run}: the child was started with args {args:?} and stdin {stdin:?}; its spec's templates are {templates:?}, to render for source {} and reason {:?}", queued.agent, source_name(queued.source), queued.reason),
+        )
     }
 
     /// Judges one model call the provider served for `agent`'s `run` (from the system prompt's
@@ -109,7 +198,7 @@ impl PromptsOracle {
         }
         // A call that arrives after its run ended (the executions checks bound how late) has
         // nothing left to compare with.
-        let Some((source, reason)) = self.runs.get(&run) else {
+        let Some(Queued { source, reason, .. }) = self.runs.get(&run) else {
             return Ok(());
         };
         self.judged += 1;
@@ -119,9 +208,40 @@ impl PromptsOracle {
                 Ok(())
             }
             _ => violation(
-                "wakeup_prompt_as_queued",
+                "run_told_as_queued",
                 format!("agent {agent} run {run}: the model was sent {wake:?} as the built-in wakeup prompt; the run was queued by source {} with reason {expected_reason:?}", source_name(*source)),
             ),
+        }
+    }
+}
+
+/// The variables of one run, as far as the forms judged here read them.
+struct Vars<'a> {
+    run: u64,
+    queued: &'a Queued,
+    name: &'a str,
+}
+
+impl Vars<'_> {
+    /// Whether `template` may have rendered to `text` for this run.
+    fn renders(&self, template: &str, text: &str) -> bool {
+        let value = match template {
+            "{{ agent.name }}" => Some(self.name.to_string()),
+            "{{ agent.id }}" => Some(self.queued.agent.to_string()),
+            "{{ run.id }}" => Some(self.run.to_string()),
+            "{{ run.source }}" => Some(source_name(self.queued.source).to_string()),
+            "{{ run.reason }}" => Some(self.queued.reason.clone()),
+            _ => None,
+        };
+        if let Some(value) = value {
+            return text == value;
+        }
+        // Markup starts with `{{`, `{%` or `{#`; a template without any is its own text (a
+        // trailing newline aside, which rendering drops).
+        match template.find('{') {
+            None if !template.ends_with('\n') => text == template,
+            None => true,
+            Some(start) => text.starts_with(&template[..start]),
         }
     }
 }
@@ -184,7 +304,7 @@ mod tests {
             let error = oracle
                 .served(Some(1), Some(*run), wake.as_ref())
                 .unwrap_err();
-            assert_eq!(error.invariant, "wakeup_prompt_as_queued", "{run} {wake:?}");
+            assert_eq!(error.invariant, "run_told_as_queued", "{run} {wake:?}");
         }
         assert_eq!(oracle.judged, 6);
     }
@@ -232,5 +352,56 @@ mod tests {
             .served(Some(1), Some(7), Some(&second))
             .expect("the re-queued run keeps its original's");
         assert!(oracle.served(Some(1), Some(7), None).is_err());
+    }
+
+    #[test]
+    fn a_child_started_otherwise_than_its_templates_render_is_reported() {
+        use vigil::engine::agent::AgentSpec;
+        use vigil::engine::cli_spec::{ChildSpec, ProcessSpec};
+        use vigil::engine::tenant::TokenHash;
+        let mut spec = AgentSpec::with_interval("worker", None);
+        spec.adapter = AdapterSpec::Process(ProcessSpec {
+            command: "sim-agent".into(),
+            args: vec![
+                "--run".into(),
+                "{{ run.id }}".into(),
+                "{{ agent.name }}".into(),
+                "{{ run.reason }}".into(),
+                "src={{ run.source }}".into(),
+            ],
+            stdin: Some("wakeup {{ run.source }}: {{ run.payload }}".into()),
+            child: ChildSpec::default(),
+        });
+        let mut oracle = PromptsOracle::default();
+        oracle.committed(&event(
+            0,
+            EventKind::AgentCreated {
+                agent: AgentId(1),
+                name: "worker".into(),
+                spec: Box::new(spec),
+                token_hash: TokenHash::of("t"),
+                first_fire_at_ms: None,
+            },
+        ));
+        oracle.committed(&queued(5, WakeupSource::OnDemand, "why"));
+        let args = |list: &[&str]| list.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let good = args(&["--run", "5", "worker", "why", "src=on_demand"]);
+        oracle
+            .spawned(5, &good, Some("wakeup on_demand: null"))
+            .expect("as rendered");
+        let broken = [
+            (args(&[]), Some("")),
+            (args(&["--run", "6", "worker", "why", "src=on_demand"]), Some("wakeup x")),
+            (args(&["--run", "5", "worker", "", "src=on_demand"]), Some("wakeup x")),
+            (args(&["--run", "5", "worker", "why", "on_demand"]), Some("wakeup x")),
+            (good.clone(), Some("on_demand")),
+            (good.clone(), None),
+        ];
+        for (args, stdin) in &broken {
+            let error = oracle.spawned(5, args, *stdin).unwrap_err();
+            assert_eq!(error.invariant, "run_told_as_queued", "{args:?} {stdin:?}");
+        }
+        // Runs of agents without process templates, and unknown runs, are not judged.
+        oracle.spawned(9, &[], None).expect("an unknown run");
     }
 }
