@@ -8,6 +8,11 @@
 //!   mid-output, or a grandchild left in the group after the leader exits.
 //! - `missing-*`: a program the machine does not have: every run fails `adapter_not_installed`,
 //!   and the breaker opens.
+//! - `coder-*`: the coding CLIs, `claude_local` and `codex_local`, woken on a few task keys.
+//!   The machine's simulated CLIs (sim/src/coding_clis.rs) print their real output formats,
+//!   keep the sessions they reported, expire some and refuse those, fail, print garbage, crash
+//!   or hang; each run is judged against what its CLI printed (invariant 40), and each
+//!   invocation's prompt against its run (invariant 38).
 //!
 //! Invariant 14 is the point: no run's process group outlives its run by more than the grace
 //! plus a slack, whether the run ended by itself, by its timeout, by a cancel, a pause, or a
@@ -32,6 +37,9 @@ const MINUTE_MS: u64 = 60 * SECOND_MS;
 const HOUR_MS: u64 = 60 * MINUTE_MS;
 const WORKERS: usize = 6;
 const MISSING: usize = 2;
+const CODERS: usize = 4;
+/// Task keys the coders are woken on (besides none: the `default` task).
+const TASKS: [&str; 3] = ["pr-1", "pr-2", "issue-7"];
 
 fn worker_spec(i: usize, rng: &mut impl Rng) -> serde_json::Value {
     serde_json::json!({
@@ -59,6 +67,28 @@ fn missing_spec(i: usize, rng: &mut impl Rng) -> serde_json::Value {
         "heartbeat": { "interval_ms": rng.gen_range(3 * MINUTE_MS..6 * MINUTE_MS) },
         "breaker": { "failures_to_open": 3, "cooldown_ms": 5 * MINUTE_MS, "cooldown_ms_max": 20 * MINUTE_MS },
         "adapter": { "type": "process", "command": "not-installed-cli", "timeout_sec": 60, "grace_sec": 5 },
+    })
+}
+
+/// Coder `i`: Claude Code for even `i`, Codex for odd; the first two with the built-in prompt,
+/// the others with a template of their own.
+fn coder_spec(i: usize, rng: &mut impl Rng) -> serde_json::Value {
+    let mut adapter = serde_json::json!({
+        "type": if i % 2 == 0 { "claude_local" } else { "codex_local" },
+        "timeout_sec": rng.gen_range(60..=240),
+        "grace_sec": rng.gen_range(0..=10),
+    });
+    if i >= 2 {
+        adapter["prompt"] = "Task for {{ agent.name }}: {{ run.reason }}".into();
+    }
+    if i % 2 == 0 {
+        adapter["max_turns"] = rng.gen_range(1..=30).into();
+    }
+    serde_json::json!({
+        "name": format!("coder-{i}"),
+        "heartbeat": { "interval_ms": rng.gen_range(10 * MINUTE_MS..30 * MINUTE_MS) },
+        "breaker": { "failures_to_open": 5, "cooldown_ms": MINUTE_MS, "cooldown_ms_max": 5 * MINUTE_MS },
+        "adapter": adapter,
     })
 }
 
@@ -103,6 +133,23 @@ pub async fn run(seed: u64, recorder: Recorder) {
             steps.push(Step { at_ms, action });
         }
     }
+    for i in 0..CODERS {
+        let spec = coder_spec(i, &mut rng);
+        steps.push(create(rng.gen_range(0..MINUTE_MS), spec));
+        for w in 0..rng.gen_range(6..16) {
+            let mut request = serde_json::json!({ "source": "on_demand", "reason": format!("change {w}") });
+            if let Some(task) = TASKS.get(rng.gen_range(0..TASKS.len() + 1)) {
+                request["task_key"] = (*task).into();
+            }
+            steps.push(Step {
+                at_ms: rng.gen_range(2 * MINUTE_MS..SAFETY_MS),
+                action: Action::Wake {
+                    agent: format!("coder-{i}"),
+                    request,
+                },
+            });
+        }
+    }
     steps.sort_by_key(|s| s.at_ms);
     let setup = Setup {
         agents: AgentWorld {
@@ -126,7 +173,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         probe_every_ms: 10 * MINUTE_MS,
         tail_every_ms: 10 * MINUTE_MS,
         sse_readers: 0,
-        describe: format!("agents={}", WORKERS + MISSING),
+        describe: format!("agents={}", WORKERS + MISSING + CODERS),
     };
     phases::run(setup, recorder).await;
 }

@@ -14,7 +14,7 @@ use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 use vigil_world::state_server::state_token;
-use vigil_world::trace::{CheckAnswer, EdgeKind, FaultRecord, TraceEvent, TraceRecord};
+use vigil_world::trace::{CheckAnswer, CliOutcome, EdgeKind, FaultRecord, TraceEvent, TraceRecord};
 
 mod combinations;
 
@@ -50,6 +50,9 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "wakeup_prompt_read", invariant: "run_told_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
     Precondition { key: "child_started", invariant: "run_told_as_queued (38)", counts: "children started for process agents' runs (their arguments and stdin judged)" },
     Precondition { key: "child_exit_reported", invariant: "run_ends_as_child_did (39)", counts: "runs ended with a child's exit in their report" },
+    Precondition { key: "cli_invoked", invariant: "cli_run_as_printed (40)", counts: "coding-CLI invocations (each judged against what its simulated CLI printed)" },
+    Precondition { key: "cli_session_resumed", invariant: "cli_run_as_printed (40)", counts: "coding-CLI invocations that resumed their task's session" },
+    Precondition { key: "cli_session_refused", invariant: "cli_run_as_printed (40)", counts: "coding-CLI invocations that refused the session they were asked to resume (the run retried fresh)" },
     Precondition { key: "execution_served", invariant: "executions (15-17)", counts: "model calls, tool calls and process groups served" },
     Precondition { key: "process_group_gone", invariant: "process_group_ends_with_run (14)", counts: "process groups ended" },
     Precondition { key: "backward_jump", invariant: "daily_cap_respected (2), start_counts_on_its_local_day (22)", counts: "backward wall-clock jumps" },
@@ -142,9 +145,17 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                 }
             }
             TraceEvent::ToolCallServed { .. } => coverage.count("execution_served"),
-            TraceEvent::ProcessSpawned { .. } => {
+            TraceEvent::ProcessSpawned { cli, .. } => {
                 coverage.count("execution_served");
                 coverage.count("child_started");
+                if let Some(cli) = cli {
+                    coverage.count("cli_invoked");
+                    match (&cli.resume, cli.outcome) {
+                        (_, CliOutcome::Refused) => coverage.count("cli_session_refused"),
+                        (Some(_), _) => coverage.count("cli_session_resumed"),
+                        (None, _) => {}
+                    }
+                }
             }
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
@@ -381,6 +392,9 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "process_group_gone",
             "child_started",
             "child_exit_reported",
+            "cli_invoked",
+            "cli_session_resumed",
+            "cli_session_refused",
         ],
         "hostile" => &["operator_answered"],
         "edges" => &[

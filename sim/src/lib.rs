@@ -6,6 +6,7 @@
 pub mod alert_sink;
 pub mod check;
 pub mod clock;
+pub mod coding_clis;
 pub mod disk;
 pub mod provider;
 pub mod recorder;

@@ -25,6 +25,7 @@ use vigil::exec::spawn::{
     Stream,
 };
 
+use crate::coding_clis;
 use crate::harness::build_node;
 use crate::recorder::Recorder;
 use crate::trace::{PlannedEnd, TraceEvent};
@@ -37,8 +38,9 @@ const TRACE_NODE: &str = "processes";
 const PIPE_LINES_MAX: usize = 64;
 /// First process group id handed out.
 const FIRST_PGID: u32 = 1_000;
-/// Programs a simulated machine has; any other is "not installed".
-pub const INSTALLED_PROGRAMS: [&str; 2] = ["sim-agent", "/usr/bin/sim-agent"];
+/// Programs a simulated machine has; any other is "not installed". `claude` and `codex` play
+/// the coding CLIs (sim/src/coding_clis.rs).
+pub const INSTALLED_PROGRAMS: [&str; 4] = ["sim-agent", "/usr/bin/sim-agent", "claude", "codex"];
 const SIGTERM: i32 = 15;
 const SIGKILL: i32 = 9;
 const SIGSEGV: i32 = 11;
@@ -132,6 +134,22 @@ impl ProcessPlan {
     }
 }
 
+impl ProcessPlan {
+    /// A child that prints `printed`'s lines a moment apart, then exits as it says.
+    fn printing(printed: coding_clis::Printed, rng: &mut impl Rng) -> ProcessPlan {
+        ProcessPlan {
+            lines: printed
+                .lines
+                .into_iter()
+                .map(|(stream, text)| (rng.gen_range(100..3_000), stream, text))
+                .collect(),
+            end: printed.exit.map(LeaderEnd::Exit),
+            ignores_term: false,
+            grandchild: None,
+        }
+    }
+}
+
 fn quick_lines(
     rng: &mut impl Rng,
     count: std::ops::RangeInclusive<usize>,
@@ -189,6 +207,8 @@ struct Inner {
     rng: Mutex<ChaCha8Rng>,
     groups: Mutex<BTreeMap<u32, Group>>,
     next_pgid: Mutex<u32>,
+    /// The sessions the machine's coding CLIs keep.
+    cli_sessions: Mutex<coding_clis::Sessions>,
     recorder: Recorder,
 }
 
@@ -203,6 +223,7 @@ impl SimProcesses {
                 rng: Mutex::new(rng),
                 groups: Mutex::new(BTreeMap::new()),
                 next_pgid: Mutex::new(FIRST_PGID),
+                cli_sessions: Mutex::new(coding_clis::Sessions::default()),
                 recorder: recorder.clone(),
             }),
         }
@@ -314,9 +335,17 @@ impl Spawner for SimProcesses {
                     detail: "no such file on the simulated machine".into(),
                 });
             }
-            let plan = {
+            let (plan, cli) = {
                 let mut rng = self.inner.rng.lock().expect("process rng");
-                ProcessPlan::draw(&self.inner.script, &mut *rng)
+                match coding_clis::cli_of(&request.program) {
+                    Some(cli) => {
+                        let mut sessions = self.inner.cli_sessions.lock().expect("sessions");
+                        let (printed, drawn) =
+                            coding_clis::draw(cli, &request.args, &mut sessions, &mut *rng);
+                        (ProcessPlan::printing(printed, &mut *rng), Some(Box::new(drawn)))
+                    }
+                    None => (ProcessPlan::draw(&self.inner.script, &mut *rng), None),
+                }
             };
             let pgid = {
                 let mut next = self.inner.next_pgid.lock().expect("pgid");
@@ -359,6 +388,7 @@ impl Spawner for SimProcesses {
                         Some(LeaderEnd::Signal(signal)) => PlannedEnd::Signal { signal },
                         None => PlannedEnd::Never,
                     },
+                    cli,
                 },
             );
             let (lines_tx, lines_rx) = mpsc::channel(PIPE_LINES_MAX);

@@ -130,6 +130,10 @@ pub enum TraceEvent {
         stdin: Option<String>,
         stdout: Vec<String>,
         end: PlannedEnd,
+        /// When the child plays a coding CLI (sim/src/coding_clis.rs): what it printed, for
+        /// invariant 40.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        cli: Option<Box<CliDrawn>>,
     },
     /// The last process of group `pgid` (of run `run`) is gone.
     ProcessGroupGone { pgid: u32, run: u64 },
@@ -343,6 +347,64 @@ pub enum PlannedEnd {
     Signal { signal: i32 },
     /// It hangs until a signal ends it.
     Never,
+}
+
+/// Which coding CLI a simulated child plays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CliName {
+    Claude,
+    Codex,
+}
+
+/// How one invocation of a simulated coding CLI was drawn to go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum CliOutcome {
+    /// It refused the session it was asked to resume (stderr says so), exit 1.
+    Refused,
+    /// It finished: a success result (Claude Code) or a completed turn (Codex), exit 0.
+    Succeeded,
+    /// It reported a failure (an error result, a failed turn) and exited `code`.
+    Failed { code: i32 },
+    /// Exit 0 with nothing on stdout a run can be read from.
+    Garbage,
+    /// Exit `code` with nothing on stdout.
+    Crashed { code: i32 },
+    /// It never ends on its own.
+    Hangs,
+}
+
+/// Token counts one usage object printed, field by field as the CLI names them: Claude Code's
+/// `input_tokens`, `cache_creation_input_tokens`, `cache_read_input_tokens`, `output_tokens`;
+/// Codex's `input_tokens` (cached included), `cached_input_tokens` (as `cache_read`) and
+/// `output_tokens` (`cache_creation` 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PrintedUsage {
+    pub input: u64,
+    pub cache_creation: u64,
+    pub cache_read: u64,
+    pub output: u64,
+}
+
+/// What a simulated coding CLI printed for one invocation: what the oracle reads the run's
+/// end against (invariant 40).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CliDrawn {
+    pub cli: CliName,
+    /// The session it was asked to resume.
+    pub resume: Option<String>,
+    pub outcome: CliOutcome,
+    /// The session (Claude Code) or thread (Codex) it reported.
+    pub session: Option<String>,
+    /// Claude Code's one usage object; Codex's, one per completed turn.
+    pub usage: Vec<PrintedUsage>,
+    /// Claude Code's `num_turns` (none: left out).
+    pub num_turns: Option<u64>,
+    /// Claude Code's `total_cost_usd`, in micro-dollars.
+    pub cost_micro_usd: Option<u64>,
+    /// The final answer it printed (Claude Code's `result`, Codex's last agent message).
+    pub text: Option<String>,
 }
 
 /// What a built-in wakeup prompt names, as the simulated provider read it.

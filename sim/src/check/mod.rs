@@ -7,6 +7,7 @@ mod agent_error;
 mod agents;
 mod alerts;
 mod breaker_opening;
+mod coding;
 mod commits;
 mod contracts;
 mod cooldown;
@@ -106,6 +107,7 @@ pub struct Checker {
     predicate: predicate::PredicateOracle,
     edges: edges::EdgesOracle,
     prompts: prompts::PromptsOracle,
+    coding: coding::CodingOracle,
 }
 
 impl Checker {
@@ -136,6 +138,7 @@ impl Checker {
             TraceEvent::Committed { event } => {
                 self.edges.committed(event);
                 self.prompts.committed(event);
+                self.coding.committed(event)?;
                 self.committed(t_ms, record.node, event)?;
                 self.commits.committed(record.node, event.seq)
             }
@@ -171,6 +174,7 @@ impl Checker {
                 for event in unreported {
                     self.edges.committed(event);
                     self.prompts.committed(event);
+                    self.coding.committed(event)?;
                 }
                 self.processes.recovered(t_ms);
                 let state = self.node(record.node);
@@ -258,9 +262,13 @@ impl Checker {
                 stdin,
                 stdout,
                 end,
+                cli,
                 ..
             } => {
-                self.processes.spawned(*run, stdout, *end);
+                match cli {
+                    Some(cli) => self.coding.invoked(*run, cli)?,
+                    None => self.processes.spawned(*run, stdout, *end),
+                }
                 self.prompts.spawned(*run, args, stdin.as_deref())?;
                 self.executions.process_spawned(t_ms, *run, *pgid)
             }

@@ -10,6 +10,9 @@
 //!   template without markup is passed as written; one that is exactly `{{ agent.name }}`,
 //!   `{{ agent.id }}`, `{{ run.id }}`, `{{ run.source }}` or `{{ run.reason }}` renders to that
 //!   value; any other keeps the text before its first markup as its start.
+//! - A coding-CLI agent's invocation gets on stdin its spec's `prompt` rendered for its run
+//!   (judged as a template above), or without one the built-in wakeup prompt, read and judged
+//!   as a model call's (docs/adapters/coding-cli.md).
 //!
 //! The run's source is that of the wakeup that queued it; its reason that of the latest wakeup
 //! it absorbed (docs/api.md, the run's fields); a run re-queued after a restart keeps its
@@ -68,6 +71,8 @@ pub struct PromptsOracle {
     names: BTreeMap<u64, String>,
     /// Process agents' templates.
     processes: BTreeMap<u64, ProcessTemplates>,
+    /// Coding-CLI agents' `prompt` templates (none: the built-in wakeup prompt).
+    coding: BTreeMap<u64, Option<String>>,
     /// Model calls judged.
     judged: u64,
 }
@@ -133,6 +138,14 @@ impl PromptsOracle {
             self.own_templates.remove(&agent);
         }
         match adapter {
+            AdapterSpec::ClaudeLocal(cli) | AdapterSpec::CodexLocal(cli) => {
+                self.coding.insert(agent, cli.prompt.clone());
+            }
+            _ => {
+                self.coding.remove(&agent);
+            }
+        }
+        match adapter {
             AdapterSpec::Process(process) => {
                 let templates = ProcessTemplates {
                     args: process.args.clone(),
@@ -156,6 +169,10 @@ impl PromptsOracle {
         let Some(queued) = self.runs.get(&run) else {
             return Ok(());
         };
+        if let Some(prompt) = self.coding.get(&queued.agent) {
+            let prompt = prompt.clone();
+            return self.coding_stdin(run, prompt.as_deref(), stdin);
+        }
         let Some(templates) = self.processes.get(&queued.agent) else {
             return Ok(());
         };
@@ -180,6 +197,38 @@ impl PromptsOracle {
             "run_told_as_queued",
             format!("agent {} run {run}: the child was started with args {args:?} and stdin {stdin:?}; its spec's templates are {templates:?}, to render for source {} and reason {:?}", queued.agent, source_name(queued.source), queued.reason),
         )
+    }
+
+    /// A coding CLI's stdin: its spec's prompt, or the built-in wakeup prompt.
+    fn coding_stdin(
+        &mut self,
+        run: u64,
+        prompt: Option<&str>,
+        stdin: Option<&str>,
+    ) -> Result<(), Violation> {
+        let queued = self.runs.get(&run).expect("judged for a known run").clone();
+        let name = self.names.get(&queued.agent).cloned().unwrap_or_default();
+        match prompt {
+            Some(template) => {
+                self.judged += 1;
+                let vars = Vars {
+                    run,
+                    queued: &queued,
+                    name: &name,
+                };
+                if stdin.is_some_and(|stdin| vars.renders(template, stdin)) {
+                    return Ok(());
+                }
+                violation(
+                    "run_told_as_queued",
+                    format!("agent {} run {run}: the CLI got {stdin:?} on stdin; its prompt template {template:?} renders otherwise for it", queued.agent),
+                )
+            }
+            None => {
+                let wake = stdin.and_then(crate::provider::parse_wake);
+                self.served(Some(queued.agent), Some(run), wake.as_ref())
+            }
+        }
     }
 
     /// Judges one model call the provider served for `agent`'s `run` (from the system prompt's
