@@ -25,6 +25,7 @@ use vigil::engine::event::{Event, EventKind};
 use vigil::engine::run::{ErrorClass, RunReport, RunStatus, SessionChange};
 use vigil::engine::usage::Usage;
 
+use super::queued_runs::QueuedRuns;
 use super::{violation, Violation};
 use crate::trace::{CliDrawn, CliName, CliOutcome};
 
@@ -38,9 +39,7 @@ pub struct CodingOracle {
     /// Coding-CLI agents: whether their spec names a model.
     agents: BTreeMap<u64, bool>,
     /// Queued and running runs of those agents: their agent and task key.
-    runs: BTreeMap<u64, (u64, String)>,
-    /// The run that last finished, per agent (a re-queue copies its task).
-    last_finished: BTreeMap<u64, (u64, String)>,
+    runs: QueuedRuns<(u64, String)>,
     /// Each task's session, as the log leaves it.
     sessions: BTreeMap<(u64, String), String>,
     /// Invocations of each unfinished run, in order.
@@ -70,25 +69,19 @@ impl CodingOracle {
                 ..
             } if self.agents.contains_key(&agent.0) => {
                 let task = task_key.as_deref().unwrap_or(DEFAULT_TASK).to_string();
-                self.runs.insert(run.0, (agent.0, task));
+                self.runs.queued(run.0, (agent.0, task));
             }
             EventKind::RunRequeued {
                 run,
                 agent,
                 retry_of,
                 coalesced: false,
-            } => {
-                if let Some((finished, task)) = self.last_finished.get(&agent.0) {
-                    if *finished == retry_of.0 {
-                        self.runs.insert(run.0, (agent.0, task.clone()));
-                    }
-                }
-            }
+            } => self.runs.requeued(run.0, agent.0, retry_of.0),
             EventKind::SessionReset { agent, task_key } => {
                 self.sessions.remove(&(agent.0, task_key.clone()));
             }
             EventKind::UsageRecorded { run, usage, .. } => {
-                if self.runs.contains_key(&run.0) {
+                if self.runs.get(run.0).is_some() {
                     self.usage.entry(run.0).or_default().add(usage);
                 }
             }
@@ -100,7 +93,7 @@ impl CodingOracle {
                 error_class,
                 ..
             } => {
-                let Some((_, task)) = self.runs.remove(&run.0) else {
+                let Some((_, task)) = self.runs.finished(run.0, agent.0) else {
                     return Ok(());
                 };
                 let invocations = self.invocations.remove(&run.0).unwrap_or_default();
@@ -124,7 +117,6 @@ impl CodingOracle {
                     }
                     None => {}
                 }
-                self.last_finished.insert(agent.0, (run.0, task));
             }
             _ => {}
         }
@@ -133,7 +125,7 @@ impl CodingOracle {
 
     /// The simulated machine started an invocation of a coding CLI for `run`.
     pub fn invoked(&mut self, run: u64, drawn: &CliDrawn) -> Result<(), Violation> {
-        let Some((agent, task)) = self.runs.get(&run) else {
+        let Some((agent, task)) = self.runs.get(run) else {
             return Ok(());
         };
         let earlier = self.invocations.entry(run).or_default();
@@ -410,7 +402,7 @@ mod tests {
     fn an_invocation_resuming_another_session_or_a_third_one_is_reported() {
         let mut oracle = CodingOracle::default();
         oracle.agents.insert(1, false);
-        oracle.runs.insert(5, (1, "pr-1".into()));
+        oracle.runs.queued(5, (1, "pr-1".into()));
         oracle.sessions.insert((1, "pr-1".into()), "s1".into());
         let fresh = drawn(CliName::Claude, CliOutcome::Succeeded, None);
         assert!(

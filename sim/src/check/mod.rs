@@ -19,6 +19,7 @@ mod operator;
 mod predicate;
 mod processes;
 mod prompts;
+mod queued_runs;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;

@@ -25,6 +25,7 @@ use vigil::engine::agent::AdapterSpec;
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::wakeup::WakeupSource;
 
+use super::queued_runs::QueuedRuns;
 use super::{violation, Violation};
 use crate::trace::WakeSeen;
 
@@ -61,10 +62,7 @@ struct ProcessTemplates {
 #[derive(Debug, Default)]
 pub struct PromptsOracle {
     /// Runs not yet finished.
-    runs: BTreeMap<u64, Queued>,
-    /// Finished runs, kept only until a re-queue may ask for them (the run that just finished,
-    /// per agent).
-    last_finished: BTreeMap<u64, (u64, Queued)>,
+    runs: QueuedRuns<Queued>,
     /// Agents whose spec has wakeup templates of its own (their prompts are not judged).
     own_templates: BTreeSet<u64>,
     /// Agents' names.
@@ -102,10 +100,10 @@ impl PromptsOracle {
                     source: *source,
                     reason: reason.clone(),
                 };
-                self.runs.insert(run.0, queued);
+                self.runs.queued(run.0, queued);
             }
             EventKind::WakeupCoalesced { run, reason, .. } => {
-                if let Some(queued) = self.runs.get_mut(&run.0) {
+                if let Some(queued) = self.runs.get_mut(run.0) {
                     queued.reason.clone_from(reason);
                 }
             }
@@ -114,17 +112,9 @@ impl PromptsOracle {
                 agent,
                 retry_of,
                 coalesced: false,
-            } => {
-                if let Some((finished, original)) = self.last_finished.get(&agent.0) {
-                    if *finished == retry_of.0 {
-                        self.runs.insert(run.0, original.clone());
-                    }
-                }
-            }
+            } => self.runs.requeued(run.0, agent.0, retry_of.0),
             EventKind::RunFinished { run, agent, .. } => {
-                if let Some(queued) = self.runs.remove(&run.0) {
-                    self.last_finished.insert(agent.0, (run.0, queued));
-                }
+                self.runs.finished(run.0, agent.0);
             }
             _ => {}
         }
@@ -166,7 +156,7 @@ impl PromptsOracle {
         args: &[String],
         stdin: Option<&str>,
     ) -> Result<(), Violation> {
-        let Some(queued) = self.runs.get(&run) else {
+        let Some(queued) = self.runs.get(run) else {
             return Ok(());
         };
         if let Some(prompt) = self.coding.get(&queued.agent) {
@@ -206,7 +196,7 @@ impl PromptsOracle {
         prompt: Option<&str>,
         stdin: Option<&str>,
     ) -> Result<(), Violation> {
-        let queued = self.runs.get(&run).expect("judged for a known run").clone();
+        let queued = self.runs.get(run).expect("judged for a known run").clone();
         let name = self.names.get(&queued.agent).cloned().unwrap_or_default();
         match prompt {
             Some(template) => {
@@ -247,7 +237,7 @@ impl PromptsOracle {
         }
         // A call that arrives after its run ended (the executions checks bound how late) has
         // nothing left to compare with.
-        let Some(Queued { source, reason, .. }) = self.runs.get(&run) else {
+        let Some(Queued { source, reason, .. }) = self.runs.get(run) else {
             return Ok(());
         };
         self.judged += 1;
