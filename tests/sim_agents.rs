@@ -293,6 +293,11 @@ fn model_calls_past_max_iterations_are_caught() {
                 run: Some(1),
                 round: 0,
                 reply: ModelReply::Answer,
+                // The built-in wakeup prompt of run 1, queued by its timer without a reason.
+                wake: Some(vigil_world::trace::WakeSeen {
+                    source: "timer".into(),
+                    reason: "(none given)".into(),
+                }),
             },
         )
     };
