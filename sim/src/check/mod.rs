@@ -14,6 +14,7 @@ mod cooldown;
 pub mod edges;
 mod executions;
 mod heart;
+mod jitter;
 mod liveness;
 mod operator;
 mod predicate;
@@ -34,7 +35,6 @@ mod test_events;
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::engine::schedule::JITTER_MS_MAX;
 use vigil::node::WALL_RECHECK_MS;
 
 use crate::trace::{event_digest, FaultRecord, ModelReply, TraceEvent, TraceRecord};
@@ -109,6 +109,7 @@ pub struct Checker {
     edges: edges::EdgesOracle,
     prompts: prompts::PromptsOracle,
     coding: coding::CodingOracle,
+    jitter: jitter::JitterOracle,
 }
 
 impl Checker {
@@ -470,6 +471,9 @@ impl Checker {
                         format!("agent {agent} was created with a timer but no first slot, or the reverse"),
                     );
                 }
+                if let Some((interval_ms, first_ms)) = timer {
+                    self.jitter.created(agent.0, event.at_ms, interval_ms, first_ms)?;
+                }
                 self.agents.insert(
                     agent.0,
                     AgentSchedule {
@@ -669,8 +673,8 @@ impl Checker {
                 continue;
             };
             // The first slot of a grid is offset by the agent's jitter, at most a tenth of the
-            // interval (and JITTER_MS_MAX).
-            let jitter_ms_max = (interval_ms / 10).min(JITTER_MS_MAX);
+            // interval and 5 minutes (docs/api.md; restated in `jitter`).
+            let jitter_ms_max = jitter::window_ms(interval_ms);
             if *next_fire_at_ms > wall_seen_ms_max + interval_ms + jitter_ms_max + TIMER_LAG_MS_MAX
             {
                 return violation(
