@@ -131,7 +131,9 @@ mod tests {
         let error = oracle.created(2, 0, 600_000, 600_000 + 60_001).unwrap_err();
         assert_eq!(error.invariant, "timer_jitter_as_documented");
         // An hour-long interval's window is capped at 5 minutes, not a tenth (6 minutes).
-        let error = oracle.created(3, 0, 3_600_000, 3_600_000 + 300_001).unwrap_err();
+        let error = oracle
+            .created(3, 0, 3_600_000, 3_600_000 + 300_001)
+            .unwrap_err();
         assert_eq!(error.invariant, "timer_jitter_as_documented");
         // A first slot before creation + interval.
         let error = oracle.created(4, 5_000, 600_000, 604_999).unwrap_err();
