@@ -32,8 +32,17 @@ async fn silent_then_request(addr: SocketAddr, silent_ms: u64) -> String {
 #[test]
 fn a_silent_connection_is_closed_after_the_header_read_timeout() {
     let result = simulate(7, Duration::from_secs(3_600), |recorder| async move {
-        let node =
-            RuntimeNode::start(&recorder, "vigil-1", RUNTIME_IP, 0, false, 7, None, Vec::new());
+        let node = RuntimeNode::start(
+            &recorder,
+            "vigil-1",
+            RUNTIME_IP,
+            0,
+            false,
+            7,
+            None,
+            Vec::new(),
+            vigil_world::harness::SIM_SNAPSHOTS,
+        );
         let addr = node.addr;
         let client = vigil_world::harness::build_node(
             madsim::runtime::Handle::current()

@@ -29,6 +29,7 @@ pub struct Precondition {
 /// Every precondition counted, in the order tables show them.
 pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "recovered_after_crash", invariant: "durable_events_survive, acked_writes_survive (4)", counts: "recoveries of a non-empty log" },
+    Precondition { key: "recovered_compacted", invariant: "durable_events_survive (4)", counts: "recoveries of a log compacted after a snapshot (the node recovers from the snapshot alone)" },
     Precondition { key: "interrupted_commit", invariant: "commit_atomic (18)", counts: "recoveries that found a commit never reported" },
     Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
     Precondition { key: "sse_resumed", invariant: "stream_resume_exact (11)", counts: "batches read from the live stream (Server-Sent Events) after an event id; the first of each connection is a Last-Event-ID resume" },
@@ -115,12 +116,15 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::Committed { event } => committed(&mut coverage, &event.kind),
             TraceEvent::Recovered {
                 head_seq,
+                digests,
                 unreported,
-                ..
             } => {
                 if *head_seq > 0 {
                     recovered = true;
                     coverage.count("recovered_after_crash");
+                }
+                if digests.first().map_or(*head_seq > 0, |&(seq, _)| seq > 1) {
+                    coverage.count("recovered_compacted");
                 }
                 if !unreported.is_empty() {
                     coverage.count("interrupted_commit");
@@ -354,6 +358,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "start_on_a_kept_day",
             "backward_jump",
             "recovered_after_crash",
+            "recovered_compacted",
         ],
         "crash_mid_run" => &["recovered_after_crash", "timer_fired"],
         "pause" => &[

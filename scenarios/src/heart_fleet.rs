@@ -172,6 +172,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
             processes: None,
             alert_refuse_permille: None,
             state: None,
+            compacts: false,
         },
         pinned: Vec::new(),
         scenario: if safety_ms == DAY_SAFETY_MS {

@@ -22,7 +22,7 @@ use vigil_faults::{Fault, Injection};
 use vigil_world::recorder::Recorder;
 use vigil_world::workload::{Action, Step};
 
-use crate::phases::{self, Setup};
+use crate::phases::{self, AgentWorld, Setup};
 use crate::smoke::rate;
 
 pub const SAFETY_MS: u64 = 3 * HOUR_MS;
@@ -172,7 +172,11 @@ pub async fn run(seed: u64, recorder: Recorder) {
         fault: Fault::ClockJump { delta_ms },
     }];
     let setup = Setup {
-        agents: Default::default(),
+        // Its crashes and power cuts meet compacted logs: recovery must come from the snapshot.
+        agents: AgentWorld {
+            compacts: true,
+            ..AgentWorld::default()
+        },
         pinned,
         scenario: "midnight",
         seed,

@@ -59,6 +59,9 @@ pub struct AgentWorld {
     /// A simulated state server for predicate heartbeats to observe, answering as this script
     /// says in the safety phase; its truth freezes at the quiet phase.
     pub state: Option<vigil_world::state_server::StateScript>,
+    /// The node compacts its log (`vigil_world::harness::compacting_snapshots`) instead of
+    /// keeping every event, so that its recoveries start from compacted logs.
+    pub compacts: bool,
 }
 
 /// What a scenario asks of the shared runner.
@@ -177,6 +180,11 @@ pub async fn run(setup: Setup, recorder: Recorder) {
             .agents
             .alert_refuse_permille
             .map_or_else(Vec::new, |_| vec![vigil_world::alert_sink::sink()]),
+        if setup.agents.compacts {
+            vigil_world::harness::compacting_snapshots()
+        } else {
+            vigil_world::harness::SIM_SNAPSHOTS
+        },
     );
     let end_ms = setup.safety_ms + setup.quiet_ms;
     // Pulse loss (a window fault) drops pulses at the workload, its source.

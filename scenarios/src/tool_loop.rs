@@ -170,6 +170,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
             processes: None,
             alert_refuse_permille: None,
             state: None,
+            compacts: false,
         },
         pinned: Vec::new(),
         scenario: "tool_loop",

@@ -155,7 +155,16 @@ impl RuntimeNode {
         entropy_seed: u64,
         processes: Option<SimProcesses>,
         alert_sinks: Vec<vigil::alerts::AlertSink>,
+        snapshots: vigil::snapshots::SnapshotPolicy,
     ) -> Self {
+        if compacts(&snapshots) {
+            recorder.record(
+                name,
+                TraceEvent::LogRetention {
+                    keep_events_ms: snapshots.keep_events_ms,
+                },
+            );
+        }
         let clock = SimClock::new(epoch_wall_ms(), skew_ms, elapsed);
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
@@ -181,6 +190,7 @@ impl RuntimeNode {
                         run_faults: run_faults.clone(),
                         spawner: spawner.clone(),
                         alert_sinks: alert_sinks.clone(),
+                        snapshots,
                     },
                     recorder.clone(),
                     entropy_seed,
@@ -379,6 +389,9 @@ struct NodeWorld {
     spawner: SharedSpawner,
     /// The simulated alert receiver, in scenarios that have one (crate::alert_sink).
     alert_sinks: Vec<vigil::alerts::AlertSink>,
+    /// When the node snapshots, and whether it compacts ([`SIM_SNAPSHOTS`] unless the scenario
+    /// asks for [`compacting_snapshots`]).
+    snapshots: vigil::snapshots::SnapshotPolicy,
 }
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
@@ -398,6 +411,7 @@ async fn run_node(
         run_faults,
         spawner,
         alert_sinks,
+        snapshots,
     } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -473,13 +487,23 @@ async fn run_node(
         },
         transcripts,
         alert_sinks,
-        snapshots: SIM_SNAPSHOTS,
+        snapshots,
         heartbeat_test_seam: false,
-        on_replayed: Some({
+        // A node that keeps its whole log is recovered twice and the two compared (from the
+        // snapshot, and by replaying every event); a compacting one has no whole log to replay,
+        // so the harness reads what it kept before it starts (`report_kept_log`).
+        on_replayed: (!compacts(&snapshots)).then(|| {
             let recorder = recorder.clone();
-            Arc::new(move |events: &[Event]| report_recovery(name, &recorder, events))
+            Arc::new(move |events: &[Event]| {
+                let head_seq = events.last().map_or(0, |e| e.seq);
+                report_recovery(name, &recorder, head_seq, events)
+            }) as vigil::node::ReplayObserver
         }),
     };
+    // On a fresh disk there is nothing to read (and opening a store would create one).
+    if compacts(&snapshots) && disk.stats().writes > 0 {
+        report_kept_log(name, &recorder, &disk);
+    }
     let started = match Node::start(config).await {
         Ok(mut node) => node.ready().await.map(|_| ()).map(|()| node),
         Err(error) => Err(error),
@@ -519,7 +543,8 @@ pub fn ends_with_report(event: &Event) -> bool {
     )
 }
 
-/// How often simulated nodes snapshot: every 10,000 events, five times as often as production's
+/// How often simulated nodes snapshot (unless a scenario asks for [`compacting_snapshots`]):
+/// every 10,000 events, five times as often as production's
 /// `vigil::snapshots::SNAPSHOT_EVERY_EVENTS`, and on production's clock
 /// (`vigil::snapshots::SNAPSHOT_EVERY_MS`), so that a long scenario's crashes and power cuts
 /// recover from snapshots. Why not more often: a busy LLM agent's record is tens of kilobytes
@@ -535,15 +560,60 @@ pub const SIM_SNAPSHOTS: vigil::snapshots::SnapshotPolicy = vigil::snapshots::Sn
     keep_events_ms: u64::MAX,
 };
 
-/// Records what the node recovered (the whole log it replayed from its disk), before start-up
-/// commits anything new.
-fn report_recovery(name: &'static str, recorder: &Recorder, events: &[Event]) {
-    let head_seq = events.last().map_or(0, |e| e.seq);
+/// A policy under which nodes compact: snapshots every 100 events or 20 minutes, and events a
+/// snapshot holds leave the log after 45 minutes, so that a few hours' scenario recovers from
+/// compacted logs after its crashes and power cuts (production keeps them 7 days). The retention
+/// stays longer than any gap in the scenarios' feed readers (a crash's downtime plus a read
+/// period), which would otherwise meet `410 compacted`.
+pub const fn compacting_snapshots() -> vigil::snapshots::SnapshotPolicy {
+    vigil::snapshots::SnapshotPolicy {
+        every_events: 100,
+        every_ms: 20 * 60 * 1_000,
+        keep_events_ms: 45 * 60 * 1_000,
+    }
+}
+
+/// Whether a node under `policy` ever removes events from its log.
+fn compacts(policy: &vigil::snapshots::SnapshotPolicy) -> bool {
+    policy.keep_events_ms != u64::MAX
+}
+
+/// Events read per page when the harness reads a compacting node's kept log.
+const KEPT_LOG_PAGE_EVENTS: usize = 1_000;
+
+/// Records what a compacting node's disk holds, read by the harness through the production
+/// store before the node starts on it: the log from its oldest kept event. The node then
+/// recovers from its snapshot alone (as production does), and a recovery that ignores the
+/// snapshot meets a log that no longer begins at seq 1. If the disk cannot be read here, the
+/// node's own start meets the same and reports it.
+fn report_kept_log(name: &'static str, recorder: &Recorder, disk: &Arc<SimDisk>) {
+    let read = || -> Result<(u64, Vec<Event>), vigil::store::StoreError> {
+        let store = vigil::store::Store::open(StorageLocation::Backend(Box::new(disk.backend())))?;
+        let head_seq = store.head_seq()?;
+        let mut events: Vec<Event> = Vec::new();
+        let mut after = store.oldest_seq()?.saturating_sub(1);
+        loop {
+            let page = store.events_after(after, KEPT_LOG_PAGE_EVENTS)?;
+            let Some(last) = page.last() else {
+                return Ok((head_seq, events));
+            };
+            after = last.seq;
+            events.extend(page);
+        }
+    };
+    if let Ok((head_seq, events)) = read() {
+        report_recovery(name, recorder, head_seq, &events);
+    }
+}
+
+/// Records what the node recovered (its log from the oldest kept event: the whole log unless it
+/// compacts), before start-up commits anything new.
+fn report_recovery(name: &'static str, recorder: &Recorder, head_seq: u64, events: &[Event]) {
     let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
     // Events on disk the oracle never saw committed: the tail of a commit a power cut
     // interrupted, which may or may not have landed. Recorded whole so it can judge them.
-    let known = recorder.durable_events() as usize;
-    let unreported = events.get(known..).unwrap_or_default().to_vec();
+    let known = recorder.durable_events();
+    let unreported = events.iter().filter(|e| e.seq > known).cloned().collect();
     recorder.record(
         name,
         TraceEvent::Recovered {

@@ -49,13 +49,17 @@ pub enum TraceEvent {
     },
     /// The node was started again on its surviving disk.
     Restarted,
-    /// The node finished recovery: the whole recovered log as (seq, digest) pairs, and in full
-    /// the events on disk that were never reported committed (only a power cut may leave any).
+    /// The node finished recovery: the whole recovered log as (seq, digest) pairs (from its
+    /// oldest kept event: seq 1 unless the node compacts), and in full the events on disk that
+    /// were never reported committed (only a power cut may leave any).
     Recovered {
         head_seq: u64,
         digests: Vec<(u64, u64)>,
         unreported: Vec<Event>,
     },
+    /// The node compacts its log: events a snapshot holds that are older than `keep_events_ms`
+    /// on its wall clock may be removed, so a recovered log may begin after seq 1.
+    LogRetention { keep_events_ms: u64 },
     /// The node could not start on its disk.
     RecoveryFailed { error: String },
     /// The workload got a 2xx for creating an agent.

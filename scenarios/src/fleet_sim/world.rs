@@ -415,6 +415,7 @@ impl FleetPlan {
                 processes: None,
                 alert_refuse_permille: None,
                 state: None,
+                compacts: false,
             },
             pinned: Vec::new(),
             scenario: SCENARIO,

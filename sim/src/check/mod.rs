@@ -44,6 +44,11 @@ use crate::trace::{event_digest, FaultRecord, ModelReply, TraceEvent, TraceRecor
 /// and its wall clock has not jumped for this long.
 pub const TIMER_LAG_MS_MAX: u64 = WALL_RECHECK_MS + 1_000;
 
+/// How much later than the latest wall time the oracle saw the node read a compaction may cut:
+/// the node reads its clock for a snapshot right after a commit the oracle saw, but the
+/// snapshot's read itself is not in the trace.
+pub const COMPACTION_WALL_SLACK_MS: u64 = 60_000;
+
 /// A broken invariant: its name (as in docs/invariants.md) and what was seen.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {
@@ -84,6 +89,12 @@ struct NodeState {
 pub struct Checker {
     /// Digest of every durable event, by `seq - 1`.
     log: Vec<u64>,
+    /// The node's wall time (`at_ms`) of every durable event, by `seq - 1`: what compaction
+    /// is judged by.
+    log_at_ms: Vec<u64>,
+    /// The node's event retention (`snapshots.keep_events_ms`) when it compacts its log; none
+    /// while it keeps every event.
+    retention_ms: Option<u64>,
     agents: BTreeMap<u64, AgentSchedule>,
     /// Agent creations the API acknowledged: name -> agent id.
     acked: BTreeMap<String, u64>,
@@ -182,6 +193,10 @@ impl Checker {
                 let state = self.node(record.node);
                 state.up_since_ms = Some(t_ms);
                 state.maybe_committed_tail = false;
+                Ok(())
+            }
+            TraceEvent::LogRetention { keep_events_ms } => {
+                self.retention_ms = Some(*keep_events_ms);
                 Ok(())
             }
             TraceEvent::RecoveryFailed { error } => violation(
@@ -563,6 +578,7 @@ impl Checker {
         self.alerts.committed(event);
         self.predicate.committed(event)?;
         self.log.push(event_digest(event));
+        self.log_at_ms.push(event.at_ms);
         Ok(())
     }
 
@@ -574,9 +590,15 @@ impl Checker {
         digests: &[(u64, u64)],
         unreported: &[Event],
     ) -> Result<(), Violation> {
-        for (index, known) in self.log.iter().enumerate() {
+        // A compacting node keeps its log from some seq on; what it dropped must have been
+        // droppable (docs/operations.md, "Snapshots": after each snapshot, the events it holds
+        // that are older than the retention window leave the log).
+        let first_kept = digests.first().map_or(head_seq + 1, |&(seq, _)| seq);
+        self.compacted_through(node, first_kept - 1)?;
+        let dropped = (first_kept - 1) as usize;
+        for (index, known) in self.log.iter().enumerate().skip(dropped) {
             let seq = index as u64 + 1;
-            match digests.get(index) {
+            match digests.get(index - dropped) {
                 Some(&(s, digest)) if s == seq && digest == *known => {}
                 Some(&(s, digest)) => {
                     return violation(
@@ -595,7 +617,7 @@ impl Checker {
                 }
             }
         }
-        let unreported_count = digests.len() - self.log.len();
+        let unreported_count = (dropped + digests.len()).saturating_sub(self.log.len());
         if unreported.len() != unreported_count {
             return violation(
                 "durable_events_survive",
@@ -619,6 +641,45 @@ impl Checker {
         self.predicate.commit_over()?;
         // And they must be that whole commit, never a part of it.
         self.commits.recovered(node, unreported)
+    }
+
+    /// Judges a recovered log that begins after seq `through`: only a node with a retention
+    /// may drop events, only events it committed, and only those older than its retention
+    /// window on its own clock (compaction cuts at the wall time of a snapshot, never later
+    /// than the latest wall time the oracle knows the node read, plus [`COMPACTION_WALL_SLACK_MS`]).
+    fn compacted_through(&mut self, node: &'static str, through: u64) -> Result<(), Violation> {
+        if through == 0 {
+            return Ok(());
+        }
+        let Some(retention_ms) = self.retention_ms else {
+            return violation(
+                "durable_events_survive",
+                format!("after the crash the log begins after seq {through}, but this node keeps every event"),
+            );
+        };
+        if through as usize > self.log.len() {
+            return violation(
+                "durable_events_survive",
+                format!("after the crash the log begins after seq {through}, past the durable head {}", self.log.len()),
+            );
+        }
+        let wall_ms = self.node(node).wall_seen_ms_max + COMPACTION_WALL_SLACK_MS;
+        let cutoff_ms = wall_ms.saturating_sub(retention_ms);
+        let young = self.log_at_ms[..through as usize]
+            .iter()
+            .enumerate()
+            .find(|(_, at_ms)| **at_ms >= cutoff_ms);
+        if let Some((index, at_ms)) = young {
+            return violation(
+                "durable_events_survive",
+                format!(
+                    "after the crash the log begins after seq {through}, but seq {} (at {at_ms} ms) was inside the retention window of {retention_ms} ms (the node's clock read at most {} ms)",
+                    index + 1,
+                    wall_ms - COMPACTION_WALL_SLACK_MS
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn acked_create(&mut self, name: &str, agent: u64, seq: u64) -> Result<(), Violation> {
@@ -1014,5 +1075,70 @@ mod tests {
             checker.finish(0).unwrap_err().invariant,
             "quiet_phase_liveness"
         );
+    }
+
+    /// A checker that saw a node with `retention_ms` (if any) commit an agent at 0 ms and two
+    /// timer fires at 1 s and 10 min (the latest wall time it read).
+    fn three_events(retention_ms: Option<u64>) -> Checker {
+        let mut checker = Checker::new();
+        if let Some(keep_events_ms) = retention_ms {
+            let retention = TraceEvent::LogRetention { keep_events_ms };
+            checker.observe(&record(0, retention)).unwrap();
+        }
+        checker.observe(&record(0, created(1))).unwrap();
+        checker.observe(&record(1, fired(2, 1_000, 1_000))).unwrap();
+        checker.observe(&record(2, fired(3, 600_000, 600_000))).unwrap();
+        checker
+    }
+
+    /// The recovery of a log that kept `seq..`.
+    fn kept_from(checker: &Checker, seq: u64) -> TraceEvent {
+        TraceEvent::Recovered {
+            head_seq: checker.log.len() as u64,
+            digests: (seq..=checker.log.len() as u64)
+                .map(|s| (s, checker.log[s as usize - 1]))
+                .collect(),
+            unreported: vec![],
+        }
+    }
+
+    #[test]
+    fn a_compacted_log_passes_only_from_a_compacting_node_and_only_past_its_retention() {
+        // Seq 1 (at 0 ms) is past a 5-minute retention on a clock that read 10 minutes.
+        let mut checker = three_events(Some(300_000));
+        checker.observe(&record(3, crashed(false))).unwrap();
+        let recovered = kept_from(&checker, 2);
+        checker.observe(&record(4, recovered)).unwrap();
+        // So is seq 2 (at 1 s), but not seq 3 (at 10 minutes).
+        let mut checker = three_events(Some(300_000));
+        let recovered = kept_from(&checker, 3);
+        checker.observe(&record(4, recovered)).unwrap();
+        let mut checker = three_events(Some(300_000));
+        let recovered = kept_from(&checker, 4);
+        let error = checker.observe(&record(4, recovered)).unwrap_err();
+        assert!(error.detail.contains("seq 3 (at 600000 ms)"), "{}", error.detail);
+
+        // A node that keeps every event has lost seq 1.
+        let mut checker = three_events(None);
+        let recovered = kept_from(&checker, 2);
+        let error = checker.observe(&record(4, recovered)).unwrap_err();
+        assert_eq!(error.invariant, "durable_events_survive");
+        assert!(error.detail.contains("keeps every event"), "{}", error.detail);
+
+        // Seq 2 (at 1 s) is inside an 11-minute retention (10 minutes read, plus the slack).
+        let mut checker = three_events(Some(11 * 60_000));
+        let recovered = kept_from(&checker, 3);
+        let error = checker.observe(&record(4, recovered)).unwrap_err();
+        assert_eq!(error.invariant, "durable_events_survive");
+        assert!(error.detail.contains("seq 1 (at 0 ms)"), "{}", error.detail);
+
+        // A kept log whose events differ from the committed ones is still caught.
+        let mut checker = three_events(Some(300_000));
+        let mut recovered = kept_from(&checker, 2);
+        if let TraceEvent::Recovered { digests, .. } = &mut recovered {
+            digests[0].1 ^= 1;
+        }
+        let error = checker.observe(&record(4, recovered)).unwrap_err();
+        assert_eq!(error.invariant, "durable_events_survive");
     }
 }
