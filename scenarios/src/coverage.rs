@@ -44,6 +44,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "breaker_probe", invariant: "breaker_single_probe (8), breaker_cooldown_as_documented (20)", counts: "breakers half-opened for a probe" },
     Precondition { key: "breaker_reopened", invariant: "breaker_cooldown_as_documented (20)", counts: "breakers opened again after a failed probe" },
     Precondition { key: "agent_offline", invariant: "silent_agent_goes_offline (10), offline_threshold_as_documented (26)", counts: "agents marked offline" },
+    Precondition { key: "phi_offline_by_phi", invariant: "phi_offline_as_documented (26)", counts: "phi-accrual agents marked offline before their fixed threshold (phi decided)" },
     Precondition { key: "pulse_answered", invariant: "pulsing_agent_not_offline (10)", counts: "pulses acknowledged" },
     Precondition { key: "ghost_run", invariant: "ghost_leaves_history_untouched (7)", counts: "runs ended `ghost`" },
     Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
@@ -264,12 +265,44 @@ pub fn reopened_breakers(records: &[TraceRecord]) -> u64 {
     reopened
 }
 
+/// Offline marks of `phi_accrual` agents that came before their fixed threshold
+/// (`pulse_interval_ms × offline_after_misses`), so phi decided them: counted from the agents'
+/// policies and the marks' `silent_ms`.
+pub fn offline_by_phi(records: &[TraceRecord]) -> u64 {
+    let mut phi_fixed_ms: BTreeMap<u64, Option<u64>> = BTreeMap::new();
+    let mut by_phi = 0;
+    for record in records {
+        let TraceEvent::Committed { event } = &record.event else {
+            continue;
+        };
+        match &event.kind {
+            EventKind::AgentCreated { agent, spec, .. }
+            | EventKind::AgentUpdated { agent, spec, .. } => {
+                let liveness = &spec.liveness;
+                let phi = liveness.detector == vigil::engine::liveness::Detector::PhiAccrual;
+                let fixed_ms = liveness.pulse_interval_ms * u64::from(liveness.offline_after_misses);
+                phi_fixed_ms.insert(agent.0, phi.then_some(fixed_ms));
+            }
+            EventKind::AgentOffline { agent, silent_ms, .. } => {
+                let fixed_ms = phi_fixed_ms.get(&agent.0).copied().flatten();
+                by_phi += u64::from(fixed_ms.is_some_and(|fixed_ms| *silent_ms <= fixed_ms));
+            }
+            _ => {}
+        }
+    }
+    by_phi
+}
+
 /// Counts what the trace met, breaker re-openings included.
 pub fn of_seed(records: &[TraceRecord]) -> Coverage {
     let mut coverage = of_trace(records);
     let reopened = reopened_breakers(records);
     if reopened > 0 {
         coverage.preconditions.insert("breaker_reopened", reopened);
+    }
+    let by_phi = offline_by_phi(records);
+    if by_phi > 0 {
+        coverage.preconditions.insert("phi_offline_by_phi", by_phi);
     }
     coverage.preconditions.extend(combinations::count(records));
     let (lost, redetected) = lost_transitions(records);
@@ -374,7 +407,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "refused_in_error",
             "probe_during_catch_up",
         ],
-        "liveness" => &["agent_offline", "pulse_answered"],
+        "liveness" => &["agent_offline", "pulse_answered", "phi_offline_by_phi"],
         "wakeup_storm" => &["daily_cap_reached", "timer_fired", "idle_fired"],
         "heart_fleet" | "heart_fleet_2h" => &[
             "ghost_run",
@@ -536,6 +569,27 @@ mod tests {
         assert_eq!(coverage.preconditions.get("breaker_reopened"), Some(&1));
         assert_eq!(coverage.preconditions.get("agent_offline"), None);
         assert!(coverage.faults.is_empty());
+    }
+
+    #[test]
+    fn a_phi_agent_s_offline_counts_as_phi_s_only_before_its_fixed_threshold() {
+        let mut spec = vigil::engine::agent::AgentSpec::with_interval("a", None);
+        spec.liveness.detector = vigil::engine::liveness::Detector::PhiAccrual;
+        let created = EventKind::AgentCreated {
+            agent: AgentId(1),
+            name: "a".into(),
+            spec: Box::new(spec),
+            token_hash: vigil::engine::tenant::TokenHash::of("t"),
+            first_fire_at_ms: None,
+        };
+        let offline = |silent_ms| {
+            let agent = AgentId(1);
+            let report = Default::default();
+            committed(2, EventKind::AgentOffline { agent, silent_ms, report })
+        };
+        // The defaults' fixed threshold is 30 s: a mark past it is the ceiling's, not phi's.
+        let records = vec![committed(1, created), offline(26_000), offline(30_001)];
+        assert_eq!(offline_by_phi(&records), 1);
     }
 
     #[test]

@@ -79,6 +79,13 @@ pub enum TraceEvent {
     /// the Heart fleet's batches is 43,000 records this way and 640,000 the other, which was
     /// most of the trace's memory and a fifth of the run's time (docs/simulation.md).
     AckedPulses { agents: Vec<u64>, sent_ms: u64 },
+    /// A pulse of `agent` the workload sent at virtual `sent_ms` got no 2xx (no answer, or a
+    /// 5xx): it may have reached the node or not. Recorded so that the oracle knows which pulse
+    /// arrivals it cannot place (check/phi.rs).
+    UnansweredPulse { agent: u64, sent_ms: u64 },
+    /// The same for a batch of pulses; which agents it named is not kept (a fleet's batches name
+    /// thousands), so the oracle takes it as touching every agent.
+    UnansweredPulses { sent_ms: u64 },
     /// The workload read the agent list of node `target`: its wall clock and each agent's next
     /// timer slot (none for an agent without a timer).
     Probe {

@@ -439,18 +439,24 @@ async fn cancel_running(client: OperatorClient, agent: u64) {
 /// Sends one pulse; records its acknowledgement with the instant it was sent.
 async fn pulse(client: OperatorClient, recorder: Recorder, agent: u64) {
     let sent_ms = elapsed_ms();
-    let Ok(answer) = client
+    let answer = client
         .request(
             hyper::Method::POST,
             &format!("/v1/agents/{agent}/pulse"),
             None,
         )
-        .await
-    else {
+        .await;
+    if recorder.failed() {
+        return;
+    }
+    let Ok(answer) = answer else {
+        recorder.record("workload", TraceEvent::UnansweredPulse { agent, sent_ms });
         return;
     };
-    if answer.status.is_success() && !recorder.failed() {
+    if answer.status.is_success() {
         recorder.record("workload", TraceEvent::AckedPulse { agent, sent_ms });
+    } else if answer.status.is_server_error() {
+        recorder.record("workload", TraceEvent::UnansweredPulse { agent, sent_ms });
     } else if answer.status.is_client_error() {
         panic!(
             "workload sent a bad pulse: {} {:?}",
@@ -472,14 +478,20 @@ async fn pulse_batch(client: OperatorClient, recorder: Recorder, agents: Vec<u64
         let _ = std::fmt::Write::write_fmt(&mut body, format_args!("{agent}"));
     }
     body.push_str("]}");
-    let Ok(answer) = client
+    let answer = client
         .request(hyper::Method::POST, "/v1/pulses", Some(body.into_bytes()))
-        .await
-    else {
+        .await;
+    if recorder.failed() {
+        return;
+    }
+    let Ok(answer) = answer else {
+        recorder.record("workload", TraceEvent::UnansweredPulses { sent_ms });
         return;
     };
-    if answer.status.is_success() && !recorder.failed() {
+    if answer.status.is_success() {
         recorder.record("workload", TraceEvent::AckedPulses { agents, sent_ms });
+    } else if answer.status.is_server_error() {
+        recorder.record("workload", TraceEvent::UnansweredPulses { sent_ms });
     } else if answer.status.is_client_error() {
         panic!(
             "workload sent a bad pulse batch: {} {:?}",

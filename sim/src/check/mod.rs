@@ -17,6 +17,7 @@ mod heart;
 mod jitter;
 mod liveness;
 mod operator;
+mod phi;
 mod predicate;
 mod processes;
 mod prompts;
@@ -105,6 +106,7 @@ pub struct Checker {
     heart: heart::HeartOracle,
     loops: agents::AgentsOracle,
     liveness: liveness::LivenessOracle,
+    phi: phi::PhiOracle,
     processes: processes::ProcessesOracle,
     executions: executions::ExecutionsOracle,
     cooldown: cooldown::CooldownOracle,
@@ -164,6 +166,7 @@ impl Checker {
             }
             TraceEvent::Crashed { during_write, .. } => {
                 self.commits.crashed(record.node);
+                self.phi.restarted();
                 self.predicate.crashed()?;
                 let state = self.node(record.node);
                 state.up_since_ms = None;
@@ -223,17 +226,29 @@ impl Checker {
             } => self.probe(target, t_ms, *now_ms, agents),
             TraceEvent::StreamPage { after, events } => self.stream_page(*after, events),
             TraceEvent::AckedPulse { agent, sent_ms } => {
+                self.phi.answered_pulse(t_ms, *agent, *sent_ms);
                 self.liveness.answered_pulse(t_ms, *agent, *sent_ms)
             }
-            TraceEvent::AckedPulses { agents, sent_ms } => agents
-                .iter()
-                .try_for_each(|agent| self.liveness.answered_pulse(t_ms, *agent, *sent_ms)),
+            TraceEvent::AckedPulses { agents, sent_ms } => agents.iter().try_for_each(|agent| {
+                self.phi.answered_pulse(t_ms, *agent, *sent_ms);
+                self.liveness.answered_pulse(t_ms, *agent, *sent_ms)
+            }),
+            TraceEvent::UnansweredPulse { agent, .. } => {
+                self.phi.unanswered_pulse(Some(*agent));
+                Ok(())
+            }
+            TraceEvent::UnansweredPulses { .. } => {
+                self.phi.unanswered_pulse(None);
+                Ok(())
+            }
             TraceEvent::QuietPhase => {
                 self.quiet_since_ms = Some(t_ms);
                 self.predicate.quiet(t_ms);
                 Ok(())
             }
             TraceEvent::Restarted => {
+                // A process that stopped itself (a failed write) is restarted without a crash.
+                self.phi.restarted();
                 self.node(record.node).write_failed_ms = None;
                 Ok(())
             }
@@ -433,6 +448,12 @@ impl Checker {
         self.liveness.offline_marks()
     }
 
+    /// Offline marks of phi-accrual agents judged against the restated detector (26), and of
+    /// them those phi decided before the fixed threshold.
+    pub fn phi_offline_judged(&self) -> (u64, u64) {
+        self.phi.judged()
+    }
+
     /// Process groups spawned, and those still alive.
     pub fn process_groups(&self) -> (usize, usize) {
         self.processes.counts()
@@ -567,6 +588,7 @@ impl Checker {
         self.heart.committed(event)?;
         self.loops.committed(event)?;
         self.liveness.committed(t_ms, event)?;
+        self.phi.committed(t_ms, event)?;
         self.processes.committed(t_ms, event)?;
         self.executions.committed(t_ms, event);
         self.cooldown.committed(event)?;
