@@ -1200,6 +1200,26 @@ mod tests {
     }
 
     #[test]
+    fn the_last_rounds_results_of_broken_calls_are_read_in_both_shapes() {
+        let (mut messages, tools) = conversation();
+        let broken = format!("c2{BROKEN_CALL_SUFFIX}");
+        let asked = |id: &str| ModelToolCall { id: id.into(), name: "lookup".into(), arguments: json!({"q": 7}) };
+        messages.push(ChatMessage::Assistant { text: String::new(), tool_calls: vec![asked("c3"), asked(&broken)] });
+        let result = |id: &str, output: &str| ChatMessage::Tool { call_id: id.into(), name: "lookup".into(), output: output.into(), is_error: true };
+        messages.push(result("c3", "plain, not kept"));
+        messages.push(result(&broken, "the arguments of lookup do not match"));
+        let request = ModelRequest { model: "m-1", system: "[vigil-sim agent=3 run=7 name=a]", messages: &messages, tools: &tools, max_output_tokens: 100 };
+        let openai = serde_json::to_vec(&vigil::exec::model::openai::request(request, None).2);
+        let anthropic = serde_json::to_vec(&vigil::exec::model::anthropic::request(request, None).2);
+        for (api, body) in [(WireApi::Openai, openai), (WireApi::Anthropic, anthropic)] {
+            let read = read_request(api, &body.unwrap());
+            let seen = ToolResultSeen { call_id: broken.clone(), text: "the arguments of lookup do not match".into() };
+            assert_eq!(read.results_seen, vec![seen], "{api:?}");
+            assert_eq!(read.round, 2, "{api:?}");
+        }
+    }
+
+    #[test]
     fn only_the_built_in_wakeup_prompt_is_read_as_one() {
         assert_eq!(parse_wake("Wakeup source: idle\nReason: (none given)\nLocal time: "), Some(WakeSeen { source: "idle".into(), reason: "(none given)".into() }));
         for text in ["Woken by timer: x", "Wakeup source: idle\nLocal time: t", "Wakeup source: idle\nReason: r"] {
