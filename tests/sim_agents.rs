@@ -254,6 +254,7 @@ fn tool_calls_past_the_cap_are_caught() {
             TraceEvent::ToolCallServed {
                 agent: 1,
                 run: 1,
+                call_id: "c1".into(),
                 tool: "t".into(),
                 endpoint: "ok".into(),
                 outcome: ToolOutcome::Ok,
@@ -298,6 +299,8 @@ fn model_calls_past_max_iterations_are_caught() {
                     source: "timer".into(),
                     reason: "(none given)".into(),
                 }),
+                broken: Vec::new(),
+                results_seen: Vec::new(),
             },
         )
     };

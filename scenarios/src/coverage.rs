@@ -14,7 +14,10 @@ use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 use vigil_world::state_server::state_token;
-use vigil_world::trace::{CheckAnswer, CliOutcome, EdgeKind, FaultRecord, TraceEvent, TraceRecord};
+use vigil_world::trace::{
+    BrokenCall, CheckAnswer, CliOutcome, EdgeKind, FaultRecord, ToolResultSeen, TraceEvent,
+    TraceRecord,
+};
 
 mod combinations;
 
@@ -50,6 +53,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "tool_cap_stop", invariant: "tool_calls_within_cap (12)", counts: "runs ended `tool_cap`" },
     Precondition { key: "rest_from_run", invariant: "rest_durable_with_run_end, rest_as_asked (21)", counts: "runs that ended resting" },
     Precondition { key: "wakeup_prompt_read", invariant: "run_told_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
+    Precondition { key: "tool_arguments_refused", invariant: "tool_arguments_refused_as_documented", counts: "results of tool calls whose arguments broke the schema with at most 8 errors, read back by the model (the whole listing)" },
+    Precondition { key: "tool_arguments_past_listing", invariant: "tool_arguments_refused_as_documented", counts: "results of tool calls whose arguments broke the schema with more than 8 errors, read back by the model (\"… and M more\")" },
     Precondition { key: "child_started", invariant: "run_told_as_queued (38)", counts: "children started for process agents' runs (their arguments and stdin judged)" },
     Precondition { key: "child_exit_reported", invariant: "run_ends_as_child_did (39)", counts: "runs ended with a child's exit in their report" },
     Precondition { key: "cli_invoked", invariant: "cli_run_as_printed (40)", counts: "coding-CLI invocations (each judged against what its simulated CLI printed)" },
@@ -99,6 +104,7 @@ impl Coverage {
 pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     let mut coverage = Coverage::default();
     let mut recovered = false;
+    let mut broken_errors = BTreeMap::new();
     for record in records {
         match &record.event {
             TraceEvent::EdgeAnswered { kind, status, .. } => {
@@ -143,11 +149,17 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AckedPulses { agents, .. } => {
                 agents.iter().for_each(|_| coverage.count("pulse_answered"))
             }
-            TraceEvent::ModelCallServed { wake, .. } => {
+            TraceEvent::ModelCallServed {
+                wake,
+                broken,
+                results_seen,
+                ..
+            } => {
                 coverage.count("execution_served");
                 if wake.is_some() {
                     coverage.count("wakeup_prompt_read");
                 }
+                refusals_read(&mut coverage, &mut broken_errors, broken, results_seen);
             }
             TraceEvent::ToolCallServed { .. } => coverage.count("execution_served"),
             TraceEvent::ProcessSpawned { cli, .. } => {
@@ -186,6 +198,31 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
         }
     }
     coverage
+}
+
+/// Most schema errors a refusal lists (docs/agents.md, "Tools"): past it, the listing is cut.
+const ARGUMENT_ERRORS_LISTED: u32 = 8;
+
+/// Counts the refusals of broken tool calls a model call read back, by whether their errors
+/// fit the listing; `broken_errors` keeps each broken call's errors until then (by call id).
+fn refusals_read(
+    coverage: &mut Coverage,
+    broken_errors: &mut BTreeMap<String, u32>,
+    broken: &[BrokenCall],
+    results_seen: &[ToolResultSeen],
+) {
+    for result in results_seen {
+        match broken_errors.remove(&result.call_id) {
+            Some(errors) if errors > ARGUMENT_ERRORS_LISTED => {
+                coverage.count("tool_arguments_past_listing")
+            }
+            Some(_) => coverage.count("tool_arguments_refused"),
+            None => {}
+        }
+    }
+    for call in broken {
+        broken_errors.insert(call.id.clone(), call.errors);
+    }
 }
 
 fn committed(coverage: &mut Coverage, kind: &EventKind) {
@@ -418,6 +455,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
         ],
         "tool_loop" => &[
             "tool_cap_stop",
+            "tool_arguments_refused",
+            "tool_arguments_past_listing",
             "rest_from_run",
             "execution_served",
             "wakeup_prompt_read",

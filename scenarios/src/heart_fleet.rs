@@ -75,6 +75,7 @@ pub fn provider_script() -> ProviderScript {
             calls_per_round: (1, 2),
             answer_tokens: (40, 400),
             latency_ms: (0, 0),
+            ..Behaviour::default()
         },
         by_name_prefix: Vec::new(),
     }

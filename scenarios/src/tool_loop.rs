@@ -11,6 +11,10 @@
 //!   last minutes and crashes and power cuts land inside them.
 //! - `rester-*`: runs that end with a rest (`pause_heartbeats` with 0-70 minutes: the clamp).
 //!
+//! The model of every kind but the resters breaks about one tool call in ten on purpose
+//! (arguments with 1-14 values of a wrong type), and reads back what the node answered
+//! (`tool_arguments_refused_as_documented`).
+//!
 //! Half the agents speak the Anthropic shape, half reach provider and tools by host name.
 //! Timers every 2-6 minutes plus on-demand wakeups; crashes and power cuts about twice an hour,
 //! clock jumps, spells of provider errors.
@@ -34,6 +38,11 @@ const MINUTE_MS: u64 = 60_000;
 const HOUR_MS: u64 = 60 * MINUTE_MS;
 const KINDS: [&str; 4] = ["looper", "spender", "slowpoke", "rester"];
 const PER_KIND: usize = 3;
+/// Chance (thousandths) that a tool call's arguments break its tool's schema, and how many
+/// schema errors they then carry: from one to past the 8 the node lists back (docs/agents.md,
+/// "Tools"), so both a whole listing and one that ends "… and M more" are met.
+const BROKEN_PERMILLE: u32 = 100;
+const BROKEN_ERRORS: (u32, u32) = (1, 14);
 
 fn looping() -> Behaviour {
     Behaviour {
@@ -45,6 +54,8 @@ fn looping() -> Behaviour {
         calls_per_round: (1, 3),
         answer_tokens: (50, 300),
         latency_ms: (0, 0),
+        broken_permille: BROKEN_PERMILLE,
+        broken_errors: BROKEN_ERRORS,
     }
 }
 
@@ -74,6 +85,8 @@ pub fn provider_script() -> ProviderScript {
                     calls_per_round: (1, 1),
                     answer_tokens: (20, 100),
                     latency_ms: (0, 0),
+                    broken_permille: 0,
+                    broken_errors: (1, 1),
                 },
             ),
         ],
@@ -84,7 +97,11 @@ fn tool(name: &str, endpoint: &str, by_name: bool, timeout_ms: u64) -> serde_jso
     serde_json::json!({
         "name": name,
         "description": format!("The {endpoint} endpoint of the simulated tool server."),
-        "parameters": { "type": "object", "properties": { "page": { "type": "integer" }, "query": { "type": "string" } } },
+        "parameters": { "type": "object", "properties": {
+            "page": { "type": "integer" },
+            "query": { "type": "string" },
+            "tags": { "type": "array", "items": { "type": "string" } },
+        } },
         "url": tool_url(endpoint, by_name),
         "timeout_ms": timeout_ms,
     })

@@ -36,7 +36,7 @@ use serde_json::{json, Value};
 use vigil_faults::LlmFault;
 
 use crate::recorder::{CallGuard, Recorder};
-use crate::trace::{ModelReply, TraceEvent, WakeSeen, WireApi};
+use crate::trace::{BrokenCall, ModelReply, ToolResultSeen, TraceEvent, WakeSeen, WireApi};
 
 /// Where the provider listens.
 pub const PROVIDER_IP: IpAddr = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 2));
@@ -55,6 +55,9 @@ pub const ID_MARKER_TEMPLATE: &str =
     "[vigil-sim agent={{ agent.id }} run={{ run.id }} name={{ agent.name }}]";
 /// Name of the built-in rest tool, as the runtime offers it to the model.
 pub const PAUSE_TOOL: &str = "pause_heartbeats";
+/// How the simulated model marks the id of a call whose arguments it broke on purpose: so that
+/// reading a request keeps only those calls' results (the model knows what it sent).
+pub const BROKEN_CALL_SUFFIX: &str = "_broken";
 /// Bytes of request per prompt token (a rough tokenizer: deterministic, proportional).
 const BYTES_PER_TOKEN: u64 = 4;
 
@@ -89,6 +92,13 @@ pub struct Behaviour {
     /// How long the model takes to answer one call, in ms (drawn uniformly from the call's own
     /// stream, so a latency never moves another draw; `(0, 0)`: at once, without a sleep).
     pub latency_ms: (u64, u64),
+    /// Chance (thousandths) that a tool call's arguments break the tool's parameters schema
+    /// on purpose (the node must refuse it without calling the tool; 0: never, and nothing
+    /// is drawn for it).
+    pub broken_permille: u32,
+    /// How many schema errors such arguments carry (drawn uniformly; each is a value of a
+    /// wrong type). Fewer than the schema allows are made when it has too few places to break.
+    pub broken_errors: (u32, u32),
 }
 
 impl Default for Behaviour {
@@ -103,6 +113,8 @@ impl Default for Behaviour {
             calls_per_round: (1, 1),
             answer_tokens: (20, 200),
             latency_ms: (0, 0),
+            broken_permille: 0,
+            broken_errors: (1, 1),
         }
     }
 }
@@ -252,6 +264,9 @@ pub struct Request {
     /// What the run's wakeup message says, when it is the built-in wakeup prompt: the last
     /// user text of the conversation that reads as one ([`parse_wake`]).
     pub wake: Option<WakeSeen>,
+    /// The results of the last round's calls whose arguments the model broke on purpose
+    /// (their ids end in [`BROKEN_CALL_SUFFIX`]), whole.
+    pub results_seen: Vec<ToolResultSeen>,
 }
 
 /// Reads a request body of `api`'s shape. Typed: only the fields read are decoded (a body
@@ -264,6 +279,7 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
         round,
         messages,
         wake,
+        results,
     } = match api {
         WireApi::Openai => read_openai(body),
         WireApi::Anthropic => read_anthropic(body),
@@ -280,6 +296,7 @@ pub fn read_request(api: WireApi, body: &[u8]) -> Request {
         messages,
         bytes: body.len() as u64,
         wake: wake.as_deref().and_then(parse_wake),
+        results_seen: results,
     }
 }
 
@@ -293,6 +310,28 @@ struct ReadBody {
     messages: u64,
     /// The last user text that starts as the built-in wakeup prompt does.
     wake: Option<String>,
+    /// The last round's results of broken calls.
+    results: Vec<ToolResultSeen>,
+}
+
+/// Whether a result's call id is known and is not one the model broke (its text is not kept).
+fn plain_call(id: &Option<MaybeText>) -> bool {
+    matches!(id, Some(MaybeText::Text(id)) if !id.ends_with(BROKEN_CALL_SUFFIX))
+}
+
+/// A broken call's result, when `id` and `text` make one.
+fn broken_result(id: &Option<MaybeText>, text: &Option<MaybeText>) -> Option<ToolResultSeen> {
+    match (id, text) {
+        (Some(MaybeText::Text(id)), Some(MaybeText::Text(text)))
+            if id.ends_with(BROKEN_CALL_SUFFIX) =>
+        {
+            Some(ToolResultSeen {
+                call_id: id.clone(),
+                text: text.clone(),
+            })
+        }
+        _ => None,
+    }
 }
 
 /// Start of the runtime's built-in wakeup prompt (restated from docs/agents.md, not imported),
@@ -421,14 +460,16 @@ struct OpenaiBody {
 }
 
 /// A message: its role, whether it called tools, and its content only while it may be the
-/// system prompt or a user's text (a `system` or `user` message, or one whose role has not
-/// come yet). Why not every content: the history's answers are most of a request's bytes, and
-/// only the system prompt's marker and the wakeup prompt are read.
+/// system prompt, a user's text or a broken call's result (a `system` or `user` message, a
+/// `tool` one whose call id is not known to be plain, or one whose role has not come yet).
+/// Why not every content: the history's answers are most of a request's bytes, and only the
+/// system prompt's marker, the wakeup prompt and broken calls' results are read.
 #[derive(Default)]
 struct OpenaiMessage {
     role: Option<MaybeText>,
     content: Option<MaybeText>,
     tool_calls: Option<MaybeArray>,
+    call_id: Option<MaybeText>,
 }
 
 impl Shape for OpenaiMessage {
@@ -444,12 +485,17 @@ impl Shape for OpenaiMessage {
                 continue;
             };
             let maybe_read = match &message.role {
-                Some(MaybeText::Text(role)) => role == "system" || role == "user",
+                Some(MaybeText::Text(role)) => {
+                    role == "system"
+                        || role == "user"
+                        || (role == "tool" && !plain_call(&message.call_id))
+                }
                 _ => true,
             };
             match key.as_str() {
                 "role" => message.role = map.next_value()?,
                 "tool_calls" => message.tool_calls = map.next_value()?,
+                "tool_call_id" => message.call_id = map.next_value()?,
                 "content" if maybe_read => message.content = map.next_value()?,
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
@@ -495,6 +541,7 @@ fn read_openai(body: &[u8]) -> ReadBody {
     let mut system = None;
     let mut wake = None;
     let mut round = 0;
+    let mut results = Vec::new();
     let count = body.messages.len() as u64;
     for m in body.messages {
         let role = MaybeText::text(m.role);
@@ -505,13 +552,18 @@ fn read_openai(body: &[u8]) -> ReadBody {
         match role.as_deref() {
             Some("user") => {
                 round = 0;
+                results.clear();
                 if let Some(text) = MaybeText::text(m.content) {
                     if text.starts_with(WAKE_SOURCE_LINE) {
                         wake = Some(text);
                     }
                 }
             }
-            Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array)) => round += 1,
+            Some("assistant") if matches!(m.tool_calls, Some(MaybeArray::Array)) => {
+                round += 1;
+                results.clear();
+            }
+            Some("tool") => results.extend(broken_result(&m.call_id, &m.content)),
             _ => {}
         }
     }
@@ -530,6 +582,7 @@ fn read_openai(body: &[u8]) -> ReadBody {
         round,
         messages: count,
         wake,
+        results,
     }
 }
 
@@ -569,11 +622,14 @@ impl Shape for Blocks {
     }
 }
 
-/// A content block: its `type`, and its `text` when that starts as the built-in wakeup prompt
-/// does (other texts are skipped: an answer's text is not read).
+/// A content block: its `type`, its `text` when that starts as the built-in wakeup prompt
+/// does (other texts are skipped: an answer's text is not read), and a tool result's call id
+/// and `content` (read unless the id, when it comes first, is known to be plain).
 struct BlockKind {
     kind: Option<MaybeText>,
     wake: Option<WakeText>,
+    call_id: Option<MaybeText>,
+    content: Option<MaybeText>,
 }
 
 impl Shape for BlockKind {
@@ -582,6 +638,8 @@ impl Shape for BlockKind {
         BlockKind {
             kind: None,
             wake: None,
+            call_id: None,
+            content: None,
         }
     }
     fn map<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Self, A::Error> {
@@ -590,6 +648,12 @@ impl Shape for BlockKind {
             match key {
                 MaybeText::Text(key) if key == "type" => block.kind = map.next_value()?,
                 MaybeText::Text(key) if key == "text" => block.wake = map.next_value()?,
+                MaybeText::Text(key) if key == "tool_use_id" => {
+                    block.call_id = map.next_value()?
+                }
+                MaybeText::Text(key) if key == "content" && !plain_call(&block.call_id) => {
+                    block.content = map.next_value()?
+                }
                 _ => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                 }
@@ -632,10 +696,23 @@ fn read_anthropic(body: &[u8]) -> ReadBody {
     };
     let mut round = 0;
     let mut wake = None;
+    let mut results = Vec::new();
     for m in &body.messages {
+        // Tool results are user content (blocks `tool_result`, one user message per round).
+        if let (Some(MaybeText::Text(role)), Some(Blocks::Blocks(blocks))) = (&m.role, &m.content) {
+            if role == "user" {
+                results.extend(blocks.iter().filter_map(|b| match &b.kind {
+                    Some(MaybeText::Text(k)) if k == "tool_result" => {
+                        broken_result(&b.call_id, &b.content)
+                    }
+                    _ => None,
+                }));
+            }
+        }
         match &m.role {
             Some(MaybeText::Text(role)) if role == "user" && has_block(&m.content, "text") => {
                 round = 0;
+                results.clear();
                 if let Some(Blocks::Blocks(blocks)) = &m.content {
                     if let Some(text) = blocks.iter().rev().find_map(|b| match &b.wake {
                         Some(WakeText(Some(text))) => Some(text),
@@ -646,7 +723,8 @@ fn read_anthropic(body: &[u8]) -> ReadBody {
                 }
             }
             Some(MaybeText::Text(role)) if role == "assistant" && has_block(&m.content, "tool_use") => {
-                round += 1
+                round += 1;
+                results.clear();
             }
             _ => {}
         }
@@ -663,6 +741,7 @@ fn read_anthropic(body: &[u8]) -> ReadBody {
         round,
         messages: body.messages.len() as u64,
         wake,
+        results,
     }
 }
 
@@ -672,6 +751,8 @@ pub struct AskedCall {
     pub id: String,
     pub name: String,
     pub arguments: Value,
+    /// Schema errors the model put in the arguments on purpose (0: they conform).
+    pub errors: u32,
 }
 
 /// The model's answer to one call: a text, tool calls, and token usage.
@@ -687,6 +768,19 @@ pub struct Turn {
 }
 
 impl Turn {
+    /// The calls whose arguments break their tool's schema, for the trace.
+    fn broken(&self) -> Vec<BrokenCall> {
+        self.calls
+            .iter()
+            .filter(|c| c.errors > 0)
+            .map(|c| BrokenCall {
+                id: c.id.clone(),
+                tool: c.name.clone(),
+                errors: c.errors,
+            })
+            .collect()
+    }
+
     fn reply(&self) -> ModelReply {
         if self.calls.is_empty() && self.text == IDLE_ANSWER {
             ModelReply::Idle
@@ -705,29 +799,80 @@ impl Turn {
     }
 }
 
+/// Items a conforming array argument holds, at most.
+const ARRAY_ITEMS_MAX: usize = 2;
+
+/// The JSON type a schema names (the first of a list; a string when it names none).
+fn kind_of(schema: &Value) -> &str {
+    match &schema["type"] {
+        Value::String(kind) => kind,
+        Value::Array(kinds) => kinds.first().and_then(Value::as_str).unwrap_or("string"),
+        _ => "string",
+    }
+}
+
+/// A value of `schema`'s type (an array's items of its items' type).
+fn value_for(schema: &Value, rng: &mut impl Rng) -> Value {
+    match kind_of(schema) {
+        "integer" | "number" => json!(rng.gen_range(1..100)),
+        "boolean" => json!(rng.gen_bool(0.5)),
+        "array" => {
+            let items = rng.gen_range(0..=ARRAY_ITEMS_MAX);
+            Value::Array((0..items).map(|_| value_for(&schema["items"], rng)).collect())
+        }
+        _ => json!(format!("q{}", rng.gen_range(0..1_000))),
+    }
+}
+
+/// A value no schema of plain type `kind` admits: a string for a number or a boolean, a
+/// number for a string; none for other types.
+fn wrong_value(kind: &str) -> Option<Value> {
+    match kind {
+        "integer" | "number" | "boolean" => Some(json!("seven")),
+        "string" => Some(json!(7)),
+        _ => None,
+    }
+}
+
 /// Arguments that satisfy a simple object schema: a value of each property's type.
 fn arguments_for(schema: &Value, rng: &mut impl Rng) -> Value {
     let mut args = serde_json::Map::new();
     if let Some(properties) = schema["properties"].as_object() {
         for (name, property) in properties {
-            let kind = match &property["type"] {
-                Value::String(kind) => kind.clone(),
-                Value::Array(kinds) => kinds
-                    .first()
-                    .and_then(Value::as_str)
-                    .unwrap_or("string")
-                    .to_string(),
-                _ => "string".into(),
-            };
-            let value = match kind.as_str() {
-                "integer" | "number" => json!(rng.gen_range(1..100)),
-                "boolean" => json!(rng.gen_bool(0.5)),
-                _ => json!(format!("q{}", rng.gen_range(0..1_000))),
-            };
-            args.insert(name.clone(), value);
+            args.insert(name.clone(), value_for(property, rng));
         }
     }
     Value::Object(args)
+}
+
+/// Arguments that break a simple object schema with `errors` schema errors, and how many it
+/// made: the plain-typed properties first get a value of a wrong type (one error each), then
+/// the first array of plain-typed items gets the rest as items of a wrong type (one error
+/// each). Fewer when the schema has too few places to break.
+fn broken_arguments(schema: &Value, errors: u32, rng: &mut impl Rng) -> (Value, u32) {
+    let mut args = arguments_for(schema, rng);
+    let Some(properties) = schema["properties"].as_object() else {
+        return (args, 0);
+    };
+    let mut made = 0;
+    for (name, property) in properties {
+        if made == errors {
+            break;
+        }
+        if let Some(wrong) = property["type"].as_str().and_then(wrong_value) {
+            args[name] = wrong;
+            made += 1;
+        }
+    }
+    let array = properties.iter().find_map(|(name, property)| {
+        let items = property["items"]["type"].as_str().filter(|_| kind_of(property) == "array");
+        Some((name, wrong_value(items?)?))
+    });
+    if let (Some((name, wrong)), true) = (array, made < errors) {
+        args[name] = Value::Array(vec![wrong; (errors - made) as usize]);
+        made = errors;
+    }
+    (args, made)
 }
 
 /// The model's turn for `request`: a pure function of the seed, the script and the request.
@@ -782,10 +927,24 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
         let n = rng.gen_range(behaviour.calls_per_round.0..=behaviour.calls_per_round.1);
         for i in 0..n {
             let (name, schema) = &request.tools[rng.gen_range(0..request.tools.len())];
+            // Nothing is drawn for it unless the script asks: other scenarios draw as before.
+            let broken = behaviour.broken_permille > 0
+                && rng.gen_range(0..1_000) < behaviour.broken_permille;
+            let (arguments, errors) = if broken {
+                let asked = rng.gen_range(behaviour.broken_errors.0..=behaviour.broken_errors.1);
+                broken_arguments(schema, asked, &mut rng)
+            } else {
+                (arguments_for(schema, &mut rng), 0)
+            };
+            let id = match errors {
+                0 => call_id(i),
+                _ => format!("{}{BROKEN_CALL_SUFFIX}", call_id(i)),
+            };
             turn.calls.push(AskedCall {
-                id: call_id(i),
+                id,
                 name: name.clone(),
-                arguments: arguments_for(schema, &mut rng),
+                arguments,
+                errors,
             });
         }
         turn.output_tokens = 15 + 25 * u64::from(n);
@@ -795,6 +954,7 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
             id: call_id(0),
             name: PAUSE_TOOL.into(),
             arguments: json!({ "minutes": pause_minutes }),
+            errors: 0,
         });
         turn.output_tokens = 30;
     } else {
@@ -850,6 +1010,9 @@ async fn answer(
             round: request.round,
             reply,
             wake: request.wake.clone(),
+            // A fault's answer carries none of the turn's calls.
+            broken: if fault.is_none() { turn.broken() } else { Vec::new() },
+            results_seen: request.results_seen.clone(),
         },
     );
     match (fault, api) {
@@ -1033,6 +1196,26 @@ mod tests {
                 reason: "two\nlines \"quoted\"".into(),
             };
             assert_eq!(read.wake, Some(wake), "{api:?}: the last user text, whole reason");
+        }
+    }
+
+    #[test]
+    fn the_last_rounds_results_of_broken_calls_are_read_in_both_shapes() {
+        let (mut messages, tools) = conversation();
+        let broken = format!("c2{BROKEN_CALL_SUFFIX}");
+        let asked = |id: &str| ModelToolCall { id: id.into(), name: "lookup".into(), arguments: json!({"q": 7}) };
+        messages.push(ChatMessage::Assistant { text: String::new(), tool_calls: vec![asked("c3"), asked(&broken)] });
+        let result = |id: &str, output: &str| ChatMessage::Tool { call_id: id.into(), name: "lookup".into(), output: output.into(), is_error: true };
+        messages.push(result("c3", "plain, not kept"));
+        messages.push(result(&broken, "the arguments of lookup do not match"));
+        let request = ModelRequest { model: "m-1", system: "[vigil-sim agent=3 run=7 name=a]", messages: &messages, tools: &tools, max_output_tokens: 100 };
+        let openai = serde_json::to_vec(&vigil::exec::model::openai::request(request, None).2);
+        let anthropic = serde_json::to_vec(&vigil::exec::model::anthropic::request(request, None).2);
+        for (api, body) in [(WireApi::Openai, openai), (WireApi::Anthropic, anthropic)] {
+            let read = read_request(api, &body.unwrap());
+            let seen = ToolResultSeen { call_id: broken.clone(), text: "the arguments of lookup do not match".into() };
+            assert_eq!(read.results_seen, vec![seen], "{api:?}");
+            assert_eq!(read.round, 2, "{api:?}");
         }
     }
 

@@ -181,6 +181,7 @@ async fn answer(
         TraceEvent::ToolCallServed {
             agent,
             run,
+            call_id: call_id.to_string(),
             tool: tool.clone(),
             endpoint: endpoint.to_string(),
             outcome,

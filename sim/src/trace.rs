@@ -119,12 +119,22 @@ pub enum TraceEvent {
         /// wakeup prompt (invariant 38); absent otherwise.
         #[serde(skip_serializing_if = "Option::is_none")]
         wake: Option<WakeSeen>,
+        /// The calls of this reply whose arguments the model broke on purpose (absent in a
+        /// reply a fault replaced): each must come back refused, never executed.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        broken: Vec<BrokenCall>,
+        /// The results the node sent back for the previous round's broken calls, as this
+        /// request carries them.
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        results_seen: Vec<ToolResultSeen>,
     },
     /// The simulated tool server served an HTTP tool call (sim/src/tool_server.rs): the agent
     /// and run the runtime named in the POST body, the tool, which endpoint, what it did.
     ToolCallServed {
         agent: u64,
         run: u64,
+        /// The `call_id` of the POST body: the id the model gave the call.
+        call_id: String,
         tool: String,
         endpoint: String,
         outcome: ToolOutcome,
@@ -425,6 +435,24 @@ pub struct WakeSeen {
     pub source: String,
     /// The `Reason:` line (all of a reason's lines, up to `Local time:`).
     pub reason: String,
+}
+
+/// A tool call whose arguments the simulated model made break the tool's parameters schema.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BrokenCall {
+    /// The call's id, as the model named it.
+    pub id: String,
+    pub tool: String,
+    /// How many schema errors its arguments carry (each value of a wrong type is one).
+    pub errors: u32,
+}
+
+/// A tool result as the simulated provider read it in the next request of the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ToolResultSeen {
+    pub call_id: String,
+    /// The result's text, whole.
+    pub text: String,
 }
 
 /// What the simulated provider answered.

@@ -237,6 +237,7 @@ impl FleetPlan {
                 calls_per_round: (1, 2),
                 answer_tokens: (40, 400),
                 latency_ms: world.latency_ms,
+                ..Behaviour::default()
             }
         };
         let mut by_name: Vec<(String, Behaviour)> = self

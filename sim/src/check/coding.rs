@@ -11,6 +11,10 @@
 //!   with a result that is no error; a reported failure is `llm_error` after exit 0 and
 //!   `exit_nonzero` otherwise; unreadable output after exit 0 is `parse_error`; any other exit
 //!   is `exit_nonzero`. A success's answer excerpt is the final text.
+//! - **The detail** names the CLI as documented ("The run's detail"): `{type}: {product} …`
+//!   with the product name (Claude Code, Codex) for a success, a crash without a report, output
+//!   it could not read, a session refused twice, and a hang past `timeout_sec`; a reported
+//!   failure's detail starts with the adapter's type.
 //! - **The task's session after it**: the session the last invocation reported; else, after a
 //!   refusal, cleared; else unchanged.
 //! - **Usage**: the run's `usage_recorded` sum what its invocations printed. Claude Code: input
@@ -91,6 +95,7 @@ impl CodingOracle {
                 status,
                 report,
                 error_class,
+                detail,
                 ..
             } => {
                 let Some((_, task)) = self.runs.finished(run.0, agent.0) else {
@@ -104,6 +109,7 @@ impl CodingOracle {
                     status: *status,
                     class: *error_class,
                     report: report.as_deref(),
+                    detail,
                 };
                 let judged = judge_end(&end, &invocations, &usage, model)?;
                 self.judged += u64::from(judged);
@@ -157,6 +163,57 @@ struct End<'a> {
     status: RunStatus,
     class: Option<ErrorClass>,
     report: Option<&'a RunReport>,
+    detail: &'a str,
+}
+
+/// A CLI's adapter type and product name, as a run's detail names them
+/// (docs/adapters/coding-cli.md, "The run's detail").
+fn names(cli: CliName) -> (&'static str, &'static str) {
+    match cli {
+        CliName::Claude => ("claude_local", "Claude Code"),
+        CliName::Codex => ("codex_local", "Codex"),
+    }
+}
+
+/// How the detail of a run that `last` ended with status `status` starts, as documented; none
+/// when the docs leave it to an ending the simulated CLIs never draw.
+fn documented_start(last: &CliDrawn, status: RunStatus) -> Option<String> {
+    let (kind, product) = names(last.cli);
+    let parse_error = match last.cli {
+        CliName::Claude => "Claude Code printed no result object (",
+        CliName::Codex => "Codex printed no turn.completed, turn.failed or error event (",
+    };
+    let start = match (last.outcome, status) {
+        (CliOutcome::Succeeded, _) => format!("{product} finished ("),
+        (CliOutcome::Crashed { code }, _) => format!("{product} ended with exit code {code}"),
+        (CliOutcome::Garbage, _) => parse_error.to_string(),
+        (CliOutcome::Refused, _) => format!("{product} refused the stored session, and the fresh retry failed the same way (exit code 1)"),
+        (CliOutcome::Hangs, RunStatus::TimedOut) => {
+            format!("{product} was still running after timeout_sec = ")
+        }
+        // The CLI's own error follows: its words, not Vigil's.
+        (CliOutcome::Failed { .. }, _) => String::new(),
+        (CliOutcome::Hangs, _) => return None,
+    };
+    Some(format!("{kind}: {start}"))
+}
+
+/// The run's detail starts as documented for the way its CLI ended it.
+fn detail_as_documented(end: &End, last: &CliDrawn) -> Result<(), Violation> {
+    let Some(start) = documented_start(last, end.status) else {
+        return Ok(());
+    };
+    // A number at the start's end is whole: exit code 2 is not exit code 27.
+    let number_goes_on = start.ends_with(|c: char| c.is_ascii_digit())
+        && end.detail[start.len().min(end.detail.len())..].starts_with(|c: char| c.is_ascii_digit());
+    if end.detail.starts_with(&start) && !number_goes_on {
+        return Ok(());
+    }
+    cli_violation(format!(
+        "run {} ended {:?} {:?} after its CLI's {:?}, with the detail {:?}; it should start {start:?}",
+        end.run, end.status, end.class, last.outcome, end.detail
+    ))
+    .map(|_| ())
 }
 
 /// Invariant 40 for one run's end; whether it was judged (it ended by its CLI).
@@ -183,9 +240,14 @@ fn judge_end(
         _ => false,
     };
     if !by_the_cli {
+        let timed_out = (end.status, end.class) == (RunStatus::TimedOut, Some(ErrorClass::TimedOut));
+        if timed_out && last.outcome == CliOutcome::Hangs {
+            detail_as_documented(end, last)?;
+        }
         return Ok(false);
     }
     let run = end.run;
+    detail_as_documented(end, last)?;
     let expected = match last.outcome {
         CliOutcome::Succeeded => Some((RunStatus::Succeeded, None)),
         CliOutcome::Failed { code: 0 } => Some((RunStatus::Failed, Some(ErrorClass::LlmError))),
@@ -335,6 +397,69 @@ mod tests {
         }
     }
 
+    const CLAUDE_FINISHED: &str = "claude_local: Claude Code finished (1 turns)";
+    const CODEX_GARBAGE: &str = "codex_local: Codex printed no turn.completed, turn.failed or error event (2 lines on stdout; expected exec --json)";
+
+    /// A failed run of `cli` whose last invocation ended `outcome`, with `detail`.
+    fn judge_detail(cli: CliName, outcome: CliOutcome, status: RunStatus, class: ErrorClass, detail: &str) -> Result<bool, Violation> {
+        let last = drawn(cli, outcome, None);
+        let report = report(None, last.session.as_deref().and_then(set));
+        let end = End {
+            run: 1,
+            status,
+            class: Some(class),
+            report: Some(&report),
+            detail,
+        };
+        // Usage is judged after the detail: a failure's printed usage is irrelevant here.
+        let usage = printed_usage(&last).unwrap_or_default();
+        judge_end(&end, &[last], &usage, false)
+    }
+
+    #[test]
+    fn a_failed_runs_detail_names_its_cli_as_documented() {
+        let (failed, timed_out) = (RunStatus::Failed, RunStatus::TimedOut);
+        let cases = [
+            (CliName::Claude, CliOutcome::Crashed { code: 9 }, failed, ErrorClass::ExitNonzero, "claude_local: Claude Code ended with exit code 9; stderr: fatal"),
+            (CliName::Codex, CliOutcome::Crashed { code: 2 }, failed, ErrorClass::ExitNonzero, "codex_local: Codex ended with exit code 2"),
+            (CliName::Codex, CliOutcome::Garbage, failed, ErrorClass::ParseError, CODEX_GARBAGE),
+            (CliName::Claude, CliOutcome::Garbage, failed, ErrorClass::ParseError, "claude_local: Claude Code printed no result object (2 lines on stdout; expected --output-format json)"),
+            (CliName::Claude, CliOutcome::Failed { code: 1 }, failed, ErrorClass::ExitNonzero, "claude_local: rate limited (exit code 1)"),
+            (CliName::Codex, CliOutcome::Hangs, timed_out, ErrorClass::TimedOut, "codex_local: Codex was still running after timeout_sec = 60; its process group was terminated"),
+        ];
+        for (cli, outcome, status, class, detail) in cases {
+            assert!(judge_detail(cli, outcome, status, class, detail).is_ok(), "{detail}");
+            // The product's name left out, or the other CLI's: reported.
+            let (kind, product) = names(cli);
+            let other = if cli == CliName::Claude { "Codex" } else { "Claude Code" };
+            for wrong in [detail.replace(product, ""), detail.replace(product, other), detail.replace(kind, "process")] {
+                if wrong == detail || matches!(outcome, CliOutcome::Failed { .. }) && wrong.starts_with(kind) {
+                    continue;
+                }
+                let error = judge_detail(cli, outcome, status, class, &wrong).unwrap_err();
+                assert_eq!(error.invariant, "cli_run_as_printed", "{wrong}");
+            }
+        }
+        // A session refused by the fresh retry too (the simulated CLIs never refuse a fresh
+        // invocation, so only the detail's form is judged here).
+        let refused = drawn(CliName::Claude, CliOutcome::Refused, None);
+        let invalid = |detail| End {
+            run: 1,
+            status: RunStatus::Failed,
+            class: Some(ErrorClass::SessionInvalid),
+            report: None,
+            detail,
+        };
+        let documented = "claude_local: Claude Code refused the stored session, and the fresh retry failed the same way (exit code 1); stderr: No conversation found";
+        assert_eq!(detail_as_documented(&invalid(documented), &refused), Ok(()));
+        let unnamed = documented.replace("Claude Code", "");
+        assert!(detail_as_documented(&invalid(&unnamed), &refused).is_err());
+        // Exit code 2 is not exit code 27.
+        let crash = drawn(CliName::Codex, CliOutcome::Crashed { code: 2 }, None);
+        let longer = End { detail: "codex_local: Codex ended with exit code 27", ..invalid("") };
+        assert!(detail_as_documented(&longer, &crash).is_err());
+    }
+
     #[test]
     fn a_run_ended_otherwise_than_its_cli_printed_is_reported() {
         let success = [drawn(CliName::Claude, CliOutcome::Succeeded, None)];
@@ -344,6 +469,10 @@ mod tests {
             status,
             class,
             report,
+            detail: match class {
+                Some(ErrorClass::ParseError) => CODEX_GARBAGE,
+                _ => CLAUDE_FINISHED,
+            },
         };
         let ok = end(RunStatus::Succeeded, None, Some(&good));
         assert_eq!(judge_end(&ok, &success, &claude_usage(), false), Ok(true));

@@ -22,6 +22,7 @@ mod predicate;
 mod processes;
 mod prompts;
 mod queued_runs;
+mod tool_arguments;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
@@ -123,6 +124,7 @@ pub struct Checker {
     prompts: prompts::PromptsOracle,
     coding: coding::CodingOracle,
     jitter: jitter::JitterOracle,
+    arguments: tool_arguments::ToolArgumentsOracle,
 }
 
 impl Checker {
@@ -256,11 +258,18 @@ impl Checker {
             TraceEvent::ModelCallServed {
                 agent,
                 run,
+                round,
                 reply,
                 wake,
+                broken,
+                results_seen,
                 ..
             } => {
                 self.prompts.served(*agent, *run, wake.as_ref())?;
+                if let Some(run) = run {
+                    self.arguments
+                        .served(*run, *round, broken, results_seen)?;
+                }
                 if let (Some(run), ModelReply::ToolCalls { rest_minutes: Some(minutes), .. }) =
                     (run, reply)
                 {
@@ -272,7 +281,13 @@ impl Checker {
                 }
                 self.loops.model_call_served(*agent, *run)
             }
-            TraceEvent::ToolCallServed { agent, run, .. } => {
+            TraceEvent::ToolCallServed {
+                agent,
+                run,
+                call_id,
+                ..
+            } => {
+                self.arguments.tool_served(*run, call_id)?;
                 self.executions
                     .started(t_ms, executions::Service::Tool, Some(*agent), *run)?;
                 self.loops.tool_call_served(*agent, *run)
