@@ -13,7 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
-use vigil_world::state_server::state_token;
+use vigil_world::check::STATE_BYTES_MAX;
+use vigil_world::state_server::{served_token, NEAR_LIMIT_BYTES};
 use vigil_world::trace::{
     BrokenCall, CheckAnswer, CliOutcome, EdgeKind, FaultRecord, ToolResultSeen, TraceEvent,
     TraceRecord,
@@ -77,6 +78,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "check_hung", invariant: "one_evaluation_at_a_time (30)", counts: "heartbeat checks the state server never answered" },
     Precondition { key: "emission_paused", invariant: "pending_within_cap (31)", counts: "heartbeats whose emission paused at the pending cap" },
     Precondition { key: "transition_lost_to_crash", invariant: "transition_redetected (32)", counts: "crashes and power cuts while a check had shown a heartbeat a state not yet recorded" },
+    Precondition { key: "state_near_limit_accepted", invariant: "transition_chain (29)", counts: "heartbeat states recorded within a few bytes of the 4 KiB limit, at it included" },
+    Precondition { key: "state_over_limit_refused", invariant: "transition_chain (29)", counts: "checks answered within budget with a state over the 4 KiB limit, the heartbeat checked again before any crash or fault (so its verdict was judged)" },
     Precondition { key: "redetected_after_restart", invariant: "transition_redetected (32)", counts: "transitions recorded after a restart by a heartbeat whose change a crash had cut short" },
     Precondition { key: "edge_taken", invariant: "limits_as_documented (33)", counts: "requests with every field within its documented limits, taken" },
     Precondition { key: "edge_refused", invariant: "limits_as_documented (33)", counts: "requests with a field past its documented limits, refused" },
@@ -250,8 +253,13 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
         EventKind::BreakerHalfOpened { .. } => coverage.count("breaker_probe"),
         EventKind::AgentErrored { .. } => coverage.count("agent_errored"),
         EventKind::AgentOffline { .. } => coverage.count("agent_offline"),
-        EventKind::HeartbeatStateChanged { from: Some(_), .. } => {
-            coverage.count("heartbeat_transition")
+        EventKind::HeartbeatStateChanged { from, to, .. } => {
+            if from.is_some() {
+                coverage.count("heartbeat_transition");
+            }
+            if (STATE_BYTES_MAX - NEAR_LIMIT_BYTES..=STATE_BYTES_MAX).contains(&to.len()) {
+                coverage.count("state_near_limit_accepted");
+            }
         }
         EventKind::HeartbeatEmissionPaused { .. } => coverage.count("emission_paused"),
         EventKind::RunFinished {
@@ -343,12 +351,48 @@ pub fn of_seed(records: &[TraceRecord]) -> Coverage {
     }
     coverage.preconditions.extend(combinations::count(records));
     let (lost, redetected) = lost_transitions(records);
-    for (key, n) in [("transition_lost_to_crash", lost), ("redetected_after_restart", redetected)] {
+    let over_limit = over_limit_judged(records);
+    for (key, n) in [
+        ("transition_lost_to_crash", lost),
+        ("redetected_after_restart", redetected),
+        ("state_over_limit_refused", over_limit),
+    ] {
         if n > 0 {
             coverage.preconditions.insert(key, n);
         }
     }
     coverage
+}
+
+/// Checks answered within budget with a state over the limit whose heartbeat was checked again
+/// before any crash or fault: the evaluations whose `error` verdict the oracle judged.
+pub fn over_limit_judged(records: &[TraceRecord]) -> u64 {
+    let mut over: BTreeSet<&str> = BTreeSet::new();
+    let mut judged = 0;
+    for record in records {
+        match &record.event {
+            TraceEvent::CheckServed {
+                heartbeat,
+                value,
+                pad_bytes,
+                answer,
+                ..
+            } => {
+                if over.remove(heartbeat.as_str()) {
+                    judged += 1;
+                }
+                if answer.in_budget() && served_token(*value, *pad_bytes).len() > STATE_BYTES_MAX {
+                    over.insert(heartbeat);
+                }
+            }
+            TraceEvent::Crashed { .. } => over.clear(),
+            TraceEvent::Fault { fault } if !matches!(fault, FaultRecord::ClockJump { .. }) => {
+                over.clear()
+            }
+            _ => {}
+        }
+    }
+    judged
 }
 
 /// (crashes that cut a heartbeat's change short, transitions recorded afterwards by such a
@@ -365,13 +409,19 @@ pub fn lost_transitions(records: &[TraceRecord]) -> (u64, u64) {
             TraceEvent::CheckServed {
                 heartbeat,
                 value,
+                pad_bytes,
                 answer,
                 ..
             } if answer.in_budget() => {
                 let Some(state) = recorded.get(heartbeat.as_str()) else {
                     continue;
                 };
-                if *state == state_token(*value) {
+                let served = served_token(*value, *pad_bytes);
+                if served.len() > STATE_BYTES_MAX {
+                    // Never recorded: the prior state stays, and so does any change pending.
+                    continue;
+                }
+                if *state == served {
                     changing.remove(heartbeat.as_str());
                 } else {
                     changing.insert(heartbeat);
@@ -491,6 +541,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "emission_paused",
             "transition_lost_to_crash",
             "redetected_after_restart",
+            "state_near_limit_accepted",
+            "state_over_limit_refused",
             "recovered_after_crash",
             "interrupted_commit",
             "backward_jump",

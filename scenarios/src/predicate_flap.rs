@@ -2,7 +2,9 @@
 //! heartbeats watch a simulated state server whose answer flaps every 10-60 s (sometimes back to
 //! the value before), while the node crashes, loses power in the middle of commits and has its
 //! wall clock jump. The server answers some checks slowly (within the heartbeat's budget), some
-//! late (past it) and some never.
+//! late (past it) and some never, and pads a few states so that their canonical JSON lies near
+//! the documented 4 KiB limit: well below it, just under or at it, or just over it (the node
+//! must record the first two and report the last an `error`, keeping the prior state).
 //!
 //! - `quick-*`: scripted runs of 0.2-2 s, so their queues drain; each has a `wake` heartbeat and
 //!   one more (`event`, or a second `wake`).
@@ -41,6 +43,9 @@ const BUDGET_MS: (u64, u64) = (300, 3_000);
 const HANG_PERMILLE: u32 = 50;
 const LATE_PERMILLE: u32 = 80;
 const SLOW_PERMILLE: u32 = 150;
+/// Answers padded near the state limit in the safety phase, per mille: about 40 of a seed's
+/// 1,400 checks, each accepted one a transition there and another back.
+const PADDED_PERMILLE: u32 = 30;
 
 /// One agent of the scenario: its name, its run length range (ms), whether it takes
 /// `predicate` wakeups, and its heartbeats' `on_change`.
@@ -135,6 +140,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 hang_permille: HANG_PERMILLE,
                 late_permille: LATE_PERMILLE,
                 slow_permille: SLOW_PERMILLE,
+                padded_permille: PADDED_PERMILLE,
             }),
             ..AgentWorld::default()
         },

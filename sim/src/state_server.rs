@@ -1,7 +1,10 @@
 //! A simulated state server: what predicate heartbeats observe (docs/api.md, "Predicate
 //! heartbeats"), on its own node of the simulated network (reachable by the host name
 //! [`STATE_SERVER_HOST`] in madsim's DNS table). `GET /state/{heartbeat}` answers
-//! `{"unread": N}`.
+//! `{"unread": N}`, or, for a few answers of the faulty phase, `{ "unread": N, "pad": "x…" }`:
+//! a state padded so that its canonical JSON lies near the documented size limit, well below
+//! it, just under or at it, or just over it ([`StateScript::pad_bytes`]). The padded answer is
+//! written out of key order and with spaces, so only its canonical form has the size drawn.
 //!
 //! The truth N of each heartbeat is a pure function of the seed, the heartbeat's id and virtual
 //! time ([`truth`]): a flap schedule that changes every [`FLAP_SEGMENT_MS_MIN`] to
@@ -20,6 +23,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use rand::Rng;
 
+use crate::check::STATE_BYTES_MAX;
 use crate::trace::CheckAnswer;
 
 /// Where the state server listens.
@@ -39,6 +43,12 @@ pub const FLAP_BACK_PERMILLE: u32 = 300;
 /// Largest `unread` count the truth takes (from 0).
 pub const UNREAD_MAX: u64 = 9;
 
+/// How far from the documented state limit ([`STATE_BYTES_MAX`]) a state drawn "just under or
+/// at" or "just over" it lies at most, in bytes of canonical JSON.
+pub const NEAR_LIMIT_BYTES: usize = 4;
+/// The byte of which a padded state's `pad` string is made (one byte in UTF-8, never escaped).
+const PAD_CHAR: char = 'x';
+
 /// The URL prefix of every heartbeat check this server answers.
 pub fn state_url_prefix() -> String {
     format!("http://{STATE_SERVER_HOST}:{STATE_SERVER_PORT}/state/")
@@ -52,6 +62,40 @@ pub fn state_url(heartbeat: &str) -> String {
 /// The state token the runtime records for `unread` (canonical JSON, as docs/api.md says).
 pub fn state_token(unread: u64) -> String {
     format!(r#"{{"unread":{unread}}}"#)
+}
+
+/// The state an answer carries: `{"unread": N}`, with a `pad` string of `pad_bytes` bytes when
+/// it was padded.
+pub fn observed(unread: u64, pad_bytes: Option<u64>) -> serde_json::Value {
+    match pad_bytes {
+        None => serde_json::json!({ "unread": unread }),
+        Some(pad) => serde_json::json!({ "unread": unread, "pad": pad_string(pad) }),
+    }
+}
+
+/// The state token the runtime records for that answer: its canonical JSON, written out here
+/// (keys in order, no whitespace), for the workload and the coverage counts; the oracle
+/// computes its own.
+pub fn served_token(unread: u64, pad_bytes: Option<u64>) -> String {
+    match pad_bytes {
+        None => state_token(unread),
+        Some(pad) => format!(r#"{{"pad":"{}","unread":{unread}}}"#, pad_string(pad)),
+    }
+}
+
+/// The body the server sends for that answer: the same JSON, but keys out of order and spaced,
+/// so a runtime that measured or compared the body as it came would be seen.
+fn served_body(unread: u64, pad_bytes: Option<u64>) -> String {
+    match pad_bytes {
+        None => serde_json::json!({ "unread": unread }).to_string(),
+        Some(pad) => format!(r#"{{ "unread": {unread}, "pad": "{}" }}"#, pad_string(pad)),
+    }
+}
+
+fn pad_string(pad_bytes: u64) -> String {
+    std::iter::repeat(PAD_CHAR)
+        .take(pad_bytes as usize)
+        .collect()
 }
 
 /// Heartbeat `heartbeat`'s truth at virtual `t_ms`: the flap schedule drawn from the stream
@@ -91,6 +135,8 @@ pub struct StateScript {
     pub hang_permille: u32,
     pub late_permille: u32,
     pub slow_permille: u32,
+    /// Answers padded near the state limit, per mille (drawn apart from how they come).
+    pub padded_permille: u32,
 }
 
 /// How much later than the budget a late answer comes, at most, in ms.
@@ -131,6 +177,27 @@ impl StateScript {
             CheckAnswer::Quick
         }
     }
+
+    /// Whether request `request` of `heartbeat` (whose truth is `unread`) is padded, and by how
+    /// many bytes: drawn from the stream `state/<heartbeat>/<request>/size`, so no other draw
+    /// moves. A third of the padded states are well below the limit (a quarter of it to
+    /// fifteen sixteenths), a third just under or at it, a third just over it.
+    pub fn pad_bytes(&self, seed: u64, heartbeat: &str, request: u64, unread: u64) -> Option<u64> {
+        if self.padded_permille == 0 {
+            return None;
+        }
+        let mut rng = vigil_faults::stream(seed, &format!("state/{heartbeat}/{request}/size"));
+        if rng.gen_range(0..1_000) >= self.padded_permille {
+            return None;
+        }
+        let target_bytes = match rng.gen_range(0..3) {
+            0 => rng.gen_range(STATE_BYTES_MAX / 4..=STATE_BYTES_MAX * 15 / 16),
+            1 => rng.gen_range(STATE_BYTES_MAX - NEAR_LIMIT_BYTES..=STATE_BYTES_MAX),
+            _ => rng.gen_range(STATE_BYTES_MAX + 1..=STATE_BYTES_MAX + NEAR_LIMIT_BYTES),
+        };
+        let unpadded_bytes = served_token(unread, Some(0)).len();
+        Some((target_bytes - unpadded_bytes) as u64)
+    }
 }
 
 /// The server's script, the freeze of its truth, and each heartbeat's requests so far.
@@ -163,21 +230,40 @@ impl StateServerState {
         self.healed = true;
     }
 
-    /// The next request of `heartbeat` at `t_ms`: its number, the truth, and how it is
-    /// answered.
-    pub fn next_request(&mut self, heartbeat: &str, t_ms: u64) -> (u64, u64, CheckAnswer) {
+    /// The next request of `heartbeat` at `t_ms`: its number, the truth, its padding, and how
+    /// it is answered.
+    pub fn next_request(&mut self, heartbeat: &str, t_ms: u64) -> Served {
         let request = self.requests.entry(heartbeat.to_string()).or_default();
         *request += 1;
         let request = *request;
         let at_ms = self.frozen_at_ms.map_or(t_ms, |frozen| t_ms.min(frozen));
         let value = truth(self.seed, heartbeat, at_ms);
-        let answer = if self.healed {
-            CheckAnswer::Quick
+        let (pad_bytes, answer) = if self.healed {
+            (None, CheckAnswer::Quick)
         } else {
-            self.script.answer(self.seed, heartbeat, request)
+            (
+                self.script.pad_bytes(self.seed, heartbeat, request, value),
+                self.script.answer(self.seed, heartbeat, request),
+            )
         };
-        (request, value, answer)
+        Served {
+            request,
+            value,
+            pad_bytes,
+            answer,
+        }
     }
+}
+
+/// One request of a heartbeat's check, as the server serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Served {
+    pub request: u64,
+    /// The truth `unread`.
+    pub value: u64,
+    /// The `pad` string's length, when the state is padded.
+    pub pad_bytes: Option<u64>,
+    pub answer: CheckAnswer,
 }
 
 pub type SharedStateServer = std::sync::Arc<std::sync::Mutex<StateServerState>>;
@@ -194,7 +280,7 @@ mod serving {
     use axum::http::StatusCode;
     use axum::routing::get;
 
-    use super::{SharedStateServer, STATE_SERVER_NODE, STATE_SERVER_PORT};
+    use super::{served_body, Served, SharedStateServer, STATE_SERVER_NODE, STATE_SERVER_PORT};
     use crate::recorder::Recorder;
     use crate::trace::{CheckAnswer, TraceEvent};
 
@@ -242,7 +328,12 @@ mod serving {
         heartbeat: String,
     ) -> (StatusCode, String) {
         let now_ms = crate::harness::elapsed_ms();
-        let (request, value, answer) = state
+        let Served {
+            request,
+            value,
+            pad_bytes,
+            answer,
+        } = state
             .lock()
             .expect("state server lock")
             .next_request(&heartbeat, now_ms);
@@ -252,6 +343,7 @@ mod serving {
                 heartbeat: heartbeat.clone(),
                 request,
                 value,
+                pad_bytes,
                 answer,
             },
         );
@@ -269,10 +361,7 @@ mod serving {
             // to a socket the runtime already closed).
             CheckAnswer::Hang => std::future::pending().await,
         }
-        (
-            StatusCode::OK,
-            serde_json::json!({ "unread": value }).to_string(),
-        )
+        (StatusCode::OK, served_body(value, pad_bytes))
     }
 }
 
@@ -314,14 +403,21 @@ mod tests {
             hang_permille: 1_000,
             late_permille: 0,
             slow_permille: 0,
+            padded_permille: 1_000,
         };
         let mut server = StateServerState::new(3, script);
-        assert_eq!(server.next_request("inbox", 5).2, CheckAnswer::Hang);
+        let first = server.next_request("inbox", 5);
+        assert_eq!(first.answer, CheckAnswer::Hang);
+        assert!(first.pad_bytes.is_some());
         server.freeze(100_000);
-        let (request, value, answer) = server.next_request("inbox", 900_000);
         assert_eq!(
-            (request, value, answer),
-            (2, truth(3, "inbox", 100_000), CheckAnswer::Quick)
+            server.next_request("inbox", 900_000),
+            Served {
+                request: 2,
+                value: truth(3, "inbox", 100_000),
+                pad_bytes: None,
+                answer: CheckAnswer::Quick
+            }
         );
     }
 
@@ -332,6 +428,7 @@ mod tests {
             hang_permille: 100,
             late_permille: 100,
             slow_permille: 200,
+            padded_permille: 0,
         };
         let answers: Vec<CheckAnswer> = (1..=400).map(|n| script.answer(1, "inbox", n)).collect();
         for answer in &answers {
@@ -350,5 +447,49 @@ mod tests {
             });
             assert!(seen, "no {kind} answer in 400 draws");
         }
+    }
+
+    #[test]
+    fn padded_states_fall_below_at_and_just_over_the_limit_as_drawn() {
+        let script = StateScript {
+            budgets_ms: BTreeMap::new(),
+            hang_permille: 0,
+            late_permille: 0,
+            slow_permille: 0,
+            padded_permille: 500,
+        };
+        let sizes: Vec<usize> = (1..=600)
+            .filter_map(|n| {
+                let unread = n % (UNREAD_MAX + 1);
+                let pad = script.pad_bytes(1, "inbox", n, unread)?;
+                let token = served_token(unread, Some(pad));
+                // The token is the body's canonical form: what serde_json reads, compacted.
+                let body: serde_json::Value =
+                    serde_json::from_str(&served_body(unread, Some(pad))).unwrap();
+                assert_eq!(body, observed(unread, Some(pad)));
+                assert_ne!(served_body(unread, Some(pad)).len(), token.len());
+                Some(token.len())
+            })
+            .collect();
+        assert!((200..400).contains(&sizes.len()), "{} padded", sizes.len());
+        let below = STATE_BYTES_MAX / 4..=STATE_BYTES_MAX * 15 / 16;
+        let near = STATE_BYTES_MAX - NEAR_LIMIT_BYTES..=STATE_BYTES_MAX;
+        let over = STATE_BYTES_MAX + 1..=STATE_BYTES_MAX + NEAR_LIMIT_BYTES;
+        assert!(sizes
+            .iter()
+            .all(|s| below.contains(s) || near.contains(s) || over.contains(s)));
+        for (class, range) in [("below", below), ("near", near), ("over", over)] {
+            assert!(sizes.iter().any(|s| range.contains(s)), "no {class} state");
+        }
+        assert!(
+            sizes.contains(&STATE_BYTES_MAX),
+            "none exactly at the limit"
+        );
+        // Unpadded scripts draw nothing.
+        let plain = StateScript {
+            padded_permille: 0,
+            ..script
+        };
+        assert!((1..=600).all(|n| plain.pad_bytes(1, "inbox", n, 3).is_none()));
     }
 }

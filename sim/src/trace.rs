@@ -191,11 +191,15 @@ pub enum TraceEvent {
     AlertDelivered { id: String, seq: u64, kind: String },
     /// The simulated state server (sim/src/state_server.rs) began serving request `request`
     /// (numbered from 1 per heartbeat) of heartbeat `heartbeat`'s check: the truth `value` it
-    /// read at that instant, and how it will answer.
+    /// read at that instant, the length of the `pad` string it carries beside it (absent: the
+    /// answer is `{"unread": value}` alone; see `state_server::observed`), and how it will
+    /// answer.
     CheckServed {
         heartbeat: String,
         request: u64,
         value: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        pad_bytes: Option<u64>,
         answer: CheckAnswer,
     },
     /// That check is over: answered, or dropped by the runtime (its budget, a closed

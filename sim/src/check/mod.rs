@@ -26,7 +26,7 @@ mod tool_arguments;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
-pub use predicate::REDETECT_BOUND_MS;
+pub use predicate::{canonical_json, REDETECT_BOUND_MS, STATE_BYTES_MAX};
 pub use processes::GROUP_EXIT_SLACK_MS;
 mod refusals;
 mod runs;
@@ -151,6 +151,9 @@ impl Checker {
 
     fn observe_event(&mut self, record: &TraceRecord) -> Result<(), Violation> {
         let t_ms = record.t_ms;
+        if let TraceEvent::Fault { fault } = &record.event {
+            self.predicate.fault(fault);
+        }
         match &record.event {
             TraceEvent::Committed { event } => {
                 self.edges.committed(event);
@@ -330,8 +333,19 @@ impl Checker {
             }
             TraceEvent::AlertDelivered { id, seq, kind } => self.alerts.delivered(id, *seq, kind),
             TraceEvent::CheckServed {
-                heartbeat, request, ..
-            } => self.predicate.check_served(heartbeat, *request),
+                heartbeat,
+                request,
+                value,
+                pad_bytes,
+                answer,
+            } => {
+                // Only an answer the runtime got within its budget has a verdict to judge.
+                let observed = answer
+                    .in_budget()
+                    .then(|| crate::state_server::observed(*value, *pad_bytes));
+                self.predicate
+                    .check_served(heartbeat, *request, observed.as_ref())
+            }
             TraceEvent::CheckEnded { heartbeat, request } => {
                 self.predicate.check_ended(heartbeat, *request);
                 Ok(())

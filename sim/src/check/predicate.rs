@@ -6,7 +6,12 @@
 //!   wakeup of its agent with source `predicate` and task key `heartbeat:<id>:<n>`; no predicate
 //!   wakeup comes without its transition; an `event` heartbeat and a baseline wake nobody.
 //! - `transition_chain`: each transition starts from the heartbeat's recorded state and changes
-//!   it.
+//!   it, and records no state over [`STATE_BYTES_MAX`] bytes. The recorded chain follows what
+//!   the checks observed: for each evaluation the oracle can attribute (a check answered within
+//!   its budget, judged when the heartbeat's next check is served, with no crash or fault in
+//!   between), a state over the limit records nothing (the node reports `error` and keeps the
+//!   prior state), and a state at or under it is recorded, as its canonical JSON, when it differs
+//!   from the recorded one (unless the heartbeat's runs already wait at the cap).
 //! - `one_evaluation_at_a_time`: the state server never serves two checks of one heartbeat at
 //!   once (a crash of the runtime drops its in-flight checks).
 //! - `pending_within_cap`: a heartbeat's wakeup is queued only while fewer than
@@ -24,11 +29,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use serde_json::Value;
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::wakeup::WakeupSource;
 
 use super::{violation, Violation};
 use crate::state_server;
+use crate::trace::FaultRecord;
 
 /// Most runs of one heartbeat that may wait to start when it enqueues another (docs/api.md
 /// "Back-pressure", `maxPendingEnqueued` in `GET /v1/capabilities`), in runs.
@@ -40,6 +47,33 @@ pub const REQUEUED_PAST_CAP: usize = 1;
 /// truth: a restart, the recovery, the queue of a busy agent draining (4 runs of at most 90 s),
 /// and a tick (5 s) with room to spare.
 pub const REDETECT_BOUND_MS: u64 = 8 * 60_000;
+
+/// The largest observed state a heartbeat records, in bytes of its state token (docs/api.md
+/// "Predicate heartbeats": "a state over 4 KiB is an `error`; the prior state is kept";
+/// `maxStateBytes` in `GET /v1/capabilities`). At the limit is within it.
+pub const STATE_BYTES_MAX: usize = 4 * 1024;
+
+/// An observation's state token as docs/api.md defines it: "its JSON, compact, keys in order"
+/// (so `{"b":1,"a":2}` and `{ "a": 2, "b": 1 }` are the same state), at every level. Written out
+/// here rather than trusting a JSON library's map order.
+pub fn canonical_json(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let sorted: BTreeMap<&str, &Value> = map.iter().map(|(k, v)| (k.as_str(), v)).collect();
+            let members: Vec<String> = sorted
+                .into_iter()
+                .map(|(key, v)| format!("{}:{}", Value::from(key), canonical_json(v)))
+                .collect();
+            format!("{{{}}}", members.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical_json).collect();
+            format!("[{}]", items.join(","))
+        }
+        // A scalar's compact JSON (a string escaped as JSON escapes it).
+        scalar => scalar.to_string(),
+    }
+}
 
 /// The task key of transition `n` of heartbeat `id` (docs/api.md).
 fn task_key(id: &str, n: u64) -> String {
@@ -63,6 +97,24 @@ struct Heartbeat {
     paused: bool,
 }
 
+/// An evaluation whose verdict the oracle can judge: its check was answered within its budget
+/// while no fault window was open. It is judged when the heartbeat's next check is served (one
+/// evaluation at a time, so by then it has committed all it will), unless a crash or a fault
+/// comes first.
+#[derive(Debug, Clone)]
+struct Attributed {
+    request: u64,
+    /// The observed state's canonical JSON.
+    token: String,
+    /// The heartbeat's recorded state when the check was served.
+    recorded: Option<String>,
+    /// Its runs waited at the cap then, or its emission paused since: a transition may rightly
+    /// go unrecorded.
+    at_cap: bool,
+    /// The `to` of each transition of the heartbeat committed since.
+    recorded_since: Vec<String>,
+}
+
 /// The wakeup a committed transition owes, as the next committed event.
 #[derive(Debug, Clone)]
 struct Owed {
@@ -84,6 +136,14 @@ pub struct PredicateOracle {
     waiting: BTreeMap<String, BTreeSet<u64>>,
     /// The request the state server is serving now, per heartbeat.
     in_flight: BTreeMap<String, u64>,
+    /// Each heartbeat's last evaluation awaiting its verdict.
+    attributed: BTreeMap<String, Attributed>,
+    /// Fault windows open now (a network fault, a storage fault, ...): no verdict is attributed
+    /// while one is.
+    open_windows: usize,
+    /// A storage operation failed (or the node stopped itself) since the node last started: it
+    /// commits nothing more until it restarts, so no verdict is attributed.
+    write_failed: bool,
     quiet_since_ms: Option<u64>,
     /// Transitions judged (a coverage figure).
     transitions: u64,
@@ -144,6 +204,7 @@ impl PredicateOracle {
             EventKind::HeartbeatDeleted { heartbeat, .. } => {
                 self.heartbeats
                     .remove(&(event.tenant.clone(), heartbeat.0.clone()));
+                self.attributed.remove(&heartbeat.0);
             }
             EventKind::HeartbeatStateChanged {
                 heartbeat,
@@ -257,6 +318,19 @@ impl PredicateOracle {
                 ),
             );
         }
+        if to.len() > STATE_BYTES_MAX {
+            return violation(
+                "transition_chain",
+                format!(
+                    "seq {}: heartbeat {id} recorded a state of {} bytes, over the {STATE_BYTES_MAX}-byte limit",
+                    event.seq,
+                    to.len()
+                ),
+            );
+        }
+        if let Some(attributed) = self.attributed.get_mut(id) {
+            attributed.recorded_since.push(to.to_string());
+        }
         heartbeat.recorded = Some(to.to_string());
         heartbeat.paused = false;
         if from.is_none() {
@@ -292,6 +366,9 @@ impl PredicateOracle {
             .get_mut(&(event.tenant.clone(), id.to_string()))
         {
             heartbeat.paused = true;
+        }
+        if let Some(attributed) = self.attributed.get_mut(id) {
+            attributed.at_cap = true;
         }
         Ok(())
     }
@@ -336,8 +413,15 @@ impl PredicateOracle {
         Ok(())
     }
 
-    /// The state server began serving request `request` of `heartbeat`'s check.
-    pub fn check_served(&mut self, heartbeat: &str, request: u64) -> Result<(), Violation> {
+    /// The state server began serving request `request` of `heartbeat`'s check, whose answer
+    /// carries `observed` if the runtime gets it within its budget. The heartbeat's previous
+    /// evaluation is over: its verdict is judged.
+    pub fn check_served(
+        &mut self,
+        heartbeat: &str,
+        request: u64,
+        observed: Option<&Value>,
+    ) -> Result<(), Violation> {
         if let Some(other) = self.in_flight.insert(heartbeat.to_string(), request) {
             return violation(
                 "one_evaluation_at_a_time",
@@ -346,7 +430,58 @@ impl PredicateOracle {
                 ),
             );
         }
+        // The previous check is over (else the rule above broke), and so is its evaluation.
+        if let Some(previous) = self.attributed.remove(heartbeat) {
+            judge_verdict(heartbeat, &previous, request)?;
+        }
+        if let Some(observed) = observed {
+            self.attribute(heartbeat, request, observed);
+        }
         Ok(())
+    }
+
+    /// Keeps request `request` of `heartbeat`, which observed `observed`, to be judged, if
+    /// nothing else may explain its verdict.
+    fn attribute(&mut self, heartbeat: &str, request: u64, observed: &Value) {
+        if self.open_windows > 0 || self.write_failed {
+            return;
+        }
+        let Some(((_, id), known)) = self
+            .heartbeats
+            .iter()
+            .find(|((_, id), h)| id == heartbeat && h.observes_state_server)
+        else {
+            return;
+        };
+        let waiting = self.waiting.get(id).map_or(0, BTreeSet::len);
+        self.attributed.insert(
+            heartbeat.to_string(),
+            Attributed {
+                request,
+                token: canonical_json(observed),
+                recorded: known.recorded.clone(),
+                at_cap: known.wakes && waiting >= PENDING_CAP,
+                recorded_since: Vec::new(),
+            },
+        );
+    }
+
+    /// A fault record: a window fault opened or healed, or anything else struck. Any of them
+    /// may explain an evaluation's verdict (a lost answer, a failed commit, a writer flooded),
+    /// so the evaluations awaiting one are not judged; a clock jump moves no tick.
+    pub fn fault(&mut self, fault: &FaultRecord) {
+        match fault {
+            FaultRecord::ClockJump { .. } => return,
+            FaultRecord::Struck(fault) if fault.kind() == "clock_jump" => return,
+            FaultRecord::Struck(fault) if fault.duration_ms() > 0 => self.open_windows += 1,
+            FaultRecord::Healed(_) => self.open_windows = self.open_windows.saturating_sub(1),
+            FaultRecord::HealedAll => self.open_windows = 0,
+            FaultRecord::StorageOpFailed { .. } | FaultRecord::NodeStopped { .. } => {
+                self.write_failed = true
+            }
+            _ => {}
+        }
+        self.attributed.clear();
     }
 
     /// That check is over.
@@ -361,6 +496,8 @@ impl PredicateOracle {
     /// before the process can die, so none may still owe a wakeup.
     pub fn crashed(&mut self) -> Result<(), Violation> {
         self.in_flight.clear();
+        self.attributed.clear();
+        self.write_failed = false;
         self.commit_over()
     }
 
@@ -408,6 +545,65 @@ impl PredicateOracle {
     /// Transitions judged.
     pub fn transitions(&self) -> u64 {
         self.transitions
+    }
+}
+
+/// The verdict of `heartbeat`'s evaluation `attributed`, judged as check `next` is served: a
+/// state over [`STATE_BYTES_MAX`] recorded nothing; one within it that differs from the
+/// recorded state was recorded, as its canonical JSON.
+fn judge_verdict(heartbeat: &str, attributed: &Attributed, next: u64) -> Result<(), Violation> {
+    let Attributed {
+        request,
+        token,
+        recorded,
+        at_cap,
+        recorded_since,
+    } = attributed;
+    let bytes = token.len();
+    if bytes > STATE_BYTES_MAX {
+        return match recorded_since.first() {
+            Some(to) => violation(
+                "transition_chain",
+                format!(
+                    "check {request} of heartbeat {heartbeat} observed a state of {bytes} bytes, over the {STATE_BYTES_MAX}-byte limit, yet the node recorded {} from it: it is an `error`, the prior state {} kept",
+                    brief(Some(to)),
+                    brief(recorded.as_ref())
+                ),
+            ),
+            None => Ok(()),
+        };
+    }
+    match recorded_since.last() {
+        Some(to) if to != token => violation(
+            "transition_chain",
+            format!(
+                "check {request} of heartbeat {heartbeat} observed {} ({bytes} bytes as canonical JSON), but the node recorded {}",
+                brief(Some(token)),
+                brief(Some(to))
+            ),
+        ),
+        None if recorded.as_ref() != Some(token) && !at_cap => violation(
+            "transition_chain",
+            format!(
+                "check {request} of heartbeat {heartbeat} observed a state of {bytes} bytes, within the {STATE_BYTES_MAX}-byte limit and other than the recorded {}, but no transition recorded it before check {next}",
+                brief(recorded.as_ref())
+            ),
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// A state token for a violation's text: a long one cut, with its length.
+fn brief(token: Option<&String>) -> String {
+    /// The most of a token shown, in characters.
+    const SHOWN_CHARS: usize = 60;
+    match token {
+        None => "none".into(),
+        Some(token) if token.chars().count() <= SHOWN_CHARS => format!("{token:?}"),
+        Some(token) => {
+            let head: String = token.chars().take(SHOWN_CHARS).collect();
+            format!("{head:?}… ({} bytes)", token.len())
+        }
     }
 }
 
@@ -671,22 +867,22 @@ mod tests {
     #[test]
     fn two_checks_of_one_heartbeat_at_once_are_reported_unless_a_crash_dropped_the_first() {
         let mut oracle = PredicateOracle::default();
-        oracle.check_served("inbox", 1).unwrap();
-        oracle.check_served("other", 1).unwrap();
+        oracle.check_served("inbox", 1, None).unwrap();
+        oracle.check_served("other", 1, None).unwrap();
         assert_eq!(
-            oracle.check_served("inbox", 2).unwrap_err().invariant,
+            oracle.check_served("inbox", 2, None).unwrap_err().invariant,
             "one_evaluation_at_a_time"
         );
         let mut oracle = PredicateOracle::default();
-        oracle.check_served("inbox", 1).unwrap();
+        oracle.check_served("inbox", 1, None).unwrap();
         oracle.check_ended("inbox", 1);
-        oracle.check_served("inbox", 2).unwrap();
+        oracle.check_served("inbox", 2, None).unwrap();
         oracle.crashed().expect("no wakeup owed");
-        oracle.check_served("inbox", 3).unwrap();
+        oracle.check_served("inbox", 3, None).unwrap();
         // The dropped check's late end changes nothing.
         oracle.check_ended("inbox", 2);
         assert_eq!(
-            oracle.check_served("inbox", 4).unwrap_err().invariant,
+            oracle.check_served("inbox", 4, None).unwrap_err().invariant,
             "one_evaluation_at_a_time"
         );
     }
@@ -744,5 +940,163 @@ mod tests {
         assert_eq!(heartbeat_of_key("heartbeat:in-box_2:17"), Some("in-box_2"));
         assert_eq!(heartbeat_of_key("other:x:1"), None);
         assert_eq!(heartbeat_of_key("heartbeat:x"), None);
+    }
+
+    /// `inbox`'s check `request`, answering `unread` padded by `pad` bytes within its budget,
+    /// and its end.
+    fn served(log: &mut Log, request: u64, unread: u64, pad: Option<u64>) -> Result<(), Violation> {
+        let observed = state_server::observed(unread, pad);
+        let result = log.oracle.check_served("inbox", request, Some(&observed));
+        log.oracle.check_ended("inbox", request);
+        result
+    }
+
+    /// The pad that makes a state with a one-digit `unread` exactly `bytes` bytes of canonical
+    /// JSON (`{"pad":"…","unread":N}`: 21 bytes besides the pad).
+    fn pad_for(bytes: usize) -> Option<u64> {
+        Some((bytes - 21) as u64)
+    }
+
+    /// `inbox`'s transition from `from` to `to` (tokens as given).
+    fn changed_to(from: &str, to: String) -> EventKind {
+        EventKind::HeartbeatStateChanged {
+            agent: AgentId(1),
+            heartbeat: HeartbeatId("inbox".into()),
+            from: Some(from.into()),
+            to,
+        }
+    }
+
+    fn canonical(unread: u64, pad: Option<u64>) -> String {
+        canonical_json(&state_server::observed(unread, pad))
+    }
+
+    #[test]
+    fn the_canonical_json_is_compact_with_its_keys_in_order_at_every_level() {
+        let value: Value =
+            serde_json::from_str(r#"{ "b": [ {"z": 1, "y": "é\n"} ], "a": null, "c": 2.5 }"#)
+                .unwrap();
+        assert_eq!(
+            canonical_json(&value),
+            r#"{"a":null,"b":[{"y":"é\n","z":1}],"c":2.5}"#
+        );
+        assert_eq!(canonical(7, None), state_server::state_token(7));
+        assert_eq!(
+            canonical(7, pad_for(STATE_BYTES_MAX)).len(),
+            STATE_BYTES_MAX
+        );
+        assert_eq!(canonical(7, pad_for(STATE_BYTES_MAX)), {
+            let pad = pad_for(STATE_BYTES_MAX);
+            state_server::served_token(7, pad)
+        });
+    }
+
+    #[test]
+    fn a_state_over_the_limit_is_never_recorded() {
+        // Any transition to a state over the limit, attributed or not.
+        let mut log = with_baseline();
+        let over = canonical(1, pad_for(STATE_BYTES_MAX + 1));
+        assert_eq!(
+            log.broken(changed_to(r#"{"unread":0}"#, over)),
+            "transition_chain"
+        );
+        // A check that observed a state over the limit records nothing from it, not even
+        // something else.
+        let mut log = with_baseline();
+        served(&mut log, 1, 1, pad_for(STATE_BYTES_MAX + 1)).unwrap();
+        log.ok(changed("inbox", Some(0), 1));
+        log.ok(queued("inbox", 1, 10));
+        assert_eq!(
+            served(&mut log, 2, 1, None).unwrap_err().invariant,
+            "transition_chain"
+        );
+        // Kept out, the prior state kept: silent.
+        let mut log = with_baseline();
+        served(&mut log, 1, 1, pad_for(STATE_BYTES_MAX + 1)).unwrap();
+        served(&mut log, 2, 0, None).unwrap();
+    }
+
+    #[test]
+    fn a_state_within_the_limit_that_changed_is_recorded_before_the_next_check() {
+        for bytes in [STATE_BYTES_MAX, STATE_BYTES_MAX - 1, STATE_BYTES_MAX / 2] {
+            let mut log = with_baseline();
+            served(&mut log, 1, 1, pad_for(bytes)).unwrap();
+            assert_eq!(
+                served(&mut log, 2, 1, None).unwrap_err().invariant,
+                "transition_chain",
+                "{bytes} bytes"
+            );
+            let mut log = with_baseline();
+            served(&mut log, 1, 1, pad_for(bytes)).unwrap();
+            log.ok(changed_to(r#"{"unread":0}"#, canonical(1, pad_for(bytes))));
+            log.ok(queued("inbox", 1, 10));
+            served(&mut log, 2, 1, None).unwrap();
+        }
+        // The recorded state observed again: nothing to record.
+        let mut log = with_baseline();
+        served(&mut log, 1, 0, None).unwrap();
+        served(&mut log, 2, 0, None).unwrap();
+        // A first observation is the baseline: it too is recorded.
+        let mut log = Log::new();
+        log.ok(created("inbox", OnChange::Wake));
+        served(&mut log, 1, 4, None).unwrap();
+        assert_eq!(
+            served(&mut log, 2, 4, None).unwrap_err().invariant,
+            "transition_chain"
+        );
+    }
+
+    #[test]
+    fn a_state_recorded_in_another_form_than_its_canonical_json_is_reported() {
+        let mut log = with_baseline();
+        let pad = pad_for(2_000);
+        served(&mut log, 1, 1, pad).unwrap();
+        // Keys as the server sent them, not in order.
+        let as_sent = format!(
+            r#"{{"unread":1,"pad":"{}"}}"#,
+            "x".repeat(pad.unwrap() as usize)
+        );
+        log.ok(changed_to(r#"{"unread":0}"#, as_sent));
+        log.ok(queued("inbox", 1, 10));
+        assert_eq!(
+            served(&mut log, 2, 1, None).unwrap_err().invariant,
+            "transition_chain"
+        );
+    }
+
+    #[test]
+    fn an_unrecorded_state_is_excused_at_the_cap_after_a_crash_or_in_a_fault_window() {
+        // `at_the_cap` records 4 with 3 runs waiting: emission rightly pauses.
+        let mut log = at_the_cap();
+        served(&mut log, 1, 1, pad_for(3_000)).unwrap();
+        served(&mut log, 2, 1, None).unwrap();
+        // A crash drops the evaluation.
+        let mut log = with_baseline();
+        served(&mut log, 1, 1, pad_for(3_000)).unwrap();
+        log.oracle.crashed().unwrap();
+        served(&mut log, 2, 1, None).unwrap();
+        // A fault window open when served, or a fault struck since, leaves it unjudged; once all
+        // is healed, checks are judged again.
+        let net_delay = vigil_faults::Fault::NetDelay {
+            latency_ms: 100,
+            duration_ms: 60_000,
+        };
+        let mut log = with_baseline();
+        log.oracle.fault(&FaultRecord::Struck(net_delay));
+        served(&mut log, 1, 1, None).unwrap();
+        served(&mut log, 2, 1, None).unwrap();
+        log.oracle.fault(&FaultRecord::HealedAll);
+        served(&mut log, 3, 2, None).unwrap();
+        // A failed write stops the node's commits until it restarts.
+        log.oracle
+            .fault(&FaultRecord::StorageOpFailed { injected_errors: 1 });
+        served(&mut log, 4, 2, None).unwrap();
+        served(&mut log, 5, 3, None).unwrap();
+        log.oracle.crashed().unwrap();
+        served(&mut log, 6, 3, None).unwrap();
+        assert_eq!(
+            served(&mut log, 7, 3, None).unwrap_err().invariant,
+            "transition_chain"
+        );
     }
 }
