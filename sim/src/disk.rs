@@ -202,6 +202,20 @@ impl SimDisk {
         }
     }
 
+    /// A new disk holding what this one's reads see now, with nothing unsynced, no armed fault
+    /// and no counters: the harness reads it without touching this disk (a store opened on it
+    /// may repair the file, and an open fault window must bite the node, not the reader).
+    pub fn read_copy(&self) -> SimDisk {
+        SimDisk {
+            lying_fsync: self.lying_fsync,
+            state: Mutex::new(State {
+                volatile: self.state().volatile.clone(),
+                ..State::default()
+            }),
+            injected: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
     /// How many crashes the disk has seen: backends from an older generation are fenced off.
     pub fn generation(&self) -> u64 {
         self.state().generation

@@ -500,9 +500,13 @@ async fn run_node(
             }) as vigil::node::ReplayObserver
         }),
     };
-    // On a fresh disk there is nothing to read (and opening a store would create one).
-    if compacts(&snapshots) && disk.stats().writes > 0 {
-        report_kept_log(name, &recorder, &disk);
+    if compacts(&snapshots) {
+        // A fresh disk holds no log (and opening a store on it here would create one).
+        if disk.stats().writes > 0 {
+            report_kept_log(name, &recorder, &disk);
+        } else {
+            report_recovery(name, &recorder, 0, &[]);
+        }
     }
     let started = match Node::start(config).await {
         Ok(mut node) => node.ready().await.map(|_| ()).map(|()| node),
@@ -582,13 +586,15 @@ fn compacts(policy: &vigil::snapshots::SnapshotPolicy) -> bool {
 const KEPT_LOG_PAGE_EVENTS: usize = 1_000;
 
 /// Records what a compacting node's disk holds, read by the harness through the production
-/// store before the node starts on it: the log from its oldest kept event. The node then
+/// store before the node starts on it (from a copy of the disk, so the node meets its disk,
+/// and any fault in force, exactly as it was): the log from its oldest kept event. The node then
 /// recovers from its snapshot alone (as production does), and a recovery that ignores the
 /// snapshot meets a log that no longer begins at seq 1. If the disk cannot be read here, the
 /// node's own start meets the same and reports it.
 fn report_kept_log(name: &'static str, recorder: &Recorder, disk: &Arc<SimDisk>) {
+    let copy = Arc::new(disk.read_copy());
     let read = || -> Result<(u64, Vec<Event>), vigil::store::StoreError> {
-        let store = vigil::store::Store::open(StorageLocation::Backend(Box::new(disk.backend())))?;
+        let store = vigil::store::Store::open(StorageLocation::Backend(Box::new(copy.backend())))?;
         let head_seq = store.head_seq()?;
         let mut events: Vec<Event> = Vec::new();
         let mut after = store.oldest_seq()?.saturating_sub(1);
