@@ -127,6 +127,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::liveness::PHI_THRESHOLD_MAX),
         limit!(engine::liveness::PHI_THRESHOLD_DEFAULT),
         limit!(engine::liveness::PHI_WINDOW),
+        limit!(engine::liveness::PHI_SAMPLES_MIN),
         limit!(engine::liveness::LIVENESS_SWEEP_MS),
         limit!(engine::liveness::PULSE_BATCH_MAX),
         limit!(engine::pulse_report::PULSE_METADATA_BYTES_MAX),
