@@ -468,7 +468,8 @@ fn checker_records() -> Vec<TraceRecord> {
                 name: "a".into(),
                 spec: Box::new(spec),
                 token_hash: TokenHash::of("a"),
-                first_fire_at_ms: Some(60_000),
+                // Created at 1 s on a 1-minute timer: its first slot (no jitter).
+                first_fire_at_ms: Some(61_000),
             },
         ),
         commit(
