@@ -97,7 +97,7 @@ pub struct Setup {
 }
 
 /// Runs `setup` to its end, recording into `recorder`.
-pub async fn run(setup: Setup, recorder: Recorder) {
+pub async fn run(mut setup: Setup, recorder: Recorder) {
     let Setup { seed, .. } = setup;
     assert!(
         setup.quiet_ms >= QUIET_PROBE_PERIODS_MIN * setup.probe_every_ms,
@@ -192,7 +192,8 @@ pub async fn run(setup: Setup, recorder: Recorder) {
     let workload = Workload {
         target: node.name,
         addr: node.addr,
-        steps: setup.steps.clone().into(),
+        // Moved, not copied: a fleet's day is tens of thousands of steps.
+        steps: std::mem::take(&mut setup.steps).into(),
         probe_every_ms: setup.probe_every_ms,
         tail_every_ms: setup.tail_every_ms,
         until_ms: end_ms,

@@ -19,12 +19,12 @@
 use std::collections::BTreeMap;
 
 use vigil::engine::agent::AdapterSpec;
-use vigil::engine::daily_cap::LocalDay;
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::pause::PausedBy;
 use vigil::engine::run::{RunStatus, StopReason};
 use vigil::engine::wakeup::WakeupSource;
 
+use super::documented::agents_local_day;
 use super::{violation, Violation};
 
 /// A minute of wall time, in ms.
@@ -71,7 +71,7 @@ pub struct AgentsOracle {
     /// Calls the tool server served per run.
     served_tool_calls: BTreeMap<u64, u32>,
     /// Per agent: the latest local day spend counted on, and the spend on it (micro-dollars).
-    spend: BTreeMap<u64, (LocalDay, u64)>,
+    spend: BTreeMap<u64, (i64, u64)>,
     open: Vec<OpenRunEnd>,
     /// Figures for reports: ghost runs, and runs that finished with a model's answer.
     pub ghost_runs: u64,
@@ -143,7 +143,7 @@ impl AgentsOracle {
                 }
                 // Spend counts against the local day of the call; a day once counted is never
                 // re-opened by a backward clock jump.
-                let today = LocalDay::of(event.at_ms, &limits.time_zone);
+                let today = agents_local_day(event.at_ms, &limits.time_zone);
                 let (day, before) = match self.spend.get(&agent.0) {
                     Some(&(counted, spent)) if counted >= today => (counted, spent),
                     _ => (today, 0),
@@ -304,6 +304,7 @@ impl AgentsOracle {
 #[cfg(test)]
 mod tests {
     use vigil::engine::agent::{AgentId, AgentSpec};
+    use vigil::engine::daily_cap::LocalDay;
     use vigil::engine::history::{HistoryMessage, Role};
     use vigil::engine::llm_spec::LlmSpec;
     use vigil::engine::run::{RunId, RunReport};
@@ -388,7 +389,7 @@ mod tests {
                     cost_micro_usd: cost,
                     ..Usage::default()
                 },
-                day: LocalDay::of(at_ms, "UTC"),
+                day: LocalDay(agents_local_day(at_ms, "UTC") as i32),
             },
         )
     }

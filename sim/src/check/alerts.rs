@@ -12,11 +12,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use vigil::engine::daily_cap::LocalDay;
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::run::RunStatus;
 use vigil::engine::wakeup::RefusalReason;
 
+use super::documented::agents_local_day;
 use super::{violation, Violation};
 
 #[derive(Debug, Default)]
@@ -26,7 +26,7 @@ pub struct AlertsOracle {
     /// Each agent's time zone (for the once-a-day kinds).
     time_zones: BTreeMap<u64, String>,
     /// (kind, agent, local day) already calling for an alert.
-    days: BTreeSet<(&'static str, u64, LocalDay)>,
+    days: BTreeSet<(&'static str, u64, i64)>,
     /// seq -> the kind of alert it calls for.
     expected: BTreeMap<u64, &'static str>,
     /// seq -> deliveries accepted.
@@ -68,7 +68,7 @@ impl AlertsOracle {
             _ => return None,
         };
         let zone = self.time_zones.get(&agent).map_or("UTC", String::as_str);
-        let day = LocalDay::of(event.at_ms, zone);
+        let day = agents_local_day(event.at_ms, zone);
         self.days.insert((kind, agent, day)).then_some(kind)
     }
 

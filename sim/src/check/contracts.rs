@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
 
+use super::documented::local_day;
 use super::{violation, Violation};
 
 /// `pause_heartbeats` without `minutes` rests this long (docs/agents.md).
@@ -27,7 +28,6 @@ const REST_MINUTES_DEFAULT: u64 = 2;
 const REST_MINUTES_MIN: u64 = 1;
 const REST_MINUTES_MAX: u64 = 60;
 /// Seconds in a civil day: for the day count since 1970-01-01.
-const DAY_SECONDS: i64 = 86_400;
 
 /// The breaker as the contract describes it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -238,15 +238,6 @@ impl ContractOracle {
         }
         Ok(())
     }
-}
-
-/// Days from 1970-01-01 to the calendar date of `at_ms` in `time_zone`.
-fn local_day(at_ms: u64, time_zone: &str) -> Option<i64> {
-    let tz = jiff::tz::TimeZone::get(time_zone).ok()?;
-    let instant = jiff::Timestamp::from_millisecond(i64::try_from(at_ms).ok()?).ok()?;
-    let date = instant.to_zoned(tz).date();
-    let midnight_utc = date.to_zoned(jiff::tz::TimeZone::UTC).ok()?.timestamp();
-    Some(midnight_utc.as_second().div_euclid(DAY_SECONDS))
 }
 
 #[cfg(test)]

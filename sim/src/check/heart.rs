@@ -4,10 +4,10 @@
 
 use std::collections::BTreeMap;
 
-use vigil::engine::daily_cap::LocalDay;
 use vigil::engine::event::{Event, EventKind};
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
 
+use super::documented::agents_local_day;
 use super::{violation, Violation};
 
 #[derive(Debug, Clone, Default)]
@@ -19,7 +19,8 @@ struct AgentSeen {
     /// A timed pause's end, on the node's wall clock.
     paused_until_ms: Option<u64>,
     /// The latest local day a start counted against, and the starts on it.
-    day: Option<(LocalDay, u32)>,
+    /// The local day counted (days since 1970-01-01) and the runs started on it.
+    day: Option<(i64, u32)>,
     breaker: Breaker,
     idle_after_ms: Option<u64>,
     /// When the idle chamber may fire next, on the node's wall clock.
@@ -228,7 +229,7 @@ impl HeartOracle {
                         ),
                     );
                 }
-                let today = LocalDay::of(event.at_ms, &seen.time_zone);
+                let today = agents_local_day(event.at_ms, &seen.time_zone);
                 // A day once counted is never re-opened: after a backward jump, starts count
                 // against the latest counted day.
                 let day = seen.day.map_or(today, |(counted, _)| counted.max(today));
@@ -255,6 +256,7 @@ impl HeartOracle {
 #[cfg(test)]
 mod tests_support {
     use vigil::engine::agent::{AgentId, AgentSpec};
+    use vigil::engine::daily_cap::LocalDay;
     use vigil::engine::run::RunId;
     use vigil::engine::tenant::TokenHash;
     use vigil::engine::wakeup::WakeupId;
@@ -310,7 +312,7 @@ mod tests_support {
                 run: RunId(run),
                 agent: AgentId(1),
                 run_number: run,
-                day: LocalDay::of(at_ms, "UTC"),
+                day: LocalDay(agents_local_day(at_ms, "UTC") as i32),
             },
         )
     }

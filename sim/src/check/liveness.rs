@@ -13,8 +13,9 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::engine::liveness::{Detector, LIVENESS_SWEEP_MS};
+use vigil::engine::liveness::Detector;
 
+use super::documented::{fixed_threshold_ms, LIVENESS_SWEEP_MS};
 use super::{violation, Violation};
 
 /// A pulse's answer and the commit it follows cross the simulated network and the node's
@@ -59,14 +60,14 @@ impl LivenessOracle {
             EventKind::AgentCreated { agent, spec, .. } => {
                 let policy = &spec.liveness;
                 let floor_ms = match policy.detector {
-                    Detector::Fixed => policy.threshold_ms(),
+                    Detector::Fixed => fixed_threshold_ms(policy),
                     Detector::PhiAccrual => policy.pulse_interval_ms,
                 };
                 self.agents.insert(
                     agent.0,
                     Watched {
                         floor_ms,
-                        threshold_ms: policy.threshold_ms(),
+                        threshold_ms: fixed_threshold_ms(policy),
                         ..Watched::default()
                     },
                 );
@@ -76,10 +77,10 @@ impl LivenessOracle {
                 let watched = self.agents.entry(agent.0).or_default();
                 let policy = &spec.liveness;
                 watched.floor_ms = match policy.detector {
-                    Detector::Fixed => policy.threshold_ms(),
+                    Detector::Fixed => fixed_threshold_ms(policy),
                     Detector::PhiAccrual => policy.pulse_interval_ms,
                 };
-                watched.threshold_ms = policy.threshold_ms();
+                watched.threshold_ms = fixed_threshold_ms(policy);
             }
             EventKind::AgentOnline { agent, .. } => {
                 let watched = self.agents.entry(agent.0).or_default();

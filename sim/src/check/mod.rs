@@ -11,6 +11,7 @@ mod coding;
 mod commits;
 mod contracts;
 mod cooldown;
+mod documented;
 pub mod edges;
 mod executions;
 mod heart;
@@ -37,14 +38,13 @@ mod test_events;
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::node::WALL_RECHECK_MS;
 
 use crate::trace::{event_digest, FaultRecord, ModelReply, TraceEvent, TraceRecord};
 
 /// How late a due timer may fire on a steady node: the timer loop's recheck period plus one
 /// second for the API answer to reach the workload. A node counts as steady once it has been up
 /// and its wall clock has not jumped for this long.
-pub const TIMER_LAG_MS_MAX: u64 = WALL_RECHECK_MS + 1_000;
+pub const TIMER_LAG_MS_MAX: u64 = documented::WALL_RECHECK_MS + 1_000;
 
 /// How much later than the latest wall time the oracle saw the node read a compaction may cut:
 /// the node reads its clock for a snapshot right after a commit the oracle saw, but the

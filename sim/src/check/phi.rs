@@ -32,7 +32,7 @@ const LOGISTIC_A: f64 = 1.5976;
 const LOGISTIC_B: f64 = 0.070566;
 /// The stale sweep looks at a suspected agent this often (docs/api.md: `LIVENESS_SWEEP_MS`,
 /// every second).
-const SWEEP_PERIOD_MS: u64 = 1_000;
+const SWEEP_PERIOD_MS: u64 = super::documented::LIVENESS_SWEEP_MS;
 /// From the sweep's decision to the `committed` record: the node's scheduler, the writer queue
 /// and the disk (simulated latencies are milliseconds; this is the margin the other liveness
 /// checks give a commit, `PULSE_SLACK_MS`).
@@ -60,10 +60,7 @@ impl Policy {
             phi: liveness.detector == Detector::PhiAccrual,
             passive: liveness.passive_pulses,
             interval_ms: liveness.pulse_interval_ms,
-            // Restated: the fixed threshold is `pulse_interval_ms × offline_after_misses`.
-            fixed_ms: liveness
-                .pulse_interval_ms
-                .saturating_mul(u64::from(liveness.offline_after_misses)),
+            fixed_ms: super::documented::fixed_threshold_ms(liveness),
             phi_threshold: f64::from(liveness.phi_threshold),
         }
     }

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 
 use vigil::engine::event::{Event, EventKind};
-use vigil::engine::run::{RunStatus, CONTROL_PLANE_RESTART};
-use vigil::engine::wakeup::IDEMPOTENCY_TTL_MS;
+use vigil::engine::run::RunStatus;
 
+use super::documented::{CONTROL_PLANE_RESTART, IDEMPOTENCY_TTL_MS};
 use super::{violation, Violation};
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -135,9 +135,7 @@ impl SpacingOracle {
 /// The least silence that may make an agent offline, by the documents.
 fn offline_after_ms(liveness: &LivenessPolicy) -> u64 {
     match liveness.detector {
-        Detector::Fixed => liveness
-            .pulse_interval_ms
-            .saturating_mul(u64::from(liveness.offline_after_misses)),
+        Detector::Fixed => super::documented::fixed_threshold_ms(liveness),
         Detector::PhiAccrual => liveness.pulse_interval_ms,
     }
 }
