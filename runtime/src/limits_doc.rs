@@ -155,6 +155,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(engine::history::HISTORY_MESSAGE_BYTES_MAX),
         limit!(exec::agent_loop::ANSWER_EXCERPT_BYTES_MAX),
         limit!(exec::model::MODEL_ANSWER_BYTES_MAX),
+        limit!(exec::model::ERROR_EXCERPT_CHARS_MAX),
         limit!(exec::pricing::PRICE_USD_PER_MTOK_MAX),
         limit!(node_file::NODE_FILE_BYTES_MAX),
         limit!(alerts::ALERT_SINKS_MAX),

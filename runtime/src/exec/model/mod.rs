@@ -291,6 +291,21 @@ pub fn arguments_value(raw: &serde_json::Value) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    /// At the limit a text is quoted whole; one character past it is cut there and marked.
+    /// Characters, not bytes: a multi-byte character counts once.
+    #[test]
+    fn an_excerpt_is_cut_past_its_limit_and_marked() {
+        let at_limit = "é".repeat(ERROR_EXCERPT_CHARS_MAX);
+        assert_eq!(excerpt(&at_limit), at_limit);
+        let past = format!("{at_limit}x");
+        assert_eq!(excerpt(&past), format!("{at_limit}…"));
+        assert_eq!(
+            excerpt(&"y".repeat(3 * ERROR_EXCERPT_CHARS_MAX)),
+            format!("{}…", "y".repeat(ERROR_EXCERPT_CHARS_MAX))
+        );
+        assert_eq!(excerpt(""), "");
+    }
+
     #[test]
     fn statuses_map_to_the_errors_the_breaker_counts() {
         let answer = |status, retry_after_ms| PostAnswer {
