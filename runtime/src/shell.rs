@@ -579,11 +579,6 @@ impl Shell {
         Some(next.saturating_sub(mono_ms))
     }
 
-    /// How long `agent` has been silent, if it is watched (memory only).
-    pub fn silent_ms(&self, agent: AgentId) -> Option<u64> {
-        self.pulses().silent_ms(agent, mono_ms(&self.clock))
-    }
-
     fn pulses(&self) -> MutexGuard<'_, PulseBook> {
         self.pulses.lock().expect("pulse book lock")
     }
