@@ -56,6 +56,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "wakeup_prompt_read", invariant: "run_told_as_queued (38)", counts: "model calls whose wakeup message the provider read as the built-in prompt" },
     Precondition { key: "tool_arguments_refused", invariant: "tool_arguments_refused_as_documented", counts: "results of tool calls whose arguments broke the schema with at most 8 errors, read back by the model (the whole listing)" },
     Precondition { key: "tool_arguments_past_listing", invariant: "tool_arguments_refused_as_documented", counts: "results of tool calls whose arguments broke the schema with more than 8 errors, read back by the model (\"… and M more\")" },
+    Precondition { key: "llm_error_quoted", invariant: "llm_error_quotes_the_answer", counts: "runs ended `llm_error` by a 429 or 5xx answer the node read (its body quoted in the detail)" },
+    Precondition { key: "llm_error_quote_cut", invariant: "llm_error_quotes_the_answer", counts: "of those, answers longer than the 200 characters a detail quotes (cut and marked)" },
     Precondition { key: "child_started", invariant: "run_told_as_queued (38)", counts: "children started for process agents' runs (their arguments and stdin judged)" },
     Precondition { key: "child_exit_reported", invariant: "run_ends_as_child_did (39)", counts: "runs ended with a child's exit in their report" },
     Precondition { key: "cli_invoked", invariant: "cli_run_as_printed (40)", counts: "coding-CLI invocations (each judged against what its simulated CLI printed)" },
@@ -108,6 +110,8 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     let mut coverage = Coverage::default();
     let mut recovered = false;
     let mut broken_errors = BTreeMap::new();
+    // Per run: the characters of the 429 or 5xx body its latest model call was answered with.
+    let mut error_chars: BTreeMap<u64, Option<usize>> = BTreeMap::new();
     for record in records {
         match &record.event {
             TraceEvent::EdgeAnswered { kind, status, .. } => {
@@ -123,7 +127,24 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::SpecShown { .. } if recovered => {
                 coverage.count("spec_shown_after_recovery")
             }
-            TraceEvent::Committed { event } => committed(&mut coverage, &event.kind),
+            TraceEvent::Committed { event } => {
+                if let EventKind::RunFinished {
+                    run,
+                    detail,
+                    stop_reason: Some(StopReason::LlmError),
+                    ..
+                } = &event.kind
+                {
+                    let read = detail.starts_with("the provider answered ");
+                    if let (Some(Some(chars)), true) = (error_chars.remove(&run.0), read) {
+                        coverage.count("llm_error_quoted");
+                        if chars > QUOTED_CHARS_MAX {
+                            coverage.count("llm_error_quote_cut");
+                        }
+                    }
+                }
+                committed(&mut coverage, &event.kind)
+            }
             TraceEvent::Recovered {
                 head_seq,
                 digests,
@@ -153,12 +174,17 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                 agents.iter().for_each(|_| coverage.count("pulse_answered"))
             }
             TraceEvent::ModelCallServed {
+                run,
                 wake,
                 broken,
                 results_seen,
+                error_body,
                 ..
             } => {
                 coverage.count("execution_served");
+                if let Some(run) = run {
+                    error_chars.insert(*run, error_body.as_ref().map(|b| b.chars().count()));
+                }
                 if wake.is_some() {
                     coverage.count("wakeup_prompt_read");
                 }
@@ -202,6 +228,9 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     }
     coverage
 }
+
+/// Characters of an error answer a run's detail quotes (docs/api.md, `ERROR_EXCERPT_CHARS_MAX`).
+const QUOTED_CHARS_MAX: usize = 200;
 
 /// Most schema errors a refusal lists (docs/agents.md, "Tools"): past it, the listing is cut.
 const ARGUMENT_ERRORS_LISTED: u32 = 8;
@@ -507,6 +536,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "tool_cap_stop",
             "tool_arguments_refused",
             "tool_arguments_past_listing",
+            "llm_error_quoted",
+            "llm_error_quote_cut",
             "rest_from_run",
             "execution_served",
             "wakeup_prompt_read",

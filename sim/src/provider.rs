@@ -973,12 +973,13 @@ async fn answer(
     body: &[u8],
 ) -> (StatusCode, String) {
     let request = read_request(api, body);
-    let (fault, turn) = {
+    let (fault, turn, call) = {
         let mut state = state.lock().expect("provider lock");
         state.calls += 1;
         let turn = decide(state.seed, &state.script, &request, state.calls);
-        (state.current(), turn)
+        (state.current(), turn, state.calls)
     };
+    let refusal = error_answer(fault, api, call);
     let reply = match fault {
         Some(LlmFault::RateLimit) => ModelReply::RateLimited,
         Some(LlmFault::ServerError) => ModelReply::ServerError,
@@ -1013,25 +1014,13 @@ async fn answer(
             // A fault's answer carries none of the turn's calls.
             broken: if fault.is_none() { turn.broken() } else { Vec::new() },
             results_seen: request.results_seen.clone(),
+            error_body: refusal.as_ref().map(|(_, body)| body.clone()),
         },
     );
+    if let Some(refusal) = refusal {
+        return refusal;
+    }
     match (fault, api) {
-        (Some(LlmFault::RateLimit), WireApi::Openai) => (
-            StatusCode::TOO_MANY_REQUESTS,
-            r#"{"error":{"type":"rate_limit_exceeded","message":"Rate limit reached; retry later"}}"#.into(),
-        ),
-        (Some(LlmFault::RateLimit), WireApi::Anthropic) => (
-            StatusCode::TOO_MANY_REQUESTS,
-            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}"#.into(),
-        ),
-        (Some(LlmFault::ServerError), WireApi::Openai) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"error":{"type":"server_error","message":"The server is overloaded"}}"#.into(),
-        ),
-        (Some(LlmFault::ServerError), WireApi::Anthropic) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#.into(),
-        ),
         (Some(LlmFault::Timeout), _) => {
             tokio::time::sleep(Duration::from_millis(SLOW_REPLY_MS)).await;
             (StatusCode::OK, render(api, &request.model, &turn))
@@ -1043,8 +1032,60 @@ async fn answer(
             (StatusCode::OK, r#"{"type":"message","content":"#.into())
         }
         (None, _) => (StatusCode::OK, render(api, &request.model, &turn)),
+        (Some(LlmFault::RateLimit | LlmFault::ServerError), _) => {
+            unreachable!("answered by error_answer above")
+        }
     }
 }
+
+/// A 5xx page from a proxy in front of the provider: longer than the 200 characters a run's
+/// detail quotes (docs/api.md, `ERROR_EXCERPT_CHARS_MAX`), with characters of several bytes.
+const PROXY_PAGE: &str = "<html><head><title>503 Service Unavailable</title></head><body><h1>503 Service Unavailable</h1><p>No healthy upstream is available for this request — the model servers are being restarted. Please retry in a few seconds; if the problem persists, contact your provider’s support with request id 7f3c9a.</p></body></html>";
+
+/// The answer of a rate limit (429) or a server error (5xx) fault, by wire shape; `None` for
+/// any other call. Server errors take turns, by the provider's call count, between the shape's
+/// own JSON error, a proxy's HTML page past the length a run's detail quotes, and a JSON error
+/// exactly that long (200 characters, more bytes): so the cut and its edge are both met.
+fn error_answer(fault: Option<LlmFault>, api: WireApi, call: u64) -> Option<(StatusCode, String)> {
+    let body = match (fault?, api) {
+        (LlmFault::RateLimit, WireApi::Openai) => {
+            r#"{"error":{"type":"rate_limit_exceeded","message":"Rate limit reached; retry later"}}"#
+                .to_string()
+        }
+        (LlmFault::RateLimit, WireApi::Anthropic) => {
+            r#"{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}"#
+                .to_string()
+        }
+        (LlmFault::ServerError, _) if call % 3 == 1 => PROXY_PAGE.to_string(),
+        (LlmFault::ServerError, _) if call % 3 == 2 => exactly_quoted_error(),
+        (LlmFault::ServerError, WireApi::Openai) => {
+            r#"{"error":{"type":"server_error","message":"The server is overloaded"}}"#.to_string()
+        }
+        (LlmFault::ServerError, WireApi::Anthropic) => {
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+                .to_string()
+        }
+        _ => return None,
+    };
+    let status = match fault? {
+        LlmFault::RateLimit => StatusCode::TOO_MANY_REQUESTS,
+        _ => StatusCode::SERVICE_UNAVAILABLE,
+    };
+    Some((status, body))
+}
+
+/// A JSON error of exactly [`QUOTED_CHARS`] characters, its message padded with `é` (two bytes
+/// each): quoted whole, without a cut mark.
+fn exactly_quoted_error() -> String {
+    let head = r#"{"error":{"type":"server_error","message":"overloaded "#;
+    let tail = r#""}}"#;
+    let pad = QUOTED_CHARS - head.chars().count() - tail.chars().count();
+    format!("{head}{}{tail}", "é".repeat(pad))
+}
+
+/// The characters of an error answer a run's detail quotes (docs/api.md,
+/// `ERROR_EXCERPT_CHARS_MAX`), for shaping the answers at its edge.
+const QUOTED_CHARS: usize = 200;
 
 /// The turn as a body of `api`'s shape.
 pub fn render(api: WireApi, model: &str, turn: &Turn) -> String {

@@ -127,6 +127,9 @@ pub enum TraceEvent {
         /// request carries them.
         #[serde(skip_serializing_if = "Vec::is_empty")]
         results_seen: Vec<ToolResultSeen>,
+        /// The body of the 429 or 5xx a fault answered with, as sent.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error_body: Option<String>,
     },
     /// The simulated tool server served an HTTP tool call (sim/src/tool_server.rs): the agent
     /// and run the runtime named in the POST body, the tool, which endpoint, what it did.

@@ -16,6 +16,7 @@ pub mod edges;
 mod executions;
 mod heart;
 mod jitter;
+mod llm_errors;
 mod liveness;
 mod operator;
 mod phi;
@@ -116,6 +117,7 @@ pub struct Checker {
     spacing: spacing::SpacingOracle,
     refusals: refusals::RefusalOracle,
     contracts: contracts::ContractOracle,
+    llm_errors: llm_errors::LlmErrorsOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
     alerts: alerts::AlertsOracle,
@@ -266,9 +268,13 @@ impl Checker {
                 wake,
                 broken,
                 results_seen,
+                error_body,
                 ..
             } => {
                 self.prompts.served(*agent, *run, wake.as_ref())?;
+                if let Some(run) = run {
+                    self.llm_errors.served(*run, error_body.as_deref());
+                }
                 if let Some(run) = run {
                     self.arguments
                         .served(*run, *round, broken, results_seen)?;
@@ -626,6 +632,16 @@ impl Checker {
         self.spacing.committed(event)?;
         self.refusals.committed(event)?;
         self.contracts.committed(event)?;
+        if let EventKind::RunFinished {
+            run,
+            detail,
+            stop_reason,
+            ..
+        } = &event.kind
+        {
+            let llm_error = *stop_reason == Some(vigil::engine::run::StopReason::LlmError);
+            self.llm_errors.finished(run.0, llm_error, detail)?;
+        }
         self.alerts.committed(event);
         self.predicate.committed(event)?;
         self.log.push(event_digest(event));
