@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use vigil::engine::event::EventKind;
 use vigil::engine::run::StopReason;
 use vigil::engine::wakeup::{RefusalReason, WakeupSource};
-use vigil_world::check::STATE_BYTES_MAX;
+use vigil_world::check::{ANSWERED_PREFIX, QUOTED_CHARS_MAX, STATE_BYTES_MAX};
 use vigil_world::state_server::{served_token, NEAR_LIMIT_BYTES};
 use vigil_world::trace::{
     BrokenCall, CheckAnswer, CliOutcome, EdgeKind, FaultRecord, ToolResultSeen, TraceEvent,
@@ -135,7 +135,7 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                     ..
                 } = &event.kind
                 {
-                    let read = detail.starts_with("the provider answered ");
+                    let read = detail.starts_with(ANSWERED_PREFIX);
                     if let (Some(Some(chars)), true) = (error_chars.remove(&run.0), read) {
                         coverage.count("llm_error_quoted");
                         if chars > QUOTED_CHARS_MAX {
@@ -228,9 +228,6 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     }
     coverage
 }
-
-/// Characters of an error answer a run's detail quotes (docs/api.md, `ERROR_EXCERPT_CHARS_MAX`).
-const QUOTED_CHARS_MAX: usize = 200;
 
 /// Most schema errors a refusal lists (docs/agents.md, "Tools"): past it, the listing is cut.
 const ARGUMENT_ERRORS_LISTED: u32 = 8;

@@ -1074,18 +1074,16 @@ fn error_answer(fault: Option<LlmFault>, api: WireApi, call: u64) -> Option<(Sta
     Some((status, body))
 }
 
-/// A JSON error of exactly [`QUOTED_CHARS`] characters, its message padded with `é` (two bytes
+/// A JSON error of exactly [`QUOTED_CHARS_MAX`] characters, its message padded with `é` (two bytes
 /// each): quoted whole, without a cut mark.
 fn exactly_quoted_error() -> String {
+    use crate::check::QUOTED_CHARS_MAX;
     let head = r#"{"error":{"type":"server_error","message":"overloaded "#;
     let tail = r#""}}"#;
-    let pad = QUOTED_CHARS - head.chars().count() - tail.chars().count();
+    let pad = QUOTED_CHARS_MAX - head.chars().count() - tail.chars().count();
     format!("{head}{}{tail}", "é".repeat(pad))
 }
 
-/// The characters of an error answer a run's detail quotes (docs/api.md,
-/// `ERROR_EXCERPT_CHARS_MAX`), for shaping the answers at its edge.
-const QUOTED_CHARS: usize = 200;
 
 /// The turn as a body of `api`'s shape.
 pub fn render(api: WireApi, model: &str, turn: &Turn) -> String {

@@ -17,7 +17,7 @@ pub const QUOTED_CHARS_MAX: usize = 200;
 /// What ends a quote that was cut (docs/agents.md).
 const CUT_MARK: char = '…';
 /// How a detail that reports the provider's status begins (docs/agents.md).
-const ANSWERED_PREFIX: &str = "the provider answered ";
+pub const ANSWERED_PREFIX: &str = "the provider answered ";
 
 /// The error bodies the provider served, per run, until the run ends.
 #[derive(Debug, Default)]

@@ -27,6 +27,7 @@ mod queued_runs;
 mod tool_arguments;
 
 pub use executions::EXECUTION_AFTER_END_SLACK_MS;
+pub use llm_errors::{ANSWERED_PREFIX, QUOTED_CHARS_MAX};
 pub use operator::OPERATOR_ANSWER_BOUND_MS;
 pub use predicate::{canonical_json, REDETECT_BOUND_MS, STATE_BYTES_MAX};
 pub use processes::GROUP_EXIT_SLACK_MS;
