@@ -25,6 +25,10 @@ pub enum Fault {
     /// part of that commit partly lands, torn. CrashAfterWrite (docs/faults.md). Restart after
     /// `downtime_ms`.
     PowerCut { after_ops: u64, downtime_ms: u64 },
+    /// Stop the node as a service manager does (SIGTERM): it drains for `grace_ms` (no run
+    /// starts; the runs going may finish), stops its runs and their process groups, and
+    /// exits; restart it after `downtime_ms` (ADR 0015).
+    GracefulStop { grace_ms: u64, downtime_ms: u64 },
     /// Move the node's wall clock by `delta_ms` (negative: backward). Monotonic time is untouched.
     ClockJump { delta_ms: i64 },
     /// For `duration_ms`, or until `errors_max` operations have failed, each storage operation
@@ -96,6 +100,7 @@ impl Fault {
         match self {
             Fault::Crash { .. } => "crash",
             Fault::PowerCut { .. } => "power_cut",
+            Fault::GracefulStop { .. } => "graceful_stop",
             Fault::ClockJump { .. } => "clock_jump",
             Fault::StorageError {
                 error: StorageError::Io,
@@ -127,6 +132,7 @@ impl Fault {
         match *self {
             Fault::Crash { .. }
             | Fault::PowerCut { .. }
+            | Fault::GracefulStop { .. }
             | Fault::ClockJump { .. }
             | Fault::WakeupBurst { .. }
             | Fault::AlignedTimers { .. }
@@ -158,6 +164,10 @@ impl fmt::Display for Fault {
                 after_ops,
                 downtime_ms,
             } => write!(f, " after_ops={after_ops} downtime_ms={downtime_ms}"),
+            Fault::GracefulStop {
+                grace_ms,
+                downtime_ms,
+            } => write!(f, " grace_ms={grace_ms} downtime_ms={downtime_ms}"),
             Fault::ClockJump { delta_ms } => write!(f, " delta_ms={delta_ms}"),
             Fault::StorageError {
                 filter,
@@ -301,6 +311,8 @@ pub struct FaultRate {
 pub enum FaultKind {
     Crash,
     PowerCut,
+    /// SIGTERM: a drain, a stop, a restart after a downtime.
+    GracefulStop,
     ClockJump,
     /// Storage operations fail with an I/O error (`ErrorKind::Other`).
     StorageIoError(StorageFilter),
@@ -342,6 +354,7 @@ impl FaultKind {
         match self {
             FaultKind::Crash => "crash",
             FaultKind::PowerCut => "power_cut",
+            FaultKind::GracefulStop => "graceful_stop",
             FaultKind::ClockJump => "clock_jump",
             FaultKind::StorageIoError(_) => "storage_io_error",
             FaultKind::DiskFull(_) => "disk_full",
@@ -379,6 +392,10 @@ pub const CRASH_DOWNTIME_MS_MAX: u64 = 3 * 60 * 60 * 1_000;
 /// A power cut strikes within this many storage operations: a redb commit of a few events does
 /// about six writes and one sync, so this spans the first one or two commits after arming.
 pub const POWER_CUT_AFTER_OPS_MAX: u64 = 12;
+/// Longest drain a graceful stop gives the runs going (drawn from 0, which stops at once):
+/// production's default is 25 s (`DRAIN_GRACE_DEFAULT_S`); up to two minutes lets runs of a
+/// few tool rounds finish, while a hung or long process run outlasts it.
+pub const GRACEFUL_STOP_GRACE_MS_MAX: u64 = 2 * 60 * 1_000;
 /// Largest forward and backward clock jumps.
 pub const CLOCK_JUMP_FORWARD_MS_MAX: i64 = 3 * 60 * 60 * 1_000;
 pub const CLOCK_JUMP_BACKWARD_MS_MAX: i64 = 60 * 60 * 1_000;
@@ -479,6 +496,10 @@ fn draw(kind: FaultKind, rng: &mut impl Rng) -> Fault {
         },
         FaultKind::PowerCut => Fault::PowerCut {
             after_ops: rng.gen_range(1..=POWER_CUT_AFTER_OPS_MAX),
+            downtime_ms: log_uniform(rng, CRASH_DOWNTIME_MS_MIN, CRASH_DOWNTIME_MS_MAX),
+        },
+        FaultKind::GracefulStop => Fault::GracefulStop {
+            grace_ms: rng.gen_range(0..=GRACEFUL_STOP_GRACE_MS_MAX),
             downtime_ms: log_uniform(rng, CRASH_DOWNTIME_MS_MIN, CRASH_DOWNTIME_MS_MAX),
         },
         FaultKind::ClockJump => {
@@ -617,6 +638,7 @@ mod tests {
         vec![
             rate(FaultKind::Crash, 0.5),
             rate(FaultKind::PowerCut, 0.5),
+            rate(FaultKind::GracefulStop, 0.5),
             rate(FaultKind::ClockJump, 0.5),
             rate(
                 FaultKind::StorageIoError(StorageFilter::always(StorageOps::Write)),

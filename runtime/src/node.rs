@@ -259,6 +259,15 @@ impl Node {
         failed.clone().expect("waited for a failure")
     }
 
+    /// The first step of [`Node::drain`], on its own: from now on no run starts. Returns the
+    /// log position of the last event decided before (every event after it was decided with
+    /// starts held), or `None` before [`Node::ready`]. Holding twice is holding once.
+    pub fn hold_starts(&self) -> Option<u64> {
+        let (shell, _) = self.ready.as_ref()?;
+        shell.hold_starts();
+        Some(shell.engine().last_seq())
+    }
+
     /// Drains (ADR 0015): from now on no run starts (wakeups are answered as usual and queue),
     /// and the runs already going may finish, for at most `grace`. Returns how many were still
     /// going when the grace ran out (0: every run ended and its end is durable). The caller then
@@ -267,7 +276,7 @@ impl Node {
         let Some((shell, _)) = &self.ready else {
             return 0;
         };
-        shell.hold_starts();
+        self.hold_starts();
         let all_ended = async {
             while shell.runs_in_progress() > 0 {
                 tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;

@@ -691,7 +691,7 @@ impl Shell {
 
     /// Runs that have started and whose end is not yet durable. Zero only once every run the
     /// executor held has reported its end and the writer has committed it.
-    pub(crate) fn runs_in_progress(&self) -> usize {
+    pub fn runs_in_progress(&self) -> usize {
         let executing = self.executor.executing();
         if executing > 0 {
             return executing;

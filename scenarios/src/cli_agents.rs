@@ -164,6 +164,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         rates: vec![
             rate(FaultKind::Crash, 1.5, 6),
             rate(FaultKind::PowerCut, 1.0, 4),
+            rate(FaultKind::GracefulStop, 0.5, 3),
             rate(FaultKind::ClockJump, 0.5, 3),
         ],
         downtime_ms_max: 5 * MINUTE_MS,

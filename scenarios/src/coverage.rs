@@ -88,6 +88,9 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "spec_shown_after_recovery", invariant: "spec_shown_as_sent (34)", counts: "specs read back after a recovery" },
     Precondition { key: "token_rotated", invariant: "token_rotation_as_answered (37)", counts: "agent token rotations answered 2xx" },
     Precondition { key: "replaced_token_tried", invariant: "token_rotation_as_answered (37)", counts: "reads with an agent token a later rotation replaced" },
+    Precondition { key: "drain_with_runs_going", invariant: "drain_starts_no_run (43), drained_means_ended (44)", counts: "graceful stops whose drain began with runs going" },
+    Precondition { key: "drain_grace_ran_out", invariant: "drain_starts_no_run (43)", counts: "graceful stops whose grace ran out with runs still going (stopped, re-queued at the next start)" },
+    Precondition { key: "stopped_with_groups", invariant: "no_child_outlives_a_stop (45)", counts: "graceful stops that began with process groups of runs alive" },
     Precondition { key: "pause_taken", invariant: "pause_length_as_asked (35)", counts: "pauses and rests asked at the edges of their minutes, taken" },
 ];
 
@@ -206,6 +209,15 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
             TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
+            TraceEvent::DrainStarted { going, groups, .. } => {
+                if *going > 0 {
+                    coverage.count("drain_with_runs_going");
+                }
+                if *groups > 0 {
+                    coverage.count("stopped_with_groups");
+                }
+            }
+            TraceEvent::Drained { left } if *left > 0 => coverage.count("drain_grace_ran_out"),
             TraceEvent::CheckServed { answer, .. } => {
                 if !answer.in_budget() {
                     coverage.count("check_past_budget");
@@ -541,6 +553,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "breaker_probe",
             "rest_across_crash",
             "probe_during_catch_up",
+            "drain_with_runs_going",
+            "drain_grace_ran_out",
         ],
         "cli_agents" => &[
             "execution_served",
@@ -550,6 +564,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "cli_invoked",
             "cli_session_resumed",
             "cli_session_refused",
+            "drain_with_runs_going",
+            "stopped_with_groups",
         ],
         "hostile" => &["operator_answered"],
         "edges" => &[

@@ -100,12 +100,11 @@ pub async fn run(seed: u64, recorder: Recorder) {
         };
         let step = if rng.gen_bool(0.7) {
             let invalid = rng.gen_range(0..100) < INVALID_PERCENT;
-            submit(
-                at_ms,
-                EdgeKind::Patch,
-                Some(agent),
-                adapter_patch(&mut rng, rules, invalid),
-            )
+            let mut patch = adapter_patch(&mut rng, rules, invalid);
+            if rules.kind == "llm" && !invalid && rng.gen_bool(TEMPLATE_PATCH_CHANCE) {
+                patch["adapter"]["system_prompt"] = template_edge(&mut rng);
+            }
+            submit(at_ms, EdgeKind::Patch, Some(agent), patch)
         } else {
             Step {
                 at_ms,
@@ -262,8 +261,49 @@ fn valid_text(rng: &mut ChaCha8Rng, chars_max: usize, form: Form) -> Value {
         Form::NotBlank | Form::NonEmpty | Form::Any => {
             "é".repeat(if long { chars_max } else { 5 })
         }
+        Form::Template => {
+            let template = VALID_TEMPLATES.choose(rng).expect("templates");
+            let padding = chars_max - template.chars().count();
+            format!("{template}{}", "é".repeat(if long { padding } else { 0 }))
+        }
     })
 }
+
+/// Chance that an otherwise valid change of an `llm` agent sets its system prompt to a
+/// template at its edge (one the docs accept, or one they refuse), so that a sweep of a few
+/// seeds meets a refused template.
+const TEMPLATE_PATCH_CHANCE: f64 = 0.5;
+/// The longest system prompt (docs/api.md, `adapter.system_prompt`).
+const SYSTEM_PROMPT_CHARS_MAX: usize = 8_192;
+
+/// A system prompt the docs accept or, as often, one they refuse (a syntax error, a variable
+/// not in the table, or one character too many).
+fn template_edge(rng: &mut ChaCha8Rng) -> Value {
+    if rng.gen_bool(0.5) {
+        valid_text(rng, SYSTEM_PROMPT_CHARS_MAX, Form::Template)
+    } else {
+        invalid_text(rng, SYSTEM_PROMPT_CHARS_MAX, Form::Template)
+    }
+}
+
+/// Prompt templates docs/agents.md accepts: each variable, a filter, a condition.
+const VALID_TEMPLATES: &[&str] = &[
+    "Wake up, {{ agent.name }} (agent {{ agent.id }}).",
+    "Run {{ run.id }} from {{ run.source }}: {{ run.reason }} at {{ now_local }}.",
+    "{% if daily_cap_remaining %}{{ daily_cap_remaining }} runs left.{% endif %}",
+    "Payload: {{ run.payload | tojson }}; ticket {{ run.payload[\"ticket\"] | default(\"\") }}",
+    "No variables at all.",
+];
+
+/// Prompt templates docs/agents.md refuses: syntax errors, a typo, a payload field read as a
+/// variable, a variable not in the table.
+const INVALID_TEMPLATES: &[&str] = &[
+    "{% if daily_cap_remaining %}unclosed",
+    "Hello {{ agent.name ",
+    "{{ agent.nmae }}",
+    "{{ run.payload.ticket }}",
+    "{{ secrets }}",
+];
 
 /// A text just past the field's limits or form.
 fn invalid_text(rng: &mut ChaCha8Rng, chars_max: usize, form: Form) -> Value {
@@ -292,6 +332,10 @@ fn invalid_text(rng: &mut ChaCha8Rng, chars_max: usize, form: Form) -> Value {
             .expect("texts")
             .to_string(),
         Form::Any => too_long,
+        Form::Template => match rng.gen_range(0..3) {
+            0 => too_long,
+            _ => INVALID_TEMPLATES.choose(rng).expect("templates").to_string(),
+        },
     })
 }
 

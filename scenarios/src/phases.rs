@@ -392,7 +392,21 @@ pub async fn run(mut setup: Setup, recorder: Recorder) {
                     restart_at_ms = Some(restart_after(elapsed_ms(), downtime_ms));
                 }
             }
-            Fault::Crash { .. } | Fault::PowerCut { .. } => {}
+            Fault::GracefulStop {
+                grace_ms,
+                downtime_ms,
+            } if node.is_up() => {
+                recorder.record(
+                    node.name,
+                    TraceEvent::Fault {
+                        fault: FaultRecord::Struck(injection.fault),
+                    },
+                );
+                if node.graceful_stop(&recorder, grace_ms).await {
+                    restart_at_ms = Some(restart_after(elapsed_ms(), downtime_ms));
+                }
+            }
+            Fault::Crash { .. } | Fault::PowerCut { .. } | Fault::GracefulStop { .. } => {}
             Fault::ClockJump { delta_ms } => node.jump_clock(&recorder, delta_ms),
             Fault::CatchUp { delta_ms } => {
                 recorder.record(

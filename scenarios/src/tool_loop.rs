@@ -197,6 +197,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
         rates: vec![
             rate(FaultKind::Crash, 1.5, 6),
             rate(FaultKind::PowerCut, 1.5, 6),
+            rate(FaultKind::GracefulStop, 0.5, 3),
             rate(FaultKind::ClockJump, 0.5, 3),
             rate(FaultKind::Llm(LlmFault::ServerError), 0.3, 2),
             rate(FaultKind::Llm(LlmFault::Malformed), 0.3, 2),

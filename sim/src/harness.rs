@@ -43,6 +43,10 @@ const POWER_CUT_POLL_MS: u64 = 10;
 const STOP_CHECK_MS: u64 = 60_000;
 /// How often the harness looks whether a node whose disk just failed an operation has stopped.
 const NODE_STOP_POLL_MS: u64 = 10;
+/// How long past its drain's grace a gracefully stopping node may take to exit: its stop waits
+/// for the runs' process groups (their largest grace, at most 60 s in any scenario, plus the
+/// executor's settling time). A node still up after it is hung in its stop.
+const GRACEFUL_STOP_EXIT_MS_MAX: u64 = 5 * 60_000;
 /// Name of the random stream that decides what a crash leaves of a node's unsynced transcript
 /// tails: its own stream, so that transcripts never shift the draws of the disk or the faults.
 const TRANSCRIPT_CRASH_STREAM: &str = "transcript_crash";
@@ -87,6 +91,34 @@ enum Process {
     Running(tokio::sync::watch::Receiver<Option<String>>),
     /// Start-up failed on an injected storage error: the process exited with this error.
     Exited(String),
+    /// Stopped gracefully (a drain, then a stop): the process exits.
+    Stopped,
+}
+
+/// The harness's SIGTERM to a node's process: the drain's grace, and the wake-up. One per
+/// node, for all its starts: the harness sends it only to a serving process, and restarts the
+/// node only after that process has stopped, so no start sees an earlier one's request.
+#[derive(Debug, Default)]
+struct StopSignal {
+    grace_ms: Mutex<Option<u64>>,
+    sent: tokio::sync::Notify,
+}
+
+impl StopSignal {
+    fn send(&self, grace_ms: u64) {
+        *self.grace_ms.lock().expect("stop signal lock") = Some(grace_ms);
+        self.sent.notify_one();
+    }
+
+    /// Waits for the signal; its grace.
+    async fn received(&self) -> u64 {
+        loop {
+            if let Some(grace_ms) = self.grace_ms.lock().expect("stop signal lock").take() {
+                return grace_ms;
+            }
+            self.sent.notified().await;
+        }
+    }
 }
 /// Virtual time since the start of the current simulation.
 pub fn elapsed() -> Duration {
@@ -142,6 +174,7 @@ pub struct RuntimeNode {
     handle: NodeHandle,
     up: bool,
     process: Arc<Mutex<Process>>,
+    stop: Arc<StopSignal>,
 }
 
 impl RuntimeNode {
@@ -169,12 +202,14 @@ impl RuntimeNode {
         let disk = Arc::new(SimDisk::new(lying_fsync));
         let addr = SocketAddr::new(ip, RUNTIME_PORT);
         let process = Arc::new(Mutex::new(Process::Starting));
+        let stop = Arc::new(StopSignal::default());
         let run_faults = RunFaults::default();
         let transcripts = Arc::new(MemoryTranscripts::new());
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
             let (process, run_faults) = (process.clone(), run_faults.clone());
-            let transcripts = transcripts.clone();
+            let (transcripts, stop) = (transcripts.clone(), stop.clone());
+            let machine = processes.clone();
             let spawner: SharedSpawner = match &processes {
                 Some(processes) => Arc::new(processes.clone()),
                 None => Arc::new(NoSpawner),
@@ -191,10 +226,11 @@ impl RuntimeNode {
                         spawner: spawner.clone(),
                         alert_sinks: alert_sinks.clone(),
                         snapshots,
+                        processes: machine.clone(),
                     },
                     recorder.clone(),
                     entropy_seed,
-                    process.clone(),
+                    (process.clone(), stop.clone()),
                 )
             }
         };
@@ -211,6 +247,7 @@ impl RuntimeNode {
             handle,
             up: true,
             process,
+            stop,
         }
     }
 
@@ -238,7 +275,7 @@ impl RuntimeNode {
         match &*self.process.lock().expect("process lock") {
             Process::Running(failure) => failure.borrow().clone(),
             Process::Exited(error) => Some(error.clone()),
-            Process::Down | Process::Starting => None,
+            Process::Down | Process::Starting | Process::Stopped => None,
         }
     }
 
@@ -304,6 +341,60 @@ impl RuntimeNode {
                 kept_ops: report.kept_ops,
                 torn_ops: report.torn_ops,
                 lost_bytes: report.lost_bytes,
+            },
+        );
+    }
+
+    /// Stops the node as a service manager does (SIGTERM, ADR 0015): it drains for
+    /// `grace_ms`, stops its runs and their process groups, and exits; the page cache keeps
+    /// what it wrote. Returns whether the node went down: not if it was not serving (still
+    /// recovering, or stopped itself already), when nothing is sent. A node that stops itself
+    /// on a failed write meanwhile is taken down as [`RuntimeNode::exited`] says.
+    pub async fn graceful_stop(&mut self, recorder: &Recorder, grace_ms: u64) -> bool {
+        assert!(self.up, "stopping a node that is down");
+        let serving = matches!(&*self.process.lock().expect("process lock"), Process::Running(_));
+        if !serving || self.stopped_cause().is_some() {
+            return false;
+        }
+        self.stop.send(grace_ms);
+        let give_up_ms = elapsed_ms() + grace_ms + GRACEFUL_STOP_EXIT_MS_MAX;
+        loop {
+            if matches!(&*self.process.lock().expect("process lock"), Process::Stopped) {
+                self.went_down(recorder);
+                return true;
+            }
+            if let Some(cause) = self.stopped_cause() {
+                self.exited(recorder, &cause);
+                return true;
+            }
+            if recorder.failed() {
+                return false;
+            }
+            assert!(
+                elapsed_ms() < give_up_ms,
+                "node {} did not exit within {GRACEFUL_STOP_EXIT_MS_MAX} ms of its {grace_ms} ms drain",
+                self.name
+            );
+            tokio::time::sleep(Duration::from_millis(NODE_STOP_POLL_MS)).await;
+        }
+    }
+
+    /// The process exited after a graceful stop: like [`RuntimeNode::exited`], without a
+    /// cause (its last commit may still be on its way to the disk when the process ends).
+    fn went_down(&mut self, recorder: &Recorder) {
+        Handle::current().kill(self.handle.id());
+        let pending_ops = self.disk.fence();
+        self.parent_died();
+        self.up = false;
+        self.set_process(Process::Down);
+        recorder.record(
+            self.name,
+            TraceEvent::Crashed {
+                during_write: true,
+                pending_ops,
+                kept_ops: pending_ops,
+                torn_ops: 0,
+                lost_bytes: 0,
             },
         );
     }
@@ -392,6 +483,8 @@ struct NodeWorld {
     /// When the node snapshots, and whether it compacts ([`SIM_SNAPSHOTS`] unless the scenario
     /// asks for [`compacting_snapshots`]).
     snapshots: vigil::snapshots::SnapshotPolicy,
+    /// The machine's processes, whose live groups a graceful stop reports.
+    processes: Option<SimProcesses>,
 }
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
@@ -403,7 +496,7 @@ async fn run_node(
     world: NodeWorld,
     recorder: Recorder,
     entropy_seed: u64,
-    process: Arc<Mutex<Process>>,
+    (process, stop): (Arc<Mutex<Process>>, Arc<StopSignal>),
 ) {
     let NodeWorld {
         disk,
@@ -412,6 +505,7 @@ async fn run_node(
         spawner,
         alert_sinks,
         snapshots,
+        processes,
     } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -518,6 +612,10 @@ async fn run_node(
         // pass for a stop (ADR 0008).
         Ok(node) => {
             *process.lock().expect("process lock") = Process::Running(node.failure());
+            let grace_ms = stop.received().await;
+            if stop_gracefully(name, node, grace_ms, &recorder, processes.as_ref()).await {
+                *process.lock().expect("process lock") = Process::Stopped;
+            }
             std::future::pending::<()>().await
         }
         // The power went during start-up: the harness is about to kill this process, and what
@@ -534,6 +632,37 @@ async fn run_node(
             },
         ),
     }
+}
+
+/// What `vigil serve` does on SIGTERM (ADR 0015): drain for `grace_ms`, then stop the runs and
+/// wait for their process groups; each step recorded. Returns `false` if a write failed during
+/// the drain: the node stopped itself, and the harness sees that instead.
+async fn stop_gracefully(
+    name: &'static str,
+    node: Node,
+    grace_ms: u64,
+    recorder: &Recorder,
+    processes: Option<&SimProcesses>,
+) -> bool {
+    let after_seq = node.hold_starts().expect("a serving node is ready");
+    recorder.record(
+        name,
+        TraceEvent::DrainStarted {
+            grace_ms,
+            after_seq,
+            going: node.shell().runs_in_progress(),
+            groups: processes.map_or(0, |p| p.live_groups().len()),
+        },
+    );
+    let left = tokio::select! {
+        left = node.drain(Duration::from_millis(grace_ms)) => left,
+        _ = node.failed() => return false,
+    };
+    recorder.record(name, TraceEvent::Drained { left });
+    node.stop_and_reap().await;
+    let live_groups = processes.map_or_else(Vec::new, SimProcesses::live_groups);
+    recorder.record(name, TraceEvent::StoppedGracefully { live_groups });
+    true
 }
 
 /// Whether `event` ends a run with an agent loop's report.

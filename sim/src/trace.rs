@@ -49,6 +49,23 @@ pub enum TraceEvent {
     },
     /// The node was started again on its surviving disk.
     Restarted,
+    /// A graceful stop began (fault `graceful_stop`): the node holds run starts from now on.
+    /// `after_seq` is its log position when it did (every later event was decided with starts
+    /// held); `going` the runs then in progress, as the node counts them; `groups` the
+    /// machine's process groups then alive.
+    DrainStarted {
+        grace_ms: u64,
+        after_seq: u64,
+        going: usize,
+        groups: usize,
+    },
+    /// The drain ended: `left` runs were still going when the grace ran out (0: every run that
+    /// was going has ended, its end durable).
+    Drained { left: usize },
+    /// The node stopped its runs and waited for their process groups, and its process exits:
+    /// `live_groups`, the process groups of the machine still alive at that moment (the
+    /// simulated machine's view, not the node's).
+    StoppedGracefully { live_groups: Vec<u32> },
     /// The node finished recovery: the whole recovered log as (seq, digest) pairs (from its
     /// oldest kept event: seq 1 unless the node compacts), and in full the events on disk that
     /// were never reported committed (only a power cut may leave any).

@@ -453,6 +453,7 @@ pub fn fault_kind(name: &str) -> Option<FaultKind> {
     Some(match name {
         "crash" => FaultKind::Crash,
         "power_cut" => FaultKind::PowerCut,
+        "graceful_stop" => FaultKind::GracefulStop,
         "clock_jump" => FaultKind::ClockJump,
         "clock_skew" => FaultKind::ClockSkew,
         "storage_io_error" => FaultKind::StorageIoError(storage),

@@ -703,6 +703,35 @@ pub enum Form {
     EnvName,
     /// One of these words.
     OneOf(&'static [&'static str]),
+    /// A prompt template (docs/agents.md): minijinja syntax, reading only
+    /// [`PROMPT_VARIABLES`].
+    Template,
+}
+
+/// The variables a prompt template may read (docs/agents.md, "Variables (nothing else is
+/// accepted)").
+pub const PROMPT_VARIABLES: &[&str] = &[
+    "agent.name",
+    "agent.id",
+    "run.id",
+    "run.source",
+    "run.reason",
+    "run.payload",
+    "now_local",
+    "daily_cap_remaining",
+];
+
+/// Whether `source` is a template the documents accept: it parses, and every variable it
+/// reads is in the table (minijinja's own analysis says which it reads, as the docs say).
+fn template_holds(source: &str) -> bool {
+    let env = minijinja::Environment::new();
+    let Ok(template) = env.template_from_str(source) else {
+        return false;
+    };
+    template
+        .undeclared_variables(true)
+        .iter()
+        .all(|name| PROMPT_VARIABLES.contains(&name.as_str()))
 }
 
 /// A list of texts: at most `items_max`, each at most `chars_max` characters.
@@ -769,6 +798,7 @@ impl Text {
                     && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
             }
             Form::OneOf(words) => words.contains(&value),
+            Form::Template => template_holds(value),
             Form::Url { strict } => {
                 let Some(rest) = value
                     .strip_prefix("https://")
@@ -836,6 +866,7 @@ pub static ADAPTERS: &[AdapterRules] = &[
             text("adapter.base_url", 2_048, Form::Url { strict: true }),
             text("adapter.model", 200, Form::NonEmpty),
             text("adapter.api_key_env", 128, Form::EnvName),
+            text("adapter.system_prompt", 8_192, Form::Template),
         ],
         lists: &[],
     },
@@ -978,6 +1009,35 @@ mod tests {
             "adapter": {"type": "scripted", "steps": [{"duration_ms": 1000, "outcome": "succeeded"}]},
         });
         merge_patch(&base, &extra)
+    }
+
+    #[test]
+    fn a_system_prompt_is_judged_as_a_documented_template() {
+        let llm = |prompt: Value| {
+            json!({
+                "name": "edge-2",
+                "adapter": {"type": "llm", "base_url": "https://p.example/v1", "model": "m", "system_prompt": prompt},
+            })
+        };
+        let accepted = [
+            json!("Wake {{ agent.name }} for {{ run.reason }} at {{ now_local }}"),
+            json!("{{ run.payload[\"ticket\"] | default(\"\") }}"),
+            json!("é".repeat(8_192)),
+            Value::Null,
+        ];
+        for prompt in accepted {
+            assert!(judge_spec(&llm(prompt.clone())).is_empty(), "{prompt}");
+        }
+        let refused = [
+            json!("é".repeat(8_193)),
+            json!("{% if run.id %}unclosed"),
+            json!("{{ agent.nmae }}"),
+            json!("{{ run.payload.ticket }}"),
+        ];
+        for prompt in refused {
+            let want: Judgement = ["adapter.system_prompt".to_string()].into_iter().collect();
+            assert_eq!(judge_spec(&llm(prompt.clone())), want, "{prompt}");
+        }
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod executions;
 mod heart;
 mod jitter;
 mod llm_errors;
+mod drain;
 mod liveness;
 mod operator;
 mod phi;
@@ -119,6 +120,7 @@ pub struct Checker {
     refusals: refusals::RefusalOracle,
     contracts: contracts::ContractOracle,
     llm_errors: llm_errors::LlmErrorsOracle,
+    drain: drain::DrainOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
     alerts: alerts::AlertsOracle,
@@ -159,6 +161,7 @@ impl Checker {
         }
         match &record.event {
             TraceEvent::Committed { event } => {
+                self.drain.committed(event)?;
                 self.edges.committed(event);
                 self.prompts.committed(event);
                 self.coding.committed(event)?;
@@ -196,6 +199,7 @@ impl Checker {
                 self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
                 // A commit a power cut interrupted may have landed: its events are the node's.
                 for event in unreported {
+                    self.drain.committed(event)?;
                     self.edges.committed(event);
                     self.prompts.committed(event);
                     self.coding.committed(event)?;
@@ -254,8 +258,15 @@ impl Checker {
                 self.predicate.quiet(t_ms);
                 Ok(())
             }
+            TraceEvent::DrainStarted { after_seq, .. } => {
+                self.drain.drain_started(*after_seq);
+                Ok(())
+            }
+            TraceEvent::Drained { left } => self.drain.drained(*left),
+            TraceEvent::StoppedGracefully { live_groups } => self.drain.stopped(live_groups),
             TraceEvent::Restarted => {
                 // A process that stopped itself (a failed write) is restarted without a crash.
+                self.drain.restarted();
                 self.phi.restarted();
                 self.node(record.node).write_failed_ms = None;
                 Ok(())
