@@ -22,6 +22,9 @@ use vigil_world::trace::{
 
 mod combinations;
 
+/// Most messages a history holds (docs/api.md), for `history_at_bound`.
+const HISTORY_MESSAGES_MAX: usize = 40;
+
 /// One precondition: its key, the invariant it lets judge, and what it counts.
 #[derive(Debug, Clone, Copy)]
 pub struct Precondition {
@@ -88,6 +91,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "spec_shown_after_recovery", invariant: "spec_shown_as_sent (34)", counts: "specs read back after a recovery" },
     Precondition { key: "token_rotated", invariant: "token_rotation_as_answered (37)", counts: "agent token rotations answered 2xx" },
     Precondition { key: "replaced_token_tried", invariant: "token_rotation_as_answered (37)", counts: "reads with an agent token a later rotation replaced" },
+    Precondition { key: "history_shown", invariant: "history_shown_as_documented (46)", counts: "histories read that held messages" },
+    Precondition { key: "history_at_bound", invariant: "history_shown_as_documented (46)", counts: "histories read at their 40-message bound (older messages gone)" },
     Precondition { key: "drain_with_runs_going", invariant: "drain_starts_no_run (43), drained_means_ended (44)", counts: "graceful stops whose drain began with runs going" },
     Precondition { key: "drain_grace_ran_out", invariant: "drain_starts_no_run (43)", counts: "graceful stops whose grace ran out with runs still going (stopped, re-queued at the next start)" },
     Precondition { key: "stopped_with_groups", invariant: "no_child_outlives_a_stop (45)", counts: "graceful stops that began with process groups of runs alive" },
@@ -209,6 +214,12 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AlertDelivered { .. } => coverage.count("alert_delivered"),
             TraceEvent::ProcessGroupGone { .. } => coverage.count("process_group_gone"),
             TraceEvent::OperatorAnswered { .. } => coverage.count("operator_answered"),
+            TraceEvent::HistoryShown { messages, .. } if !messages.is_empty() => {
+                coverage.count("history_shown");
+                if messages.len() == HISTORY_MESSAGES_MAX {
+                    coverage.count("history_at_bound");
+                }
+            }
             TraceEvent::DrainStarted { going, groups, .. } => {
                 if *going > 0 {
                     coverage.count("drain_with_runs_going");
@@ -555,6 +566,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "probe_during_catch_up",
             "drain_with_runs_going",
             "drain_grace_ran_out",
+            "history_shown",
+            "history_at_bound",
         ],
         "cli_agents" => &[
             "execution_served",

@@ -15,6 +15,8 @@
 //! (arguments with 1-14 values of a wrong type), and reads back what the node answered
 //! (`tool_arguments_refused_as_documented`).
 //!
+//! The operator reads each agent's history a few times (`history_shown_as_documented`).
+//!
 //! Half the agents speak the Anthropic shape, half reach provider and tools by host name.
 //! Timers every 2-6 minutes plus on-demand wakeups; crashes and power cuts about twice an hour,
 //! clock jumps, spells of provider errors.
@@ -43,6 +45,8 @@ const PER_KIND: usize = 3;
 /// "Tools"), so both a whole listing and one that ends "… and M more" are met.
 const BROKEN_PERMILLE: u32 = 100;
 const BROKEN_ERRORS: (u32, u32) = (1, 14);
+/// Reads of each agent's history over the safety phase.
+const HISTORY_READS: std::ops::Range<u32> = 1..4;
 
 fn looping() -> Behaviour {
     Behaviour {
@@ -172,6 +176,18 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 action: Action::Wake {
                     agent: name.clone(),
                     request: serde_json::json!({ "source": "on_demand", "reason": format!("user {w}") }),
+                },
+            });
+        }
+    }
+    // The operator reads histories now and then: each is judged against the log's
+    // (`history_shown_as_documented`), late ones after 20 runs and more at the bound.
+    for name in &names {
+        for _ in 0..rng.gen_range(HISTORY_READS) {
+            steps.push(Step {
+                at_ms: rng.gen_range(10 * MINUTE_MS..SAFETY_MS),
+                action: Action::ReadHistory {
+                    agent: name.clone(),
                 },
             });
         }

@@ -244,6 +244,15 @@ pub enum TraceEvent {
         /// `paused_until_ms` of a 2xx answer that shows the agent (pauses and resumes).
         paused_until_ms: Option<u64>,
     },
+    /// The workload read agent `agent`'s conversation history (`GET /v1/agents/{id}/history`):
+    /// each message's role, the [`text_digest`] of its text and its length in bytes, oldest
+    /// first, and the answer's `bytes`; `sent_ms`, when the request was sent.
+    HistoryShown {
+        agent: u64,
+        sent_ms: u64,
+        messages: Vec<(vigil::engine::history::Role, u64, usize)>,
+        bytes: usize,
+    },
     /// The `edges` workload read the agent called `agent`: the spec the node shows.
     SpecShown {
         agent: String,
@@ -752,4 +761,9 @@ mod tests {
             );
         }
     }
+}
+
+/// A message text's digest in the trace: the text itself can be kilobytes, read many times.
+pub fn text_digest(text: &str) -> u64 {
+    vigil_faults::stream::fnv1a64(text.as_bytes())
 }

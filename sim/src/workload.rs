@@ -72,6 +72,9 @@ pub enum Action {
     },
     /// Read the agent called `agent` and record the spec it shows.
     ShowSpec { agent: String },
+    /// Read the conversation history of the agent called `agent`, retried until answered
+    /// (nothing is recorded for an agent whose id is not known yet).
+    ReadHistory { agent: String },
     /// Replace the token of the agent called `agent` twice, reading the agent with each token
     /// the node returned after each rotation (sim/src/edges.rs::rotate).
     RotateToken { agent: String },
@@ -269,6 +272,16 @@ impl Workload {
                         )
                         .await;
                     }
+                    Action::ReadHistory { agent } => {
+                        read_history(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                        )
+                        .await;
+                    }
                     Action::ShowSpec { agent } => {
                         crate::edges::show(
                             self.until_ms,
@@ -433,6 +446,54 @@ async fn cancel_running(client: OperatorClient, agent: u64) {
     if let Ok(answer) = client.post_json(&path, &serde_json::json!({})).await {
         let refused = answer.status.is_client_error() && answer.status.as_u16() != 409;
         assert!(!refused, "workload sent a bad cancel: {} {:?}", answer.status, answer.body);
+    }
+}
+
+/// The part of a history answer the workload reads.
+#[derive(serde::Deserialize)]
+struct ShownHistory {
+    messages: Vec<vigil::engine::history::HistoryMessage>,
+    bytes: usize,
+}
+
+/// Reads the history of the agent called `agent` until answered; records what it showed.
+async fn read_history(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+) {
+    let Some(id) = directory.borrow().get(&agent).copied() else {
+        return;
+    };
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return;
+        }
+        let sent_ms = elapsed_ms();
+        match client.get(&format!("/v1/agents/{id}/history")).await {
+            Ok(answer) if answer.status.is_success() => {
+                let shown: ShownHistory =
+                    serde_json::from_slice(&answer.body).expect("a history is JSON");
+                let messages = shown
+                    .messages
+                    .iter()
+                    .map(|m| (m.role, crate::trace::text_digest(&m.text), m.text.len()))
+                    .collect();
+                recorder.record(
+                    "workload",
+                    TraceEvent::HistoryShown {
+                        agent: id,
+                        sent_ms,
+                        messages,
+                        bytes: shown.bytes,
+                    },
+                );
+                return;
+            }
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
     }
 }
 

@@ -18,6 +18,7 @@ mod heart;
 mod jitter;
 mod llm_errors;
 mod drain;
+mod history;
 mod liveness;
 mod operator;
 mod phi;
@@ -121,6 +122,7 @@ pub struct Checker {
     contracts: contracts::ContractOracle,
     llm_errors: llm_errors::LlmErrorsOracle,
     drain: drain::DrainOracle,
+    history: history::HistoryOracle,
     commits: commits::CommitsOracle,
     operator: operator::OperatorOracle,
     alerts: alerts::AlertsOracle,
@@ -162,6 +164,7 @@ impl Checker {
         match &record.event {
             TraceEvent::Committed { event } => {
                 self.drain.committed(event)?;
+                self.history.committed(t_ms, event)?;
                 self.edges.committed(event);
                 self.prompts.committed(event);
                 self.coding.committed(event)?;
@@ -176,6 +179,7 @@ impl Checker {
                 self.commits.attempted(record.node, *first_seq, *last_seq)
             }
             TraceEvent::Crashed { during_write, .. } => {
+                self.history.crashed();
                 self.commits.crashed(record.node);
                 self.phi.restarted();
                 self.predicate.crashed()?;
@@ -200,6 +204,7 @@ impl Checker {
                 // A commit a power cut interrupted may have landed: its events are the node's.
                 for event in unreported {
                     self.drain.committed(event)?;
+                    self.history.committed(t_ms, event)?;
                     self.edges.committed(event);
                     self.prompts.committed(event);
                     self.coding.committed(event)?;
@@ -258,6 +263,12 @@ impl Checker {
                 self.predicate.quiet(t_ms);
                 Ok(())
             }
+            TraceEvent::HistoryShown {
+                agent,
+                sent_ms,
+                messages,
+                bytes,
+            } => self.history.shown(t_ms, *agent, *sent_ms, messages, *bytes),
             TraceEvent::DrainStarted { after_seq, .. } => {
                 self.drain.drain_started(*after_seq);
                 Ok(())
