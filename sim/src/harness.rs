@@ -299,10 +299,6 @@ impl RuntimeNode {
     /// have landed there, hence `during_write`.
     pub fn exited(&mut self, recorder: &Recorder, cause: &str) {
         assert!(self.up, "a node that is down cannot stop itself");
-        Handle::current().kill(self.handle.id());
-        let pending_ops = self.disk.fence();
-        self.up = false;
-        self.set_process(Process::Down);
         recorder.record(
             self.name,
             TraceEvent::Fault {
@@ -311,6 +307,16 @@ impl RuntimeNode {
                 },
             },
         );
+        self.process_gone(recorder);
+    }
+
+    /// The node's process is gone on its own (it exited): the page cache keeps what it wrote,
+    /// its last commit possibly among it, hence `during_write`.
+    fn process_gone(&mut self, recorder: &Recorder) {
+        Handle::current().kill(self.handle.id());
+        let pending_ops = self.disk.fence();
+        self.up = false;
+        self.set_process(Process::Down);
         recorder.record(
             self.name,
             TraceEvent::Crashed {
@@ -379,24 +385,11 @@ impl RuntimeNode {
         }
     }
 
-    /// The process exited after a graceful stop: like [`RuntimeNode::exited`], without a
-    /// cause (its last commit may still be on its way to the disk when the process ends).
+    /// The process exited after a graceful stop: as [`RuntimeNode::exited`], without a cause;
+    /// any child leader still alive dies with it (none should be: invariant 45).
     fn went_down(&mut self, recorder: &Recorder) {
-        Handle::current().kill(self.handle.id());
-        let pending_ops = self.disk.fence();
+        self.process_gone(recorder);
         self.parent_died();
-        self.up = false;
-        self.set_process(Process::Down);
-        recorder.record(
-            self.name,
-            TraceEvent::Crashed {
-                during_write: true,
-                pending_ops,
-                kept_ops: pending_ops,
-                torn_ops: 0,
-                lost_bytes: 0,
-            },
-        );
     }
 
     /// Cuts the node's power at its `after_ops`-th storage operation from now, mid-commit, then
