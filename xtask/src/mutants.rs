@@ -52,7 +52,10 @@ const SIM_JUDGE: &[(&str, u32)] = &[
     ("pause", 10),
     ("wakeup_storm", 5),
     ("heart_fleet_2h", 3),
-    ("tool_loop", 3),
+    // Seeds 0-19: the first 20 that meet every required precondition, a graceful stop
+    // whose grace runs out and a history read at its bound among them (about 1 seed in 50
+    // and 1 in 14).
+    ("tool_loop", 20),
     ("smoke", 3),
     ("alerts", 5),
     // Fewer seeds may meet none of its power cuts mid-commit (a required coverage).
