@@ -173,13 +173,11 @@ impl CompiledTools {
         Ok(compiled)
     }
 
-    /// How many tool lists are kept (tests).
+    /// How many tool lists are kept. Tests only: nothing else reads the count (its `is_empty`
+    /// twin, which clippy asks for beside a `len`, was a mutant no test could catch).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lists.lock().expect("cache lock").len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 

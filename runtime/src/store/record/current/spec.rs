@@ -631,3 +631,66 @@ impl From<CodingCliSpec> for cli_spec::CodingCliSpec {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Format 1's values, written out here once more: a stored spec written before a field
+    /// existed must read the same forever, so a change of a pinned value must fail a test.
+    #[test]
+    fn absent_fields_read_as_format_1_wrote_them() {
+        let spec: AgentSpec = serde_json::from_value(json!({
+            "name": "old",
+            "heartbeat": {},
+            "limits": {},
+            "breaker": {},
+            "liveness": {},
+        }))
+        .unwrap();
+        assert_eq!(spec.time_zone, "UTC");
+        let heartbeat = spec.heartbeat.unwrap();
+        assert_eq!(heartbeat.sources.len(), 6, "{:?}", heartbeat.sources);
+        let limits = spec.limits.unwrap();
+        assert_eq!((limits.run_timeout_ms, limits.queued_runs_max), (600_000, 16));
+        let breaker = spec.breaker.unwrap();
+        assert_eq!(
+            (breaker.failures_to_open, breaker.cooldown_ms, breaker.cooldown_ms_max),
+            (3, 900_000, 7_200_000)
+        );
+        let liveness = spec.liveness.unwrap();
+        assert_eq!(
+            (liveness.pulse_interval_ms, liveness.offline_after_misses, liveness.phi_threshold),
+            (10_000, 3, 8)
+        );
+
+        let adapter = |value| serde_json::from_value::<AdapterSpec>(value).unwrap();
+        let AdapterSpec::Process(process) = adapter(json!({"type": "process", "command": "x"}))
+        else {
+            panic!("a process adapter");
+        };
+        assert_eq!((process.child.timeout_sec, process.child.grace_sec), (600, 10));
+        let AdapterSpec::Llm(llm) = adapter(json!({
+            "type": "llm", "base_url": "https://p.example/v1", "model": "m",
+            "tools": [{"name": "t", "description": "d", "parameters": {}, "url": "https://t.example/"}],
+        })) else {
+            panic!("an llm adapter");
+        };
+        assert_eq!(
+            (llm.request_timeout_ms, llm.max_iterations, llm.tool_calls_max, llm.max_output_tokens),
+            (60_000, 5, 5, 1_024)
+        );
+        assert_eq!(
+            (llm.tools[0].timeout_ms, llm.tools[0].response_bytes_max),
+            (10_000, 65_536)
+        );
+        let AdapterSpec::Http(webhook) =
+            adapter(json!({"type": "http", "url": "https://w.example/", "secret_env": "K"}))
+        else {
+            panic!("a webhook adapter");
+        };
+        assert_eq!((webhook.timeout_ms, webhook.report_wait_sec), (30_000, 600));
+    }
+}
