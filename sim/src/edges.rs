@@ -12,7 +12,7 @@ use crate::harness::elapsed_ms;
 use crate::operator_client::OperatorClient;
 use crate::recorder::Recorder;
 use crate::trace::{EdgeKind, TraceEvent};
-use crate::workload::{learn_ids, Directory};
+use crate::workload::{get_until_answered, learn_ids, Directory};
 
 /// Pause before sending a request again after no answer or a server error.
 const RETRY_MS: u64 = 2_000;
@@ -148,25 +148,18 @@ pub async fn show(
     let Some(id) = directory.borrow().get(&agent).copied() else {
         return;
     };
-    loop {
-        if recorder.failed() || elapsed_ms() >= until_ms {
-            return;
-        }
-        match client.get(&format!("/v1/agents/{id}")).await {
-            Ok(answer) if answer.status.is_success() => {
-                let json = answer.json().expect("an agent is JSON");
-                recorder.record(
-                    "workload",
-                    TraceEvent::SpecShown {
-                        agent,
-                        spec: json["spec"].clone(),
-                    },
-                );
-                return;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
-        }
-    }
+    let path = format!("/v1/agents/{id}");
+    let Some((_, answer)) = get_until_answered(until_ms, &client, &recorder, &path).await else {
+        return;
+    };
+    let json = answer.json().expect("an agent is JSON");
+    recorder.record(
+        "workload",
+        TraceEvent::SpecShown {
+            agent,
+            spec: json["spec"].clone(),
+        },
+    );
 }
 
 /// Rotations of one agent's token in a [`rotate`] action: the second shows whether the first

@@ -456,6 +456,27 @@ struct ShownHistory {
     bytes: usize,
 }
 
+/// GETs `path` until the node answers 2xx (after no answer or any other status, again in
+/// [`RETRY_MS`]): the answer and when its request was sent; `None` once the workload's time is
+/// up or an invariant broke.
+pub(crate) async fn get_until_answered(
+    until_ms: u64,
+    client: &OperatorClient,
+    recorder: &Recorder,
+    path: &str,
+) -> Option<(u64, vigil::api::client::Answer)> {
+    loop {
+        if recorder.failed() || elapsed_ms() >= until_ms {
+            return None;
+        }
+        let sent_ms = elapsed_ms();
+        match client.get(path).await {
+            Ok(answer) if answer.status.is_success() => return Some((sent_ms, answer)),
+            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
+        }
+    }
+}
+
 /// Reads the history of the agent called `agent` until answered; records what it showed.
 async fn read_history(
     until_ms: u64,
@@ -467,34 +488,26 @@ async fn read_history(
     let Some(id) = directory.borrow().get(&agent).copied() else {
         return;
     };
-    loop {
-        if recorder.failed() || elapsed_ms() >= until_ms {
-            return;
-        }
-        let sent_ms = elapsed_ms();
-        match client.get(&format!("/v1/agents/{id}/history")).await {
-            Ok(answer) if answer.status.is_success() => {
-                let shown: ShownHistory =
-                    serde_json::from_slice(&answer.body).expect("a history is JSON");
-                let messages = shown
-                    .messages
-                    .iter()
-                    .map(|m| (m.role, crate::trace::text_digest(&m.text), m.text.len()))
-                    .collect();
-                recorder.record(
-                    "workload",
-                    TraceEvent::HistoryShown {
-                        agent: id,
-                        sent_ms,
-                        messages,
-                        bytes: shown.bytes,
-                    },
-                );
-                return;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(RETRY_MS)).await,
-        }
-    }
+    let path = format!("/v1/agents/{id}/history");
+    let Some((sent_ms, answer)) = get_until_answered(until_ms, &client, &recorder, &path).await
+    else {
+        return;
+    };
+    let shown: ShownHistory = serde_json::from_slice(&answer.body).expect("a history is JSON");
+    let messages = shown
+        .messages
+        .iter()
+        .map(|m| (m.role, crate::trace::text_digest(&m.text), m.text.len()))
+        .collect();
+    recorder.record(
+        "workload",
+        TraceEvent::HistoryShown {
+            agent: id,
+            sent_ms,
+            messages,
+            bytes: shown.bytes,
+        },
+    );
 }
 
 /// Sends one pulse; records its acknowledgement with the instant it was sent.
