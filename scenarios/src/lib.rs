@@ -11,6 +11,33 @@ pub mod wall_clock;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `mi_option_purge_delay` (its place in `mi_option_e`, mimalloc 3's `mimalloc.h`;
+/// the Rust bindings name only the options of mimalloc 2). docs/benchmarks.md, "The simulator's
+/// speed", has the measurements.
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+/// "Never purge": freed memory stays mapped for the next allocation.
+const MI_PURGE_NEVER: std::ffi::c_long = -1;
+
+unsafe extern "C" {
+    /// mimalloc's option setter (mimalloc is linked as the global allocator above).
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// Tells mimalloc to keep freed memory mapped instead of returning it to the OS. Each seed runs
+/// on a fresh thread (sim/src/harness.rs, `simulate`): when it ends, its pages were purged and
+/// the next seed faulted them in again, the kernel zeroing them (5–10 % of a `heart_fleet`
+/// day's time). Resident memory is still bounded by the seeds in flight at once, not by how
+/// many ran (docs/simulation.md, "Memory"). Called before every run; only the first call does
+/// anything.
+pub fn keep_freed_memory() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: `mi_option_set` takes plain integers and may be called at any time; mimalloc
+        // reads the option when it next considers purging.
+        unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, MI_PURGE_NEVER) }
+    });
+}
+
 #[cfg(madsim)]
 pub mod alerts;
 #[cfg(madsim)]

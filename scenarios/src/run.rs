@@ -347,6 +347,7 @@ pub fn run_seed(scenario: &'static Scenario, seed: u64) -> Outcome {
 
 /// Runs `scenario` once for `seed`, its faults chosen as `mode` says.
 pub fn run_seed_in(scenario: &'static Scenario, seed: u64, mode: Mode) -> Outcome {
+    crate::keep_freed_memory();
     let stopwatch = Stopwatch::start();
     // Generous: a run that needs more virtual time than twice its length is stuck.
     let time_limit = Duration::from_millis(scenario.virtual_ms * 2);

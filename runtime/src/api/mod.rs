@@ -27,7 +27,7 @@ pub(crate) mod timeline;
 pub(crate) mod wakeups;
 mod timer;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
@@ -120,6 +120,16 @@ fn routes() -> OpenApiRouter<Gate> {
 
 /// The router serving `routes()`, with the fallbacks and the body limits.
 pub fn router(gate: Gate) -> Router {
+    // Why once per process: the routes, fallbacks and layers are the same for every node of
+    // this build, and `routes()` builds the whole OpenAPI document (every schema and path) on
+    // the way. The simulator starts nodes thousands of times a sweep (every seed, every
+    // restart): that document was 5 % of a `midnight` sweep.
+    static ROUTER: OnceLock<Router<Gate>> = OnceLock::new();
+    ROUTER.get_or_init(stateless_router).clone().with_state(gate)
+}
+
+/// The router without its state: the routes of `routes()`, the fallbacks, the body limits.
+fn stateless_router() -> Router<Gate> {
     let (router, _document) = routes().split_for_parts();
     router
         // Why the fallback: the dashboard's files are not API routes (no token, not in the
@@ -141,7 +151,6 @@ pub fn router(gate: Gate) -> Router {
         .layer(DefaultBodyLimit::max(BODY_BYTES_MAX))
         // Why: the header-read timeout stops at the request head; this bounds the body.
         .layer(axum::middleware::from_fn(body_deadline::enforce))
-        .with_state(gate)
 }
 
 /// Unauthenticated: `recovering` (503) before the node is ready, `ok` once it is, `draining`

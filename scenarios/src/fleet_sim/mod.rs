@@ -48,6 +48,7 @@ pub fn run_seed(
     };
     let stream: Arc<Mutex<Option<Stream>>> = Arc::default();
     let (for_seed, checks_of_seed, stream_of_seed) = (plan.clone(), checks.clone(), stream.clone());
+    crate::keep_freed_memory();
     let result = simulate(seed, time_limit, move |recorder| async move {
         let lead_ms = for_seed.lead_ms(vigil_world::harness::epoch_wall_ms());
         let reducer = reduce::Reducer::new(for_seed.clone(), checks_of_seed, lead_ms, timelines);
