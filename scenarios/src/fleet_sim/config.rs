@@ -13,7 +13,7 @@ pub const DAY_MS: u64 = 24 * 60 * 60 * 1_000;
 pub const WEEK_DAYS: u32 = 7;
 /// Longest simulation `--days` accepts: a year.
 pub const DAYS_MAX: u32 = 366;
-/// Agents per pulsing host when `pulse_hosts` is not given (the Heart paper's hosts ran 15).
+/// Agents per pulsing host when `pulse_hosts` is not given.
 pub const AGENTS_PER_HOST_DEFAULT: usize = 15;
 /// Most pulsing hosts.
 pub const PULSE_HOSTS_MAX: u32 = 1_000;
