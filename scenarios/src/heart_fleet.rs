@@ -157,13 +157,14 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
     // The host pulses for its agents every 10 s, with a little jitter.
     let mut batches = 0;
     for (host, agents) in names.chunks(AGENTS / HOSTS).enumerate() {
+        let agents: std::sync::Arc<[String]> = agents.into();
         let mut at_ms = 3 * MINUTE_MS + host as u64 * 1_700 + rng.gen_range(0..PULSE_MS);
         while at_ms < end_ms {
             batches += 1;
             steps.push(Step {
                 at_ms,
                 action: Action::PulseBatch {
-                    agents: agents.to_vec(),
+                    agents: agents.clone(),
                 },
             });
             at_ms += PULSE_MS - 500 + rng.gen_range(0..=1_000);

@@ -39,8 +39,9 @@ pub enum Action {
     Pulse { agent: String },
     /// A host pulses for all the agents it runs at once (`POST /v1/pulses`): one attempt,
     /// never retried; a 2xx is recorded as an answered pulse of each agent, with the send
-    /// instant. Agents whose creation is not answered yet are left out.
-    PulseBatch { agents: Vec<String> },
+    /// instant. Agents whose creation is not answered yet are left out. Shared: a host sends
+    /// the same list thousands of times a day.
+    PulseBatch { agents: std::sync::Arc<[String]> },
     /// A user writes `text` to the agent called `agent`, retried until answered.
     Input { agent: String, text: String },
     /// The operator pauses the agent called `agent` for `minutes` (which cancels its running

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::Arc;
 
 use rand::Rng;
 use vigil::engine::liveness::LivenessPolicy;
@@ -368,12 +369,18 @@ impl FleetPlan {
             for group in names.chunks(per_host) {
                 let jitter = interval * PULSE_JITTER_PERMILLE / 1_000;
                 let mut at_ms = PULSE_START_MS + rng.gen_range(0..interval);
+                // Without loss every batch of the host names the same agents: one shared list.
+                let whole: Arc<[String]> = group.into();
                 while at_ms < end_ms {
-                    let agents: Vec<String> = group
-                        .iter()
-                        .filter(|_| loss_permille == 0 || rng.gen_range(0..1_000) >= loss_permille)
-                        .cloned()
-                        .collect();
+                    let agents: Arc<[String]> = if loss_permille == 0 {
+                        whole.clone()
+                    } else {
+                        group
+                            .iter()
+                            .filter(|_| rng.gen_range(0..1_000) >= loss_permille)
+                            .cloned()
+                            .collect()
+                    };
                     if !agents.is_empty() {
                         steps.push(Step {
                             at_ms,
