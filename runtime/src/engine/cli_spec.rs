@@ -405,6 +405,21 @@ mod tests {
         }
     }
 
+    /// `CWD_CHARS_MAX` at its boundary, in characters (a `>` turned `==` survived every judge:
+    /// nothing sent a working directory near the limit).
+    #[test]
+    fn a_working_directory_holds_its_limit_in_characters() {
+        let at = |chars: usize| {
+            let cwd = format!("/{}", "é".repeat(chars - 1));
+            agent(&format!("type = \"process\"\ncommand = \"x\"\ncwd = \"{cwd}\"\n"))
+                .unwrap()
+                .validate()
+        };
+        at(super::CWD_CHARS_MAX).unwrap();
+        assert_eq!(at(super::CWD_CHARS_MAX + 1).unwrap_err().field, "adapter.cwd");
+        assert_eq!(at(super::CWD_CHARS_MAX + 100).unwrap_err().field, "adapter.cwd");
+    }
+
     #[test]
     fn bad_child_fields_are_named() {
         let field = |adapter: &str| agent(adapter).unwrap().validate().unwrap_err().field;
