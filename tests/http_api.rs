@@ -1218,6 +1218,32 @@ fn liveness(agent: &Value) -> &str {
 }
 
 #[tokio::test]
+async fn a_threshold_lowered_while_the_agent_is_online_takes_effect_at_once() {
+    let f = start("pulses-lowered").await;
+    let (a, _) = create(
+        &f.acme,
+        json!({ "name": "a", "liveness": { "pulse_interval_ms": 3_600_000, "offline_after_misses": 1 } }),
+    )
+    .await;
+    let (status, answer) = post_empty(&f.acme, &format!("/v1/agents/{a}/pulse")).await;
+    assert_eq!((status, answer["liveness"].as_str()), (200, Some("online")));
+    // The stale sweep now sleeps until the hour's threshold would pass. The operator lowers
+    // it to a second, and two seconds of silence pass on the monotonic clock: the sweep must
+    // look again now, not in an hour (WAIT_MS_MAX bounds the wait for it).
+    let body = r#"{"liveness": {"pulse_interval_ms": 1000}}"#;
+    let (status, updated) = call(
+        &f.acme,
+        hyper::Method::PATCH,
+        &format!("/v1/agents/{a}"),
+        body,
+    )
+    .await;
+    assert_eq!(status, 200, "{updated}");
+    f.clock.1.store(2_001, Ordering::SeqCst);
+    wait_agent(&f.acme, a, |agent| liveness(agent) == "offline").await;
+}
+
+#[tokio::test]
 async fn pulses_bring_agents_online_and_the_sweep_marks_silent_ones_offline() {
     let f = start("pulses").await;
     let (a, a_token) = create(

@@ -770,7 +770,7 @@ fn tool_world() -> (Vec<Step>, phases::AgentWorld) {
         processes: None,
         alert_refuse_permille: None,
         state: None,
-        compacts: false,
+        snapshots: phases::SnapshotMix::Frequent,
     };
     (steps, world)
 }

@@ -923,6 +923,9 @@ impl Shell {
         self.executor.on_commit(self, &engine, &events);
         let head = events.last().map_or(engine.last_seq(), |event| event.seq);
         drop(engine);
+        if events.iter().any(changes_liveness) {
+            self.liveness_changed.notify_one();
+        }
         self.tail
             .lock()
             .expect("event tail lock")
@@ -1022,6 +1025,18 @@ fn all_online(engine: &Engine, agents: &[(AgentId, PulseReport)]) -> bool {
                 && agent.liveness.status == LivenessStatus::Online
         })
     })
+}
+
+/// Whether `event` changes an agent's liveness policy: the stale sweep, asleep until the old
+/// policy's next check, must look again (a threshold lowered from an hour to ten seconds would
+/// otherwise wait out the hour; found by the `edges` scenario's pulses).
+fn changes_liveness(event: &Event) -> bool {
+    match &event.kind {
+        EventKind::AgentUpdated { changed, .. } => {
+            changed.iter().any(|field| field.starts_with("liveness."))
+        }
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -37,6 +37,7 @@ pub struct Precondition {
 pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "recovered_after_crash", invariant: "durable_events_survive, acked_writes_survive (4)", counts: "recoveries of a non-empty log" },
     Precondition { key: "recovered_compacted", invariant: "durable_events_survive (4)", counts: "recoveries of a log compacted after a snapshot (the node recovers from the snapshot alone)" },
+    Precondition { key: "recovered_from_snapshot", invariant: "durable_events_survive (4)", counts: "recoveries from a snapshot, compared with a replay of the whole log" },
     Precondition { key: "interrupted_commit", invariant: "commit_atomic (18)", counts: "recoveries that found a commit never reported" },
     Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
     Precondition { key: "sse_resumed", invariant: "stream_resume_exact (11)", counts: "batches read from the live stream (Server-Sent Events) after an event id; the first of each connection is a Last-Event-ID resume" },
@@ -96,6 +97,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "drain_with_runs_going", invariant: "drain_starts_no_run (43), drained_means_ended (44)", counts: "graceful stops whose drain began with runs going" },
     Precondition { key: "drain_grace_ran_out", invariant: "drain_starts_no_run (43)", counts: "graceful stops whose grace ran out with runs still going (stopped, re-queued at the next start)" },
     Precondition { key: "stopped_with_groups", invariant: "no_child_outlives_a_stop (45)", counts: "graceful stops that began with process groups of runs alive" },
+    Precondition { key: "pulse_metadata_taken", invariant: "limits_as_documented (33)", counts: "pulses carrying metadata (at its byte, key or depth limit, or small), taken" },
     Precondition { key: "pause_taken", invariant: "pause_length_as_asked (35)", counts: "pauses and rests asked at the edges of their minutes, taken" },
 ];
 
@@ -122,12 +124,17 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
     let mut error_chars: BTreeMap<u64, Option<usize>> = BTreeMap::new();
     for record in records {
         match &record.event {
-            TraceEvent::EdgeAnswered { kind, status, .. } => {
+            TraceEvent::EdgeAnswered {
+                kind, status, body, ..
+            } => {
                 let taken = (200..300).contains(status) || *status == 409;
                 coverage.count(if taken { "edge_taken" } else { "edge_refused" });
                 let pause = matches!(kind, EdgeKind::Pause | EdgeKind::PauseHeartbeats);
                 if taken && pause {
                     coverage.count("pause_taken");
+                }
+                if taken && *kind == EdgeKind::Pulse && body["metadata"].is_object() {
+                    coverage.count("pulse_metadata_taken");
                 }
             }
             TraceEvent::TokenRotated { .. } => coverage.count("token_rotated"),
@@ -169,6 +176,7 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                     coverage.count("interrupted_commit");
                 }
             }
+            TraceEvent::SnapshotOnDisk { .. } => coverage.count("recovered_from_snapshot"),
             TraceEvent::StreamPage { after, events } if *after > 0 && !events.is_empty() => {
                 coverage.count(if record.node == vigil_world::sse_reader::SSE_READER_NODE {
                     "sse_resumed"
@@ -518,7 +526,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "source_or_terminated_refused",
             "queue_full_refused",
         ],
-        "idempotency" => &["key_replayed", "recovered_after_crash"],
+        "idempotency" => &["key_replayed", "recovered_after_crash", "recovered_from_snapshot"],
         "midnight" => &[
             "daily_cap_reached",
             "wakeup_coalesced",
@@ -537,6 +545,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "rest_across_crash",
         ],
         "breaker" => &[
+            "recovered_from_snapshot",
             "breaker_probe",
             "breaker_reopened",
             "agent_errored",
@@ -589,6 +598,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "token_rotated",
             "replaced_token_tried",
             "recovered_after_crash",
+            "recovered_from_snapshot",
+            "pulse_metadata_taken",
         ],
         "predicate_flap" => &[
             "heartbeat_transition",

@@ -1,5 +1,5 @@
-//! Scenario `edges`: the operator registers agents, changes their specs, wakes and pauses them
-//! with values drawn at and just past every documented limit (docs/api.md): each request has all
+//! Scenario `edges`: the operator registers agents, changes their specs, wakes, pauses and
+//! pulses them with values drawn at and just past every documented limit (docs/api.md): each request has all
 //! its fields within their limits, often right at an edge, or exactly one field pushed just past
 //! one (a number one past its range, a wrong type, an unknown key, a string a character too long,
 //! a body a byte too large). Crashes, power cuts mid-commit and clock jumps strike meanwhile, and
@@ -18,7 +18,8 @@ use vigil_faults::plan::FaultKind;
 use vigil_faults::stream;
 use vigil_world::check::edges::{
     judge_spec, AdapterRules, Form, IntField, ADAPTERS, KEY_CHARS_MAX, NAME_CHARS_MAX, NOT_ZONES,
-    PAUSE_MINUTES_MAX, PAYLOAD_BYTES_MAX, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX,
+    PAUSE_MINUTES_MAX, PAYLOAD_BYTES_MAX, PULSE_METADATA_BYTES_MAX, PULSE_METADATA_KEYS_MAX,
+    PULSE_METADATA_LEVELS_MAX, PULSE_STATUSES, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX,
     STEP_MS_MAX, TRIGGER_DETAIL_BYTES_MAX, ZONES, ZONE_CHARS_MAX,
 };
 use vigil_world::recorder::Recorder;
@@ -119,7 +120,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
             break;
         };
         let invalid = rng.gen_range(0..100) < INVALID_PERCENT;
-        let step = match rng.gen_range(0..11) {
+        let step = match rng.gen_range(0..12) {
             0..=2 => submit(
                 at_ms,
                 EdgeKind::Patch,
@@ -145,6 +146,12 @@ pub async fn run(seed: u64, recorder: Recorder) {
                 rest(&mut rng, invalid),
             ),
             8 => submit(at_ms, EdgeKind::Resume, Some(agent), json!({})),
+            9 => submit(
+                at_ms,
+                EdgeKind::Pulse,
+                Some(agent),
+                pulse(&mut rng, invalid),
+            ),
             _ => Step {
                 at_ms,
                 action: Action::ShowSpec { agent },
@@ -652,6 +659,62 @@ fn rest(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
         5 => json!({ "minutes": 999 }),
         _ => json!({ "minutes": null }),
     }
+}
+
+/// A pulse saying what the agent does: bare, a status, or metadata at its byte, key and depth
+/// limits; or one field past them (a key or a level too many, a byte too large, a status or
+/// a shape the API does not know, an unknown field).
+fn pulse(rng: &mut ChaCha8Rng, invalid: bool) -> Value {
+    if invalid {
+        return match rng.gen_range(0..7) {
+            0 => json!({ "metadata": keyed(PULSE_METADATA_KEYS_MAX + 1) }),
+            1 => json!({ "metadata": nested(PULSE_METADATA_LEVELS_MAX + 1) }),
+            2 => json!({ "metadata": sized_object(PULSE_METADATA_BYTES_MAX + 1) }),
+            3 => json!({ "status": "asleep" }),
+            4 => json!({ "status": "busy", "metadata": ["queue", 3] }),
+            5 => json!({ "status": 1 }),
+            _ => json!({ "status": "idle", "load": 0.5 }),
+        };
+    }
+    let status = PULSE_STATUSES.choose(rng).expect("statuses");
+    match rng.gen_range(0..7) {
+        0 => json!({}),
+        1 => json!({ "status": status }),
+        2 => json!({ "status": null, "metadata": null }),
+        3 => json!({ "status": status, "metadata": keyed(PULSE_METADATA_KEYS_MAX) }),
+        4 => json!({ "metadata": nested(PULSE_METADATA_LEVELS_MAX) }),
+        5 => json!({ "metadata": sized_object(PULSE_METADATA_BYTES_MAX) }),
+        _ => {
+            json!({ "status": status, "metadata": { "queue": rng.gen_range(0..100), "task": "triage" } })
+        }
+    }
+}
+
+/// Metadata of exactly `keys` keys: half at the top, the rest in an object under `inner`
+/// (which counts as one of them).
+fn keyed(keys: usize) -> Value {
+    let top = keys / 2;
+    let mut inner = serde_json::Map::new();
+    for i in 0..keys - top {
+        inner.insert(format!("i{i}"), json!(i));
+    }
+    let mut object: serde_json::Map<String, Value> =
+        (0..top - 1).map(|i| (format!("k{i}"), json!(i))).collect();
+    object.insert("inner".into(), Value::Object(inner));
+    Value::Object(object)
+}
+
+/// Metadata `levels` deep, arrays and objects alternating under the top object.
+fn nested(levels: usize) -> Value {
+    let mut value = json!(1);
+    for level in (1..levels).rev() {
+        value = if level % 2 == 0 {
+            json!([value])
+        } else {
+            json!({ format!("l{level}"): value })
+        };
+    }
+    json!({ "l0": value })
 }
 
 /// `{"d":"xx…"}` of exactly `bytes` bytes as compact JSON.

@@ -36,7 +36,7 @@ use vigil_world::tool_server::{tool_url, ToolScript};
 use vigil_world::trace::{TraceEvent, TraceRecord};
 use vigil_world::workload::{Action, Step};
 
-use crate::phases::{self, AgentWorld, Setup};
+use crate::phases::{self, AgentWorld, Setup, SnapshotMix};
 use crate::smoke::rate;
 
 const SECOND_MS: u64 = 1_000;
@@ -178,7 +178,7 @@ pub async fn run(seed: u64, recorder: Recorder, safety_ms: u64) {
             processes: None,
             alert_refuse_permille: None,
             state: None,
-            compacts: false,
+            snapshots: SnapshotMix::Rare,
         },
         pinned: Vec::new(),
         scenario: if safety_ms == DAY_SAFETY_MS {

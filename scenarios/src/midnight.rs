@@ -174,7 +174,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
     let setup = Setup {
         // Its crashes and power cuts meet compacted logs: recovery must come from the snapshot.
         agents: AgentWorld {
-            compacts: true,
+            snapshots: crate::phases::SnapshotMix::Compacting,
             ..AgentWorld::default()
         },
         pinned,

@@ -59,9 +59,35 @@ pub struct AgentWorld {
     /// A simulated state server for predicate heartbeats to observe, answering as this script
     /// says in the safety phase; its truth freezes at the quiet phase.
     pub state: Option<vigil_world::state_server::StateScript>,
-    /// The node compacts its log (`vigil_world::harness::compacting_snapshots`) instead of
-    /// keeping every event, so that its recoveries start from compacted logs.
-    pub compacts: bool,
+    /// How often the node snapshots, and whether it compacts its log.
+    pub snapshots: SnapshotMix,
+}
+
+/// How often a scenario's node snapshots. Why frequent by default: a snapshot is checked only
+/// when a node recovers from it, and most scenarios run a few hours of a small fleet, in which
+/// production's pace ([`SnapshotMix::Rare`]) takes none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SnapshotMix {
+    /// `vigil_world::harness::frequent_snapshots`: every recovery starts from a recent snapshot
+    /// and is compared with a replay of the whole log.
+    #[default]
+    Frequent,
+    /// `vigil_world::harness::SIM_SNAPSHOTS`: for large fleets and long days, where a snapshot
+    /// of every agent is costly.
+    Rare,
+    /// `vigil_world::harness::compacting_snapshots`: the node compacts its log, so that its
+    /// recoveries start from compacted logs.
+    Compacting,
+}
+
+impl SnapshotMix {
+    fn policy(self) -> vigil::snapshots::SnapshotPolicy {
+        match self {
+            SnapshotMix::Frequent => vigil_world::harness::frequent_snapshots(),
+            SnapshotMix::Rare => vigil_world::harness::SIM_SNAPSHOTS,
+            SnapshotMix::Compacting => vigil_world::harness::compacting_snapshots(),
+        }
+    }
 }
 
 /// What a scenario asks of the shared runner.
@@ -180,11 +206,7 @@ pub async fn run(mut setup: Setup, recorder: Recorder) {
             .agents
             .alert_refuse_permille
             .map_or_else(Vec::new, |_| vec![vigil_world::alert_sink::sink()]),
-        if setup.agents.compacts {
-            vigil_world::harness::compacting_snapshots()
-        } else {
-            vigil_world::harness::SIM_SNAPSHOTS
-        },
+        setup.agents.snapshots.policy(),
     );
     let end_ms = setup.safety_ms + setup.quiet_ms;
     // Pulse loss (a window fault) drops pulses at the workload, its source.

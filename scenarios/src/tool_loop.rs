@@ -31,7 +31,7 @@ use vigil_world::recorder::Recorder;
 use vigil_world::tool_server::{tool_url, ToolScript};
 use vigil_world::workload::{Action, Step};
 
-use crate::phases::{self, AgentWorld, Setup};
+use crate::phases::{self, AgentWorld, Setup, SnapshotMix};
 use crate::smoke::rate;
 
 pub const SAFETY_MS: u64 = 2 * HOUR_MS;
@@ -203,7 +203,7 @@ pub async fn run(seed: u64, recorder: Recorder) {
             processes: None,
             alert_refuse_permille: None,
             state: None,
-            compacts: false,
+            snapshots: SnapshotMix::Frequent,
         },
         pinned: Vec::new(),
         scenario: "tool_loop",

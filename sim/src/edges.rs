@@ -1,4 +1,4 @@
-//! The `edges` workload's requests: agent specs, spec changes, wakeups and pauses whose values
+//! The `edges` workload's requests: agent specs, spec changes, wakeups, pauses and pulses whose values
 //! sit at and just past the limits docs/api.md documents, each sent until it gets an answer that
 //! is not a server error, then recorded whole with that answer ([`TraceEvent::EdgeAnswered`]);
 //! and reads of the specs the node shows ([`TraceEvent::SpecShown`]). What each answer should
@@ -47,16 +47,23 @@ pub async fn submit(
             _ => Method::POST,
         };
         attempts += 1;
+        let sent_ms = elapsed_ms();
         let answer = match client.request(method, &path, Some(bytes.clone())).await {
             Ok(answer) if !answer.status.is_server_error() => answer,
             _ => {
+                // A pulse without an answer may have reached the node: the liveness checks
+                // must know (check/phi.rs).
+                if let (EdgeKind::Pulse, Some(agent)) = (kind, id_of(agent.as_deref(), &directory))
+                {
+                    recorder.record("workload", TraceEvent::UnansweredPulse { agent, sent_ms });
+                }
                 tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
                 continue;
             }
         };
         let json = answer.json().unwrap_or(serde_json::Value::Null);
         let status = answer.status.as_u16();
-        acknowledge(kind, status, &json, &body, &recorder, &directory);
+        acknowledge(kind, status, &json, &body, &recorder, &directory, sent_ms);
         if kind == EdgeKind::Create && status == 409 {
             // An earlier attempt was committed but its answer lost: learn the agent's id.
             learn_ids(until_ms, &client, &directory).await;
@@ -89,7 +96,7 @@ fn path_of(kind: EdgeKind, agent: Option<&str>, directory: &Directory) -> Option
     if kind == EdgeKind::Create {
         return Some("/v1/agents".into());
     }
-    let id = directory.borrow().get(agent?).copied()?;
+    let id = id_of(agent, directory)?;
     Some(match kind {
         EdgeKind::Create => unreachable!("handled above"),
         EdgeKind::Patch => format!("/v1/agents/{id}"),
@@ -97,10 +104,17 @@ fn path_of(kind: EdgeKind, agent: Option<&str>, directory: &Directory) -> Option
         EdgeKind::Pause => format!("/v1/agents/{id}/pause"),
         EdgeKind::PauseHeartbeats => format!("/v1/agents/{id}/pause_heartbeats"),
         EdgeKind::Resume => format!("/v1/agents/{id}/resume"),
+        EdgeKind::Pulse => format!("/v1/agents/{id}/pulse"),
     })
 }
 
-/// Records what the other checks judge of a 2xx: an acknowledged creation or wakeup.
+/// The id of the agent called `agent`, once known.
+fn id_of(agent: Option<&str>, directory: &Directory) -> Option<u64> {
+    directory.borrow().get(agent?).copied()
+}
+
+/// Records what the other checks judge of a 2xx: an acknowledged creation, wakeup or pulse
+/// (sent at `sent_ms`).
 fn acknowledge(
     kind: EdgeKind,
     status: u16,
@@ -108,6 +122,7 @@ fn acknowledge(
     body: &serde_json::Value,
     recorder: &Recorder,
     directory: &Directory,
+    sent_ms: u64,
 ) {
     match kind {
         EdgeKind::Create if status == 201 => {
@@ -130,6 +145,13 @@ fn acknowledge(
                 wakeup: json["wakeup"].as_u64().expect("wakeup id"),
                 idempotency_key: json["idempotency_key"].as_str().map(str::to_string),
                 replayed: json["replayed"].as_bool().expect("replayed"),
+            },
+        ),
+        EdgeKind::Pulse if (200..300).contains(&status) => recorder.record(
+            "workload",
+            TraceEvent::AckedPulse {
+                agent: json["agent"].as_u64().expect("the pulse's agent"),
+                sent_ms,
             },
         ),
         _ => {}

@@ -77,6 +77,10 @@ pub enum TraceEvent {
     /// The node compacts its log: events a snapshot holds that are older than `keep_events_ms`
     /// on its wall clock may be removed, so a recovered log may begin after seq 1.
     LogRetention { keep_events_ms: u64 },
+    /// The node is about to recover from a disk holding the snapshot at `seq` and its whole
+    /// log: `Store::recover_observed` compares the engine the snapshot gives with a replay of
+    /// the log, and a difference fails the start (`RecoveryFailed`).
+    SnapshotOnDisk { seq: u64 },
     /// The node could not start on its disk.
     RecoveryFailed { error: String },
     /// The workload got a 2xx for creating an agent.
@@ -291,6 +295,8 @@ pub enum EdgeKind {
     PauseHeartbeats,
     /// `POST /v1/agents/{id}/resume`.
     Resume,
+    /// `POST /v1/agents/{id}/pulse`, with what the agent says of itself (status, metadata).
+    Pulse,
 }
 
 /// How the simulated state server answers one check.

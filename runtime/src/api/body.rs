@@ -36,9 +36,17 @@ pub fn parse_json<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> R
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();
         let inner = error.into_inner();
-        // Syntax errors are about the document, not a field; data errors name one.
+        // Syntax errors are about the document, not a field; data errors name one. Why the
+        // second look at a syntax error: serde_json reports a value of the wrong kind where an
+        // enum's name belongs (`{"status": 1}`) as one, though the document is sound JSON; then
+        // it is about the field at `path`.
         let field = match inner.classify() {
             serde_json::error::Category::Data => field_of(&path, &inner.to_string()),
+            serde_json::error::Category::Syntax
+                if serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok() =>
+            {
+                field_of(&path, &inner.to_string())
+            }
             _ => None,
         };
         // Inside an agent's adapter, serde names only `adapter`: find the field itself.
@@ -99,6 +107,12 @@ mod tests {
         let nested_unknown = parse(r#"{"name":"a","limits":{"colour":1}}"#).unwrap_err();
         assert_eq!(nested_unknown.field.as_deref(), Some("limits.colour"));
         assert_eq!(parse("{").unwrap_err().code, "invalid_json");
+        // An enum's name of the wrong kind: serde_json calls it a syntax error.
+        let not_a_name = parse(r#"{"name":"a","heartbeat":{"while_paused":1}}"#).unwrap_err();
+        assert_eq!(
+            (not_a_name.code, not_a_name.field.as_deref()),
+            ("invalid_field", Some("heartbeat.while_paused"))
+        );
         assert!(parse(r#"{"name":"a","heartbeat":{"interval_ms":1000}}"#).is_ok());
     }
 

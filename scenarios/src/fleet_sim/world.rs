@@ -423,7 +423,7 @@ impl FleetPlan {
                 processes: None,
                 alert_refuse_permille: None,
                 state: None,
-                compacts: false,
+                snapshots: crate::phases::SnapshotMix::Rare,
             },
             pinned: Vec::new(),
             scenario: SCENARIO,

@@ -114,6 +114,14 @@ pub const REST_MINUTES_MIN: u64 = 1;
 pub const REST_MINUTES_MAX: u64 = 60;
 pub const REST_MINUTES_DEFAULT: u64 = 2;
 const MINUTE_MS: u64 = 60_000;
+/// A pulse's `status`: one of these, or null.
+pub const PULSE_STATUSES: &[&str] = &["active", "busy", "idle", "shutting_down"];
+/// A pulse's `metadata`: an object (or null) of at most this many bytes of compact JSON...
+pub const PULSE_METADATA_BYTES_MAX: usize = 1_024;
+/// ...holding at most this many keys, its nested objects' counted...
+pub const PULSE_METADATA_KEYS_MAX: usize = 32;
+/// ...nested at most this many levels deep, the object itself the first (an array is a level).
+pub const PULSE_METADATA_LEVELS_MAX: usize = 4;
 
 /// What a request deserves: to be taken, or refused naming one of these fields.
 type Judgement = BTreeSet<String>;
@@ -235,6 +243,7 @@ impl EdgesOracle {
             EdgeKind::Pause | EdgeKind::PauseHeartbeats => (judge_pause(kind, body), None),
             // No body is read.
             EdgeKind::Resume => (Judgement::new(), None),
+            EdgeKind::Pulse => (judge_pulse(body), None),
         };
         // A creation retried after a lost answer finds its own agent: 409 `name_taken`.
         let taken = (200..300).contains(&status)
@@ -997,6 +1006,52 @@ pub fn judge_pause(kind: EdgeKind, body: &Value) -> Judgement {
     invalid
 }
 
+/// The fields of a pulse outside their documented limits.
+pub fn judge_pulse(body: &Value) -> Judgement {
+    let mut invalid = Judgement::new();
+    let Some(object) = body.as_object() else {
+        invalid.insert("body".into());
+        return invalid;
+    };
+    for (key, value) in object {
+        let ok = match key.as_str() {
+            "status" => {
+                value.is_null() || value.as_str().is_some_and(|s| PULSE_STATUSES.contains(&s))
+            }
+            "metadata" => {
+                value.is_null()
+                    || (value.is_object()
+                        && value.to_string().len() <= PULSE_METADATA_BYTES_MAX
+                        && keys_within(value) <= PULSE_METADATA_KEYS_MAX
+                        && levels(value) <= PULSE_METADATA_LEVELS_MAX)
+            }
+            _ => false,
+        };
+        if !ok {
+            invalid.insert(key.clone());
+        }
+    }
+    invalid
+}
+
+/// Keys of every object within `value`, its own included.
+fn keys_within(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => map.len() + map.values().map(keys_within).sum::<usize>(),
+        Value::Array(items) => items.iter().map(keys_within).sum(),
+        _ => 0,
+    }
+}
+
+/// Levels of objects and arrays in `value` (a scalar has none).
+fn levels(value: &Value) -> usize {
+    match value {
+        Value::Object(map) => 1 + map.values().map(levels).max().unwrap_or(0),
+        Value::Array(items) => 1 + items.iter().map(levels).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -1113,6 +1168,88 @@ mod tests {
         );
         assert!(judge_wake(&json!({"source": "later"})).contains("source"));
         assert!(judge_wake(&json!({"reason": "no source"})).contains("source"));
+    }
+
+    #[test]
+    fn pulse_metadata_is_judged_in_compact_bytes_keys_and_levels() {
+        assert!(judge_pulse(&json!({})).is_empty());
+        assert!(judge_pulse(&json!({"status": "shutting_down", "metadata": null})).is_empty());
+        assert_eq!(
+            judge_pulse(&json!({"status": "asleep"})),
+            ["status".into()].into()
+        );
+        // {"m":"xx…"} is 8 bytes around the string.
+        let at = json!({"metadata": {"m": "x".repeat(PULSE_METADATA_BYTES_MAX - 8)}});
+        assert!(judge_pulse(&at).is_empty());
+        let over = json!({"metadata": {"m": "x".repeat(PULSE_METADATA_BYTES_MAX - 7)}});
+        assert_eq!(judge_pulse(&over), ["metadata".into()].into());
+        // 31 keys beside `inner`, whose one key makes 33.
+        let mut flat: Map<String, Value> = (0..PULSE_METADATA_KEYS_MAX - 1)
+            .map(|i| (format!("k{i}"), json!(i)))
+            .collect();
+        flat.insert("inner".into(), json!({}));
+        assert!(judge_pulse(&json!({ "metadata": flat.clone() })).is_empty());
+        flat.insert("inner".into(), json!({"one": 1}));
+        assert!(judge_pulse(&json!({ "metadata": flat })).contains("metadata"));
+        // Object > object > array > object is four levels; one array more is five.
+        assert!(judge_pulse(&json!({"metadata": {"a": {"b": [{"c": 1}]}}})).is_empty());
+        let deep = json!({"metadata": {"a": {"b": [{"c": [1]}]}}});
+        assert!(judge_pulse(&deep).contains("metadata"));
+        assert!(judge_pulse(&json!({"metadata": [1]})).contains("metadata"));
+        assert!(judge_pulse(&json!({"load": 0.5})).contains("load"));
+    }
+
+    #[test]
+    fn a_pulse_within_limits_refused_is_reported_and_one_past_them_refused_is_not() {
+        let mut oracle = oracle_with_agent();
+        let within = json!({"status": "busy", "metadata": {"queue": 3}});
+        let refused = oracle.answered(
+            EdgeKind::Pulse,
+            Some("edge-1"),
+            &within,
+            400,
+            Some("invalid_field"),
+            Some("metadata"),
+            1,
+            (0, None),
+        );
+        assert_eq!(refused.unwrap_err().invariant, "limits_as_documented");
+        oracle
+            .answered(
+                EdgeKind::Pulse,
+                Some("edge-1"),
+                &within,
+                200,
+                None,
+                None,
+                1,
+                (0, None),
+            )
+            .expect("a pulse within its limits taken");
+        let past = json!({"metadata": {"a": {"b": {"c": {"d": {"e": 1}}}}}});
+        oracle
+            .answered(
+                EdgeKind::Pulse,
+                Some("edge-1"),
+                &past,
+                400,
+                Some("invalid_field"),
+                Some("metadata"),
+                1,
+                (0, None),
+            )
+            .expect("a pulse five levels deep refused naming its metadata");
+        let taken = oracle.answered(
+            EdgeKind::Pulse,
+            Some("edge-1"),
+            &past,
+            200,
+            None,
+            None,
+            1,
+            (0, None),
+        );
+        assert_eq!(taken.unwrap_err().invariant, "limits_as_documented");
     }
 
     fn oracle_with_agent() -> EdgesOracle {

@@ -8,7 +8,8 @@
 //! - `silent_agent_goes_offline`: in the quiet phase, an online agent that stopped pulsing is
 //!   marked offline within its threshold plus the sweep interval (plus the network's slack),
 //!   counted from its last pulse, the node's last start or the start of the quiet phase,
-//!   whichever is last.
+//!   whichever is last. A terminated agent is no longer watched (docs/api.md, pulses): its
+//!   liveness stays as its termination found it.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -31,6 +32,8 @@ struct Watched {
     /// The fixed threshold: the ceiling of both detectors.
     threshold_ms: u64,
     online: bool,
+    /// Terminated: no longer watched.
+    terminated: bool,
     /// When the agent last came online: a pulse reached the node then.
     online_since_ms: u64,
     /// When the agent was last marked offline.
@@ -81,6 +84,9 @@ impl LivenessOracle {
                     Detector::PhiAccrual => policy.pulse_interval_ms,
                 };
                 watched.threshold_ms = fixed_threshold_ms(policy);
+            }
+            EventKind::AgentTerminated { agent } => {
+                self.agents.entry(agent.0).or_default().terminated = true;
             }
             EventKind::AgentOnline { agent, .. } => {
                 let watched = self.agents.entry(agent.0).or_default();
@@ -147,7 +153,7 @@ impl LivenessOracle {
             }
         }
         for (agent, watched) in &self.agents {
-            if !watched.online {
+            if !watched.online || watched.terminated {
                 continue;
             }
             let last_sent = watched.pulses.back().map_or(0, |(sent, _)| *sent);
@@ -281,5 +287,16 @@ mod tests {
         assert!(oracle.check_silence(deadline + 1, 110_000).is_ok());
         offline(&mut oracle, deadline).unwrap();
         assert!(oracle.check_silence(deadline + 100_000, 0).is_ok());
+    }
+
+    #[test]
+    fn a_terminated_agent_is_no_longer_watched() {
+        let mut oracle = oracle_with(Detector::Fixed);
+        oracle.answered_pulse(100_010, 1, 100_000).unwrap();
+        let late = 100_000 + 30_000 + LIVENESS_SWEEP_MS + PULSE_SLACK_MS + 1;
+        assert!(oracle.check_silence(late, 0).is_err());
+        let terminated = event(3, EventKind::AgentTerminated { agent: AgentId(1) });
+        oracle.committed(120_000, &terminated).unwrap();
+        assert!(oracle.check_silence(late, 0).is_ok());
     }
 }

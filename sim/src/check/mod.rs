@@ -219,6 +219,9 @@ impl Checker {
                 self.retention_ms = Some(*keep_events_ms);
                 Ok(())
             }
+            // What it announces is judged by the start it precedes: a snapshot that differs
+            // from the replay fails that start (`RecoveryFailed`, below).
+            TraceEvent::SnapshotOnDisk { .. } => Ok(()),
             TraceEvent::RecoveryFailed { error } => violation(
                 "durable_events_survive",
                 format!("the node could not recover its disk: {error}"),
