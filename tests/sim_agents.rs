@@ -302,6 +302,7 @@ fn model_calls_past_max_iterations_are_caught() {
                 broken: Vec::new(),
                 results_seen: Vec::new(),
                 error_body: None,
+                answer: None,
             },
         )
     };

@@ -38,6 +38,7 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "recovered_after_crash", invariant: "durable_events_survive, acked_writes_survive (4)", counts: "recoveries of a non-empty log" },
     Precondition { key: "recovered_compacted", invariant: "durable_events_survive (4)", counts: "recoveries of a log compacted after a snapshot (the node recovers from the snapshot alone)" },
     Precondition { key: "recovered_from_snapshot", invariant: "durable_events_survive (4)", counts: "recoveries from a snapshot, compared with a replay of the whole log" },
+    Precondition { key: "answer_excerpt_cut", invariant: "answer_excerpt_as_documented (47)", counts: "runs that ended their turn on an answer longer than the 32 KiB a run keeps (cut, and judged against the provider's answer)" },
     Precondition { key: "interrupted_commit", invariant: "commit_atomic (18)", counts: "recoveries that found a commit never reported" },
     Precondition { key: "stream_resumed", invariant: "stream_resume_exact (11)", counts: "event pages read after a cursor that returned events" },
     Precondition { key: "sse_resumed", invariant: "stream_resume_exact (11)", counts: "batches read from the live stream (Server-Sent Events) after an event id; the first of each connection is a Last-Event-ID resume" },
@@ -335,6 +336,10 @@ fn committed(coverage: &mut Coverage, kind: &EventKind) {
             if report.as_ref().is_some_and(|r| r.exit.is_some()) {
                 coverage.count("child_exit_reported");
             }
+            let cut = report.as_ref().is_some_and(|r| r.excerpt_truncated);
+            if cut && *stop_reason == Some(StopReason::EndTurn) {
+                coverage.count("answer_excerpt_cut");
+            }
         }
         _ => {}
     }
@@ -577,6 +582,7 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "drain_grace_ran_out",
             "history_shown",
             "history_at_bound",
+            "answer_excerpt_cut",
         ],
         "cli_agents" => &[
             "execution_served",

@@ -60,8 +60,14 @@ fn looping() -> Behaviour {
         latency_ms: (0, 0),
         broken_permille: BROKEN_PERMILLE,
         broken_errors: BROKEN_ERRORS,
+        // Most looping runs stop at their tool cap; those that end their turn judge excerpts.
+        long_answer_permille: LONG_ANSWER_PERMILLE,
     }
 }
+
+/// Chance (thousandths) that a final answer runs past the 32 KiB a run keeps of it
+/// (`answer_excerpt_as_documented`).
+const LONG_ANSWER_PERMILLE: u32 = 300;
 
 /// The model's behaviour per kind of agent.
 pub fn provider_script() -> ProviderScript {
@@ -91,6 +97,7 @@ pub fn provider_script() -> ProviderScript {
                     latency_ms: (0, 0),
                     broken_permille: 0,
                     broken_errors: (1, 1),
+                    long_answer_permille: LONG_ANSWER_PERMILLE,
                 },
             ),
         ],

@@ -99,7 +99,17 @@ pub struct Behaviour {
     /// How many schema errors such arguments carry (drawn uniformly; each is a value of a
     /// wrong type). Fewer than the schema allows are made when it has too few places to break.
     pub broken_errors: (u32, u32),
+    /// Chance (thousandths) that a final answer runs past what a run keeps of it: findings of
+    /// [`LONG_ANSWER_BYTES`] in multi-byte text, so that the cut must fall on a character
+    /// boundary. When not 0, every final answer's text goes into the trace (`answer`), for
+    /// `answer_excerpt_as_documented`; 0: nothing is drawn and nothing recorded.
+    pub long_answer_permille: u32,
 }
+
+/// The length a long final answer reaches, in bytes: past the 32 KiB a run keeps.
+pub const LONG_ANSWER_BYTES: usize = 40_000;
+/// What a long answer's findings repeat: one-, two- and three-byte characters.
+const LONG_ANSWER_LINE: &str = "naïve résumé · ok → ";
 
 impl Default for Behaviour {
     /// Always a plain answer: no idle, no rest, no tools.
@@ -115,6 +125,7 @@ impl Default for Behaviour {
             latency_ms: (0, 0),
             broken_permille: 0,
             broken_errors: (1, 1),
+            long_answer_permille: 0,
         }
     }
 }
@@ -765,6 +776,8 @@ pub struct Turn {
     pub output_tokens: u64,
     /// How long the model takes to give it, in ms.
     pub latency_ms: u64,
+    /// The scenario judges final answers' excerpts: the trace carries the answer's text.
+    pub answer_judged: bool,
 }
 
 impl Turn {
@@ -912,6 +925,7 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
         cached_tokens,
         output_tokens: 0,
         latency_ms,
+        answer_judged: false,
     };
     let call_id = |n: u32| {
         format!(
@@ -961,6 +975,21 @@ pub fn decide(seed: u64, script: &ProviderScript, request: &Request, call_number
         let tokens = rng.gen_range(behaviour.answer_tokens.0..=behaviour.answer_tokens.1);
         turn.text = format!("done ({}): {tokens} tokens of findings", request.model);
         turn.output_tokens = tokens;
+        if behaviour.long_answer_permille > 0 {
+            turn.answer_judged = true;
+            if rng.gen_range(0..1_000) < behaviour.long_answer_permille {
+                // Started at a drawn place in the line, so that the cut meets every width.
+                let skip = rng.gen_range(0..LONG_ANSWER_LINE.chars().count());
+                let findings = LONG_ANSWER_LINE.chars().cycle().skip(skip);
+                turn.text.push(' ');
+                for c in findings {
+                    if turn.text.len() >= LONG_ANSWER_BYTES {
+                        break;
+                    }
+                    turn.text.push(c);
+                }
+            }
+        }
     }
     turn
 }
@@ -1015,6 +1044,7 @@ async fn answer(
             broken: if fault.is_none() { turn.broken() } else { Vec::new() },
             results_seen: request.results_seen.clone(),
             error_body: refusal.as_ref().map(|(_, body)| body.clone()),
+            answer: (fault.is_none() && turn.answer_judged).then(|| turn.text.clone()),
         },
     );
     if let Some(refusal) = refusal {

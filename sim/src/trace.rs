@@ -151,6 +151,10 @@ pub enum TraceEvent {
         /// The body of the 429 or 5xx a fault answered with, as sent.
         #[serde(skip_serializing_if = "Option::is_none")]
         error_body: Option<String>,
+        /// A final answer's text, in scenarios that judge answer excerpts (their provider draws
+        /// long answers: `Behaviour::long_answer_permille`); absent otherwise.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        answer: Option<String>,
     },
     /// The simulated tool server served an HTTP tool call (sim/src/tool_server.rs): the agent
     /// and run the runtime named in the POST body, the tool, which endpoint, what it did.

@@ -5,6 +5,7 @@
 
 mod agent_error;
 mod agents;
+mod answers;
 mod alerts;
 mod breaker_opening;
 mod coding;
@@ -121,6 +122,7 @@ pub struct Checker {
     refusals: refusals::RefusalOracle,
     contracts: contracts::ContractOracle,
     llm_errors: llm_errors::LlmErrorsOracle,
+    answers: answers::AnswersOracle,
     drain: drain::DrainOracle,
     history: history::HistoryOracle,
     commits: commits::CommitsOracle,
@@ -163,6 +165,7 @@ impl Checker {
         }
         match &record.event {
             TraceEvent::Committed { event } => {
+                self.answers.committed(event)?;
                 self.drain.committed(event)?;
                 self.history.committed(t_ms, event)?;
                 self.edges.committed(event);
@@ -203,6 +206,7 @@ impl Checker {
                 self.recovered(t_ms, record.node, *head_seq, digests, unreported)?;
                 // A commit a power cut interrupted may have landed: its events are the node's.
                 for event in unreported {
+                    self.answers.committed(event)?;
                     self.drain.committed(event)?;
                     self.history.committed(t_ms, event)?;
                     self.edges.committed(event);
@@ -295,11 +299,13 @@ impl Checker {
                 broken,
                 results_seen,
                 error_body,
+                answer,
                 ..
             } => {
                 self.prompts.served(*agent, *run, wake.as_ref())?;
                 if let Some(run) = run {
                     self.llm_errors.served(*run, error_body.as_deref());
+                    self.answers.served(*run, answer.as_deref());
                 }
                 if let Some(run) = run {
                     self.arguments
