@@ -145,10 +145,15 @@ mod tests {
         let (expected, _) = documented_excerpt(&answer);
         let mut oracle = AnswersOracle::default();
         oracle.served(4, Some(&answer));
-        oracle.committed(&finished(&expected, true)).expect("as documented");
+        oracle
+            .committed(&finished(&expected, true))
+            .expect("as documented");
         assert_eq!(oracle.judged(), (1, 1));
         // Cut with the mark's length added instead of taken away: past the 32 KiB.
-        let long = format!("{}{EXCERPT_CUT_MARK}", &answer[..ANSWER_EXCERPT_BYTES_MAX + 1]);
+        let long = format!(
+            "{}{EXCERPT_CUT_MARK}",
+            &answer[..ANSWER_EXCERPT_BYTES_MAX + 1]
+        );
         oracle.served(4, Some(&answer));
         let caught = oracle.committed(&finished(&long, true)).unwrap_err();
         assert_eq!(caught.invariant, "answer_excerpt_as_documented");
@@ -159,6 +164,8 @@ mod tests {
         oracle.committed(&finished("done", false)).expect("whole");
         // A run whose last reply was no recorded answer is not judged.
         oracle.served(4, None);
-        oracle.committed(&finished("anything", false)).expect("not judged");
+        oracle
+            .committed(&finished("anything", false))
+            .expect("not judged");
     }
 }
