@@ -60,13 +60,14 @@ fn looping() -> Behaviour {
         latency_ms: (0, 0),
         broken_permille: BROKEN_PERMILLE,
         broken_errors: BROKEN_ERRORS,
-        // Most looping runs stop at their tool cap; those that end their turn judge excerpts.
-        long_answer_permille: LONG_ANSWER_PERMILLE,
+        long_answer_permille: 0,
     }
 }
 
-/// Chance (thousandths) that a final answer runs past the 32 KiB a run keeps of it
-/// (`answer_excerpt_as_documented`).
+/// Chance (thousandths) that a `rester`'s final answer runs past the 32 KiB a run keeps of it
+/// (`answer_excerpt_as_documented`). Only theirs: the `slowpoke`s' runs are what fill a history
+/// to its 40-message bound (`history_at_bound`), which a 40 KB answer would cut short by its
+/// 64 KiB.
 const LONG_ANSWER_PERMILLE: u32 = 300;
 
 /// The model's behaviour per kind of agent.

@@ -841,10 +841,13 @@ const CLAUDE_INTS: [IntField; 3] = [
     CHILD_INTS[1],
     int("adapter.max_turns", None, 1, 500),
 ];
-const CLI_TEXTS: [Text; 3] = [
+/// A child's working directory (docs/adapters/process.md: 1–1,024 characters).
+const CWD: Text = text("adapter.cwd", 1_024, Form::NonEmpty);
+const CLI_TEXTS: [Text; 4] = [
     text("adapter.binary", 1_024, Form::NotBlank),
     text("adapter.model", 200, Form::NonEmpty),
     text("adapter.prompt", 16_384, Form::Any),
+    CWD,
 ];
 const CLI_LISTS: [List; 1] = [List {
     path: "adapter.extra_args",
@@ -886,6 +889,7 @@ pub static ADAPTERS: &[AdapterRules] = &[
         texts: &[
             text("adapter.command", 1_024, Form::NotBlank),
             text("adapter.stdin", 16_384, Form::Any),
+            CWD,
         ],
         lists: &[List {
             path: "adapter.args",
