@@ -761,9 +761,15 @@ mod tests {
     fn a_sweep_that_never_met_a_required_precondition_has_a_gap() {
         let mut sweep = SweepCoverage::default();
         sweep.add(&of_seed(&[breaker(1, "open"), breaker(2, "half")]));
-        let unmet = ["agent_errored", "refused_in_error", "probe_during_catch_up"];
-        let mut expected = vec!["breaker_reopened"];
-        expected.extend(unmet);
+        // Neither seed recovers from a snapshot: that gap stays, first in the required order.
+        let unmet = [
+            "recovered_from_snapshot",
+            "agent_errored",
+            "refused_in_error",
+            "probe_during_catch_up",
+        ];
+        let mut expected = vec![unmet[0], "breaker_reopened"];
+        expected.extend(&unmet[1..]);
         assert_eq!(sweep.gaps("breaker"), expected);
         sweep.add(&of_seed(&[
             breaker(1, "open"),
