@@ -98,6 +98,8 @@ pub static PRECONDITIONS: &[Precondition] = &[
     Precondition { key: "drain_with_runs_going", invariant: "drain_starts_no_run (43), drained_means_ended (44)", counts: "graceful stops whose drain began with runs going" },
     Precondition { key: "drain_grace_ran_out", invariant: "drain_starts_no_run (43)", counts: "graceful stops whose grace ran out with runs still going (stopped, re-queued at the next start)" },
     Precondition { key: "stopped_with_groups", invariant: "no_child_outlives_a_stop (45)", counts: "graceful stops that began with process groups of runs alive" },
+    Precondition { key: "heartbeat_defined_at_edge", invariant: "limits_as_documented (33), spec_shown_as_sent (34)", counts: "command-check heartbeat definitions taken (their fields at their edges or within)" },
+    Precondition { key: "timeline_entries_read", invariant: "timeline_as_logged (48)", counts: "timeline pages read that held entries (judged against the log)" },
     Precondition { key: "pulse_metadata_taken", invariant: "limits_as_documented (33)", counts: "pulses carrying metadata (at its byte, key or depth limit, or small), taken" },
     Precondition { key: "pause_taken", invariant: "pause_length_as_asked (35)", counts: "pauses and rests asked at the edges of their minutes, taken" },
 ];
@@ -137,8 +139,14 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
                 if taken && *kind == EdgeKind::Pulse && body["metadata"].is_object() {
                     coverage.count("pulse_metadata_taken");
                 }
+                if taken && *kind == EdgeKind::Heartbeat {
+                    coverage.count("heartbeat_defined_at_edge");
+                }
             }
             TraceEvent::TokenRotated { .. } => coverage.count("token_rotated"),
+            TraceEvent::TimelineShown { entries, .. } if !entries.is_empty() => {
+                coverage.count("timeline_entries_read")
+            }
             TraceEvent::TokenUsed { status: 401, .. } => coverage.count("replaced_token_tried"),
             TraceEvent::SpecShown { .. } if recovered => {
                 coverage.count("spec_shown_after_recovery")
@@ -606,6 +614,8 @@ pub fn required(name: &str) -> &'static [&'static str] {
             "recovered_after_crash",
             "recovered_from_snapshot",
             "pulse_metadata_taken",
+            "heartbeat_defined_at_edge",
+            "timeline_entries_read",
         ],
         "predicate_flap" => &[
             "heartbeat_transition",

@@ -8,7 +8,9 @@
 //! The oracle judges every answer from its own statement of the limits (check/edges.rs):
 //! `limits_as_documented` (33), `spec_shown_as_sent` (34), `pause_length_as_asked` (35),
 //! `resume_ends_pauses` (36). Some agents' tokens are replaced, twice each, and every token
-//! tried after each rotation: `token_rotation_as_answered` (37).
+//! tried after each rotation: `token_rotation_as_answered` (37). Some agents get command-check
+//! heartbeats at and past their limits (33, and 34 for the heartbeat the answer shows), and
+//! every agent's timeline is read from the log's start: `timeline_as_logged` (48).
 
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -21,6 +23,11 @@ use vigil_world::check::edges::{
     PAUSE_MINUTES_MAX, PAYLOAD_BYTES_MAX, PULSE_METADATA_BYTES_MAX, PULSE_METADATA_KEYS_MAX,
     PULSE_METADATA_LEVELS_MAX, PULSE_STATUSES, REASON_CHARS_MAX, SOURCES, SPEC_INTS, STEPS_MAX,
     STEP_MS_MAX, TRIGGER_DETAIL_BYTES_MAX, ZONES, ZONE_CHARS_MAX,
+};
+use vigil_world::check::heartbeat_defs::{
+    HEARTBEAT_ARGS_MAX, HEARTBEAT_ARG_BYTES_MAX, HEARTBEAT_COMMAND_BYTES_MAX,
+    HEARTBEAT_ID_CHARS_MAX, HEARTBEAT_INTERVAL_SEC_MAX, HEARTBEAT_ON_CHANGE,
+    HEARTBEAT_RUNTIME_MS_MAX, HEARTBEAT_RUNTIME_MS_MIN,
 };
 use vigil_world::recorder::Recorder;
 use vigil_world::trace::EdgeKind;
@@ -159,10 +166,66 @@ pub async fn run(seed: u64, recorder: Recorder) {
         };
         steps.push(step);
     }
+    // Command-check heartbeats of some scripted agents, at and past their limits. Not of an
+    // agent the operator wakes with source `predicate`: the predicate checks hold every
+    // predicate wakeup of an agent a heartbeat watches to one of its transitions.
+    let woken_as_predicate: Vec<&String> = steps
+        .iter()
+        .filter_map(|step| match &step.action {
+            Action::Submit {
+                kind: EdgeKind::Wake,
+                agent: Some(agent),
+                body,
+            } if body["source"] == "predicate" => Some(agent),
+            _ => None,
+        })
+        .collect();
+    let watched: Vec<String> = agents
+        .iter()
+        .filter(|agent| !woken_as_predicate.contains(agent))
+        .cloned()
+        .collect();
+    let mut defined = 0;
+    for agent in &watched {
+        if !rng.gen_bool(HEARTBEAT_AGENT_CHANCE) {
+            continue;
+        }
+        for _ in 0..rng.gen_range(1..=HEARTBEATS_PER_AGENT) {
+            // The first is within its limits: a seed with heartbeats takes one.
+            let invalid = defined > 0 && rng.gen_range(0..100) < INVALID_PERCENT;
+            let body = heartbeat(&mut rng, defined, invalid);
+            defined += 1;
+            let at_ms = rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS);
+            steps.push(submit(
+                at_ms,
+                EdgeKind::Heartbeat,
+                Some(agent.clone()),
+                body,
+            ));
+        }
+    }
     let agents: Vec<String> = agents
         .into_iter()
         .chain(others.into_iter().map(|(name, _)| name))
         .collect();
+    // Timelines: some read while faults strike, every agent's once more in the quiet phase.
+    for agent in &agents {
+        let mut times = vec![SAFETY_MS + rng.gen_range(MINUTE_MS..5 * MINUTE_MS)];
+        if rng.gen_bool(TIMELINE_READ_CHANCE) {
+            times.push(rng.gen_range(CREATE_WINDOW_MS..SAFETY_MS));
+        }
+        for at_ms in times {
+            let limit = *TIMELINE_LIMITS.choose(&mut rng).expect("limits");
+            steps.push(Step {
+                at_ms,
+                action: Action::ShowTimeline {
+                    agent: agent.clone(),
+                    since_ms: 0,
+                    limit,
+                },
+            });
+        }
+    }
     // Some agents' tokens are replaced (twice, each token tried after: `rotate`), whatever
     // their adapter: a rotation reads no spec.
     for agent in &agents {
@@ -220,6 +283,76 @@ pub async fn run(seed: u64, recorder: Recorder) {
         ),
     };
     phases::run(setup, recorder).await;
+}
+
+/// Chance that a scripted agent gets heartbeat definitions, and how many at most (well under
+/// the 16 an agent may have, so that no definition meets that limit).
+const HEARTBEAT_AGENT_CHANCE: f64 = 0.6;
+const HEARTBEATS_PER_AGENT: usize = 3;
+/// Chance that an agent's timeline is also read during the safety phase, and the page sizes
+/// drawn: the smallest, the default and the largest.
+const TIMELINE_READ_CHANCE: f64 = 0.5;
+const TIMELINE_LIMITS: &[usize] = &[1, 100, 1_000];
+
+/// A command-check heartbeat definition (its `agent` is put in when sent): every field within
+/// its limits (docs/api.md, `POST /v1/heartbeats`), often at an edge, or one pushed just past.
+/// Its id is unique (`n`), so a 409 can only be a retried definition's own. No check it
+/// defines changes a state: this world spawns no process, so each tick is an `error`.
+fn heartbeat(rng: &mut ChaCha8Rng, n: usize, invalid: bool) -> Value {
+    let stem = format!("hb{n}-");
+    let id = if rng.gen_bool(0.3) {
+        format!("{stem}{}", "x".repeat(HEARTBEAT_ID_CHARS_MAX - stem.len()))
+    } else {
+        stem
+    };
+    let command = if rng.gen_bool(0.4) {
+        "c".repeat(HEARTBEAT_COMMAND_BYTES_MAX)
+    } else {
+        "mail-count".to_string()
+    };
+    let mut check = json!({"kind": "command", "command": command});
+    match rng.gen_range(0..3) {
+        0 => {}
+        1 => check["args"] = json!(vec!["a"; HEARTBEAT_ARGS_MAX]),
+        _ => check["args"] = json!(["a".repeat(HEARTBEAT_ARG_BYTES_MAX)]),
+    }
+    let interval = [1, 4, 5, 60, 3_600, HEARTBEAT_INTERVAL_SEC_MAX];
+    let mut body = json!({
+        "id": id,
+        "interval_sec": interval.choose(rng).expect("intervals"),
+        "check": check,
+    });
+    if rng.gen_bool(0.5) {
+        body["on_change"] = json!(HEARTBEAT_ON_CHANGE.choose(rng).expect("on_change"));
+    }
+    if rng.gen_bool(0.5) {
+        let budgets = [HEARTBEAT_RUNTIME_MS_MIN, 250, HEARTBEAT_RUNTIME_MS_MAX];
+        body["max_runtime_ms"] = json!(budgets.choose(rng).expect("budgets"));
+    }
+    if invalid {
+        push_heartbeat_past_a_limit(rng, &mut body);
+    }
+    body
+}
+
+/// Pushes one field of a heartbeat definition just past its limit or form.
+fn push_heartbeat_past_a_limit(rng: &mut ChaCha8Rng, body: &mut Value) {
+    match rng.gen_range(0..11) {
+        0 => body["id"] = json!("x".repeat(HEARTBEAT_ID_CHARS_MAX + 1)),
+        1 => body["id"] = json!("Upper-case"),
+        2 => body["interval_sec"] = json!(0),
+        3 => body["interval_sec"] = json!(HEARTBEAT_INTERVAL_SEC_MAX + 1),
+        4 => body["check"]["command"] = json!("c".repeat(HEARTBEAT_COMMAND_BYTES_MAX + 1)),
+        5 => body["check"]["command"] = json!("   "),
+        6 => body["check"]["args"] = json!(vec!["a"; HEARTBEAT_ARGS_MAX + 1]),
+        7 => body["check"]["args"] = json!(["a".repeat(HEARTBEAT_ARG_BYTES_MAX + 1)]),
+        8 => {
+            let past = [HEARTBEAT_RUNTIME_MS_MIN - 1, HEARTBEAT_RUNTIME_MS_MAX + 1];
+            body["max_runtime_ms"] = json!(past.choose(rng).expect("budgets"));
+        }
+        9 => body["on_change"] = json!("sometimes"),
+        _ => body["colour"] = json!("red"),
+    }
 }
 
 /// An adapter of `rules`' type: its required fields, and each other field left out or drawn

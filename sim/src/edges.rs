@@ -11,7 +11,7 @@ use hyper::Method;
 use crate::harness::elapsed_ms;
 use crate::operator_client::OperatorClient;
 use crate::recorder::Recorder;
-use crate::trace::{EdgeKind, TraceEvent};
+use crate::trace::{EdgeKind, TimelineSeen, TraceEvent};
 use crate::workload::{get_until_answered, learn_ids, Directory};
 
 /// Pause before sending a request again after no answer or a server error.
@@ -27,9 +27,8 @@ pub async fn submit(
     directory: Directory,
     kind: EdgeKind,
     agent: Option<String>,
-    body: serde_json::Value,
+    mut body: serde_json::Value,
 ) {
-    let bytes = body.to_string().into_bytes();
     let mut attempts = 0;
     let seq_before = recorder.durable_events();
     loop {
@@ -42,6 +41,11 @@ pub async fn submit(
             tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             continue;
         };
+        // A heartbeat names its agent by id in the body, known only now.
+        if let (EdgeKind::Heartbeat, Some(id)) = (kind, id_of(agent.as_deref(), &directory)) {
+            body["agent"] = serde_json::json!(id);
+        }
+        let bytes = body.to_string().into_bytes();
         let method = match kind {
             EdgeKind::Patch => Method::PATCH,
             _ => Method::POST,
@@ -85,6 +89,8 @@ pub async fn submit(
                 attempts,
                 seq_before,
                 paused_until_ms: json["paused_until_ms"].as_u64().filter(|_| shows_agent),
+                shown: (kind == EdgeKind::Heartbeat && (200..300).contains(&status))
+                    .then(|| json["heartbeat"].clone()),
             },
         );
         return;
@@ -105,6 +111,7 @@ fn path_of(kind: EdgeKind, agent: Option<&str>, directory: &Directory) -> Option
         EdgeKind::PauseHeartbeats => format!("/v1/agents/{id}/pause_heartbeats"),
         EdgeKind::Resume => format!("/v1/agents/{id}/resume"),
         EdgeKind::Pulse => format!("/v1/agents/{id}/pulse"),
+        EdgeKind::Heartbeat => "/v1/heartbeats".to_string(),
     })
 }
 
@@ -180,6 +187,49 @@ pub async fn show(
         TraceEvent::SpecShown {
             agent,
             spec: json["spec"].clone(),
+        },
+    );
+}
+
+/// Reads one page of the timeline of the agent called `agent` from `since_ms` until answered,
+/// and records it ([`TraceEvent::TimelineShown`]). Nothing is recorded for an agent whose id is
+/// not known yet.
+pub async fn timeline(
+    until_ms: u64,
+    client: OperatorClient,
+    recorder: Recorder,
+    directory: Directory,
+    agent: String,
+    since_ms: u64,
+    limit: usize,
+) {
+    let Some(id) = directory.borrow().get(&agent).copied() else {
+        return;
+    };
+    let path = format!("/v1/agents/{id}/timeline?since_ms={since_ms}&limit={limit}");
+    let Some((_, answer)) = get_until_answered(until_ms, &client, &recorder, &path).await else {
+        return;
+    };
+    let json = answer.json().expect("a timeline is JSON");
+    let entries = json["entries"]
+        .as_array()
+        .expect("a timeline has entries")
+        .iter()
+        .map(|entry| TimelineSeen {
+            seq: entry["seq"].as_u64().expect("an entry's seq"),
+            at_ms: entry["at_ms"].as_u64().expect("an entry's at_ms"),
+            kind: entry["type"].as_str().expect("an entry's type").to_string(),
+        })
+        .collect();
+    recorder.record(
+        "workload",
+        TraceEvent::TimelineShown {
+            agent: id,
+            since_ms,
+            limit,
+            entries,
+            next_after: json["next_after"].as_u64().expect("next_after"),
+            head_seq: json["head_seq"].as_u64().expect("head_seq"),
         },
     );
 }

@@ -251,6 +251,20 @@ pub enum TraceEvent {
         seq_before: u64,
         /// `paused_until_ms` of a 2xx answer that shows the agent (pauses and resumes).
         paused_until_ms: Option<u64>,
+        /// A heartbeat definition's 2xx answer: the heartbeat it shows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        shown: Option<serde_json::Value>,
+    },
+    /// The `edges` workload read a page of agent `agent`'s timeline
+    /// (`GET /v1/agents/{id}/timeline?since_ms=..&limit=..`): its entries, oldest first, and
+    /// where it stopped. The oracle holds it to the agent's committed state changes.
+    TimelineShown {
+        agent: u64,
+        since_ms: u64,
+        limit: usize,
+        entries: Vec<TimelineSeen>,
+        next_after: u64,
+        head_seq: u64,
     },
     /// The workload read agent `agent`'s conversation history (`GET /v1/agents/{id}/history`):
     /// each message's role, the [`text_digest`] of its text and its length in bytes, oldest
@@ -301,6 +315,18 @@ pub enum EdgeKind {
     Resume,
     /// `POST /v1/agents/{id}/pulse`, with what the agent says of itself (status, metadata).
     Pulse,
+    /// `POST /v1/heartbeats`: a command-check predicate heartbeat of the agent, whose id the
+    /// workload puts into the body as `agent` once it is known.
+    Heartbeat,
+}
+
+/// One entry of a timeline page as the node showed it: its event's position, instant and type.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TimelineSeen {
+    pub seq: u64,
+    pub at_ms: u64,
+    #[serde(rename = "type")]
+    pub kind: String,
 }
 
 /// How the simulated state server answers one check.

@@ -73,6 +73,12 @@ pub enum Action {
     },
     /// Read the agent called `agent` and record the spec it shows.
     ShowSpec { agent: String },
+    /// Read one page of the timeline of the agent called `agent` (sim/src/edges.rs::timeline).
+    ShowTimeline {
+        agent: String,
+        since_ms: u64,
+        limit: usize,
+    },
     /// Read the conversation history of the agent called `agent`, retried until answered
     /// (nothing is recorded for an agent whose id is not known yet).
     ReadHistory { agent: String },
@@ -290,6 +296,22 @@ impl Workload {
                             recorder.clone(),
                             directory.clone(),
                             agent.clone(),
+                        )
+                        .await;
+                    }
+                    Action::ShowTimeline {
+                        agent,
+                        since_ms,
+                        limit,
+                    } => {
+                        crate::edges::timeline(
+                            self.until_ms,
+                            client.clone(),
+                            recorder.clone(),
+                            directory.clone(),
+                            agent.clone(),
+                            *since_ms,
+                            *limit,
                         )
                         .await;
                     }

@@ -124,7 +124,7 @@ pub const PULSE_METADATA_KEYS_MAX: usize = 32;
 pub const PULSE_METADATA_LEVELS_MAX: usize = 4;
 
 /// What a request deserves: to be taken, or refused naming one of these fields.
-type Judgement = BTreeSet<String>;
+pub type Judgement = BTreeSet<String>;
 
 /// A committed pause.
 #[derive(Debug, Clone, Copy)]
@@ -244,10 +244,12 @@ impl EdgesOracle {
             // No body is read.
             EdgeKind::Resume => (Judgement::new(), None),
             EdgeKind::Pulse => (judge_pulse(body), None),
+            EdgeKind::Heartbeat => (super::heartbeat_defs::judge_heartbeat(body), None),
         };
-        // A creation retried after a lost answer finds its own agent: 409 `name_taken`.
-        let taken = (200..300).contains(&status)
-            || (kind == EdgeKind::Create && status == 409 && attempts > 1);
+        // A creation retried after a lost answer finds its own agent (409 `name_taken`), a
+        // heartbeat's its own id (409 `id_taken`).
+        let retried = matches!(kind, EdgeKind::Create | EdgeKind::Heartbeat);
+        let taken = (200..300).contains(&status) || (retried && status == 409 && attempts > 1);
         let what = format!("{kind:?} {} {body}", agent.unwrap_or(""));
         if invalid.is_empty() {
             if !taken {

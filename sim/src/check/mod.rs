@@ -16,6 +16,7 @@ mod documented;
 pub mod edges;
 mod executions;
 mod heart;
+pub mod heartbeat_defs;
 mod jitter;
 mod llm_errors;
 mod drain;
@@ -37,6 +38,7 @@ pub use processes::GROUP_EXIT_SLACK_MS;
 mod refusals;
 mod runs;
 mod spacing;
+mod timeline;
 #[cfg(test)]
 mod test_events;
 
@@ -130,6 +132,7 @@ pub struct Checker {
     alerts: alerts::AlertsOracle,
     predicate: predicate::PredicateOracle,
     edges: edges::EdgesOracle,
+    timeline: timeline::TimelineOracle,
     prompts: prompts::PromptsOracle,
     coding: coding::CodingOracle,
     jitter: jitter::JitterOracle,
@@ -169,6 +172,7 @@ impl Checker {
                 self.drain.committed(event)?;
                 self.history.committed(t_ms, event)?;
                 self.edges.committed(event);
+                self.timeline.committed(event);
                 self.prompts.committed(event);
                 self.coding.committed(event)?;
                 self.committed(t_ms, record.node, event)?;
@@ -210,6 +214,7 @@ impl Checker {
                     self.drain.committed(event)?;
                     self.history.committed(t_ms, event)?;
                     self.edges.committed(event);
+                    self.timeline.committed(event);
                     self.prompts.committed(event);
                     self.coding.committed(event)?;
                 }
@@ -402,16 +407,34 @@ impl Checker {
                 attempts,
                 seq_before,
                 paused_until_ms,
-            } => self.edges.answered(
-                *kind,
-                agent.as_deref(),
-                body,
-                *status,
-                code.as_deref(),
-                field.as_deref(),
-                *attempts,
-                (*seq_before, *paused_until_ms),
-            ),
+                shown,
+            } => {
+                self.timeline.follow();
+                self.edges.answered(
+                    *kind,
+                    agent.as_deref(),
+                    body,
+                    *status,
+                    code.as_deref(),
+                    field.as_deref(),
+                    *attempts,
+                    (*seq_before, *paused_until_ms),
+                )?;
+                match shown {
+                    Some(shown) => heartbeat_defs::judge_shown(body, shown),
+                    None => Ok(()),
+                }
+            }
+            TraceEvent::TimelineShown {
+                agent,
+                since_ms,
+                limit,
+                entries,
+                next_after,
+                head_seq,
+            } => self
+                .timeline
+                .shown(*agent, (*since_ms, *limit), entries, *next_after, *head_seq),
             TraceEvent::SpecShown { agent, spec } => self.edges.shown(agent, spec),
             TraceEvent::TokenRotated {
                 agent,
