@@ -468,7 +468,7 @@ impl Checker {
         if let Some(quiet_since_ms) = self.quiet_since_ms {
             self.runs.finish(quiet_since_ms)?;
         }
-        self.alerts.finish()?;
+        self.alerts.finish(end_ms)?;
         self.predicate.finish(end_ms)
     }
 
@@ -697,7 +697,7 @@ impl Checker {
             let llm_error = *stop_reason == Some(vigil::engine::run::StopReason::LlmError);
             self.llm_errors.finished(run.0, llm_error, detail)?;
         }
-        self.alerts.committed(event);
+        self.alerts.committed(t_ms, event);
         self.predicate.committed(event)?;
         self.log.push(event_digest(event));
         self.log_at_ms.push(event.at_ms);
