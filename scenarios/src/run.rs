@@ -212,7 +212,7 @@ pub static SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "edges",
-        summary: "agents created, changed, woken and paused with every documented limit at its edge and just past it (one field at a time), under crashes, power cuts and clock jumps; specs read back; 1 h 20 min",
+        summary: "agents created, changed, woken, paused, pulsed and given heartbeats with every documented limit at its edge and just past it (one field at a time), under crashes, power cuts and clock jumps; specs and timelines read back; 1 h 20 min",
         virtual_ms: crate::edges::SAFETY_MS + crate::edges::QUIET_MS,
         body: |seed, recorder| Box::pin(crate::edges::run(seed, recorder)),
     },
