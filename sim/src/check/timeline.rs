@@ -104,10 +104,9 @@ impl TimelineOracle {
             })
             .collect();
         let shown: Vec<&TimelineSeen> = entries.iter().filter(|e| e.seq >= from_seq).collect();
-        let differs =
-            shown.len() != expected.len() || shown.iter().zip(&expected).any(|(s, e)| *s != e);
-        if differs {
-            let first = shown.iter().zip(&expected).position(|(s, e)| *s != e);
+        // The first entry where the page and the log part, if they do.
+        let first = shown.iter().zip(&expected).position(|(s, e)| *s != e);
+        if first.is_some() || shown.len() != expected.len() {
             let index = first.unwrap_or(shown.len().min(expected.len()));
             return violation(
                 "timeline_as_logged",

@@ -629,7 +629,9 @@ fn an_idle_agent_stores_only_what_it_has() {
 }
 
 /// Sizes and speed, for the report: `cargo test --release -p vigil --lib
-/// snapshot_sizes_and_speed -- --ignored --nocapture`.
+/// snapshot_sizes_and_speed -- --ignored --nocapture`. Why the real clock (`Instant::now`): it
+/// measures how long encoding and decoding take, and only prints it; ignored, never in the
+/// suite or the simulator, and nothing it reads reaches behaviour or a trace.
 #[test]
 #[ignore = "a measure, not a test: run by hand in release"]
 fn snapshot_sizes_and_speed() {
