@@ -40,9 +40,9 @@ pub async fn run(
          exists, the node runs for {seconds} s; then every `timer_fired` event of that window is read \
          back from `GET /v1/events`: lateness is its `at_ms` (when the node decided the fire) minus \
          its `due_at_ms` (the slot it stands for), in the node's milliseconds. A fleet created at \
-         once has its slots within its jitter window (a tenth of the interval), so the load comes \
-         in bursts: the table gives the most slots due in any one second of the window, and the \
-         most fires the node decided in one.\n"
+         once has its slots within its jitter window (less than one interval, ADR 0021; a tenth \
+         of it before, which made the load come in bursts): the table gives the most slots due in \
+         any one second of the window, and the most fires the node decided in one.\n"
     );
     let dir = data_dir.join(format!("timers-{agents}"));
     if dir.exists() {

@@ -390,7 +390,7 @@ mod tests {
         assert_eq!(value_in_unit_of("X_MAX", "1,000 requests"), Ok(1_000.0));
         assert!(value_in_unit_of("X_MAX", "10 min").is_err());
         assert!(value_in_unit_of("X_MAX", "many").is_err());
-        assert_eq!(values_of("5 min (and ≤ interval / 10)"), vec!["5 min"]);
+        assert_eq!(values_of("5 min (and < interval)"), vec!["5 min"]);
         assert_eq!(
             names_of("`PULSE_METADATA_BYTES_MAX` / `_KEYS_MAX` (`engine/pulse_report.rs`)"),
             vec!["PULSE_METADATA_BYTES_MAX", "PULSE_METADATA_KEYS_MAX"]

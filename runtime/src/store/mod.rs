@@ -10,6 +10,7 @@ pub mod compaction;
 pub mod record;
 pub mod recovery;
 pub mod snapshot;
+mod turns;
 
 #[cfg(test)]
 mod fixture_tests;
@@ -109,6 +110,8 @@ pub struct Store {
     /// The storage format the database recorded when it was opened (an older one is read as
     /// it is and stamped with the current format at open).
     found_format: u64,
+    /// The log's appends go before background writes at redb's write lock.
+    turns: turns::WriteTurns,
 }
 
 impl Store {
@@ -137,6 +140,7 @@ impl Store {
             db,
             file,
             found_format,
+            turns: turns::WriteTurns::default(),
         })
     }
 
@@ -161,6 +165,7 @@ impl Store {
         let Some(first) = events.first() else {
             return Ok(sizes);
         };
+        let _turn = self.turns.append();
         let tx = self.db.begin_write().map_err(redb::Error::from)?;
         {
             let mut table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
@@ -189,6 +194,14 @@ impl Store {
         }
         tx.commit().map_err(redb::Error::from)?;
         Ok(sizes)
+    }
+
+    /// A write transaction for work in the background (snapshots, pruning, compaction), begun
+    /// once the appends waiting or committing when it was asked for have ended ([`turns`]).
+    /// Blocking: call it on a blocking thread.
+    fn begin_background_write(&self) -> Result<redb::WriteTransaction, StoreError> {
+        self.turns.background();
+        Ok(self.db.begin_write().map_err(redb::Error::from)?)
     }
 
     /// Sequence number of the newest stored event (0 when the log is empty).

@@ -1,9 +1,9 @@
 //! `timer_jitter_as_documented` (41): where an agent's first timer slot falls.
 //!
 //! docs/api.md ("When the agent has a timer"): the first slot is the creation time plus
-//! `interval_ms` plus a fixed jitter derived from the agent id, at most a tenth of the interval
-//! and at most 5 minutes, spread over that whole window (so that a fleet created alike does not
-//! wake in one instant). Two checks:
+//! `interval_ms` plus a fixed jitter derived from the agent id, less than one interval and at
+//! most 5 minutes, spread over that whole window (so that a fleet created alike does not wake in
+//! one instant). Two checks:
 //!
 //! - each created agent's jitter (its `first_fire_at_ms` minus its creation time minus the
 //!   interval) lies in `0..=window`;
@@ -20,8 +20,9 @@ use super::{violation, Violation};
 
 /// The largest jitter, in ms: "at most 5 minutes" (docs/api.md).
 const JITTER_MS_MAX: u64 = 5 * 60 * 1_000;
-/// The jitter's window is at most this fraction of the interval: "a tenth" (docs/api.md).
-const JITTER_INTERVAL_DIVISOR: u64 = 10;
+/// The jitter is shorter than the interval by at least this: "less than one interval"
+/// (docs/api.md).
+const JITTER_UNDER_INTERVAL_MS: u64 = 1;
 /// Agents whose window is at least this wide take part in the spread check: on a narrower one
 /// the halves are a few milliseconds apart.
 pub const SPREAD_WINDOW_MS_MIN: u64 = 10_000;
@@ -30,7 +31,9 @@ pub const SPREAD_SAMPLE: usize = 32;
 
 /// The documented window of an agent's jitter on a timer every `interval_ms`.
 pub(super) fn window_ms(interval_ms: u64) -> u64 {
-    (interval_ms / JITTER_INTERVAL_DIVISOR).min(JITTER_MS_MAX)
+    interval_ms
+        .saturating_sub(JITTER_UNDER_INTERVAL_MS)
+        .min(JITTER_MS_MAX)
 }
 
 /// What the spread check has seen so far.
@@ -92,7 +95,7 @@ mod tests {
 
     const HALF_HOUR_MS: u64 = 30 * 60 * 1_000;
 
-    /// Creates `SPREAD_SAMPLE` agents on half-hour timers (a 3-minute window) with the jitters
+    /// Creates `SPREAD_SAMPLE` agents on half-hour timers (a 5-minute window) with the jitters
     /// `jitter(i)` gives, returning the first violation.
     fn sample(jitter: impl Fn(u64) -> u64) -> Result<(), Violation> {
         let mut oracle = JitterOracle::default();
@@ -105,14 +108,16 @@ mod tests {
 
     #[test]
     fn jitters_over_the_whole_window_pass() {
-        // 0, 5.6 s, ... up to 174 s of a 180 s window.
-        assert_eq!(sample(|i| i * 180_000 / SPREAD_SAMPLE as u64), Ok(()));
+        // 0, 9.4 s, ... up to 291 s of a 300 s window.
+        assert_eq!(sample(|i| i * 300_000 / SPREAD_SAMPLE as u64), Ok(()));
     }
 
     #[test]
     fn jitters_capped_below_the_documented_window_are_caught() {
-        // A node capping the jitter at 1 minute: every offset in the lower half of 3 minutes.
-        let error = sample(|i| i * 60_000 / SPREAD_SAMPLE as u64).unwrap_err();
+        // A node capping the jitter at 2.5 minutes: every offset in the lower half of 5 minutes.
+        // (A tenth of the interval, the contract before ADR 0021, is caught this way on shorter
+        // intervals: on 1-minute timers every offset is under 6 s of a 60-s window.)
+        let error = sample(|i| i * 148_000 / SPREAD_SAMPLE as u64).unwrap_err();
         assert_eq!(error.invariant, "timer_jitter_as_documented");
         assert!(error.detail.contains("lower half"), "{}", error.detail);
     }
@@ -126,11 +131,11 @@ mod tests {
     #[test]
     fn a_jitter_past_its_window_is_caught_at_once() {
         let mut oracle = JitterOracle::default();
-        // A 10-minute interval: a window of 60 s.
-        assert_eq!(oracle.created(1, 0, 600_000, 600_000 + 60_000), Ok(()));
-        let error = oracle.created(2, 0, 600_000, 600_000 + 60_001).unwrap_err();
+        // A 1-minute interval: a window of 59,999 ms, less than the interval.
+        assert_eq!(oracle.created(1, 0, 60_000, 60_000 + 59_999), Ok(()));
+        let error = oracle.created(2, 0, 60_000, 60_000 + 60_000).unwrap_err();
         assert_eq!(error.invariant, "timer_jitter_as_documented");
-        // An hour-long interval's window is capped at 5 minutes, not a tenth (6 minutes).
+        // An hour-long interval's window is capped at 5 minutes.
         let error = oracle
             .created(3, 0, 3_600_000, 3_600_000 + 300_001)
             .unwrap_err();
@@ -142,10 +147,11 @@ mod tests {
 
     #[test]
     fn narrow_windows_take_no_part_in_the_spread() {
-        // Forty agents on a 1-minute timer (a 6 s window), all without jitter: no spread judged.
+        // Forty agents on a 5-second timer (a 4,999 ms window), all without jitter: no spread
+        // judged.
         let mut oracle = JitterOracle::default();
         for i in 0..40 {
-            assert_eq!(oracle.created(i + 1, 0, 60_000, 60_000), Ok(()));
+            assert_eq!(oracle.created(i + 1, 0, 5_000, 5_000), Ok(()));
         }
     }
 }

@@ -855,8 +855,8 @@ impl Checker {
                 // No timer: nothing to judge (agents are never terminated in these scenarios).
                 continue;
             };
-            // The first slot of a grid is offset by the agent's jitter, at most a tenth of the
-            // interval and 5 minutes (docs/api.md; restated in `jitter`).
+            // The first slot of a grid is offset by the agent's jitter, less than one interval
+            // and at most 5 minutes (docs/api.md; restated in `jitter`).
             let jitter_ms_max = jitter::window_ms(interval_ms);
             if *next_fire_at_ms > wall_seen_ms_max + interval_ms + jitter_ms_max + TIMER_LAG_MS_MAX
             {
