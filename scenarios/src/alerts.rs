@@ -36,7 +36,10 @@ pub async fn run(seed: u64, recorder: Recorder) {
         let spec = serde_json::json!({
             "name": format!("failing-{i}"),
             "heartbeat": { "interval_ms": rng.gen_range(30_000..90_000) },
+            // Two failures of one cause in a row open the breaker (`failures_to_open` 2),
+            // whenever the agent's first slot falls (its jitter may be most of an interval).
             "adapter": { "type": "scripted", "steps": [
+                { "duration_ms": rng.gen_range(100..5_000), "outcome": "failed" },
                 { "duration_ms": rng.gen_range(100..5_000), "outcome": "failed" },
                 { "duration_ms": rng.gen_range(100..5_000), "outcome": "tool_failed" },
                 { "duration_ms": rng.gen_range(100..5_000), "outcome": "succeeded" },
