@@ -778,6 +778,7 @@ impl Shell {
             // The snapshot, then the events it holds that are past the retention window.
             #[allow(deprecated)]
             let written = tokio::task::spawn_blocking(move || {
+                tracing::debug!(seq = image.seq, agents = image.agents.len(), "snapshot started");
                 let written = store.write_snapshot(&image)?;
                 let compacted = store.compact(cutoff_at_ms)?;
                 Ok::<_, StoreError>((written, compacted))

@@ -94,6 +94,7 @@ impl Store {
             }
             tx.commit().map_err(redb::Error::from)?;
         }
+        tracing::debug!(seq = image.seq, bytes, "snapshot chunks written");
         let manifest = SnapshotManifest {
             seq: image.seq,
             next_agent: image.next_agent,
@@ -122,6 +123,7 @@ impl Store {
                 .map_err(redb::Error::from)?;
         }
         tx.commit().map_err(redb::Error::from)?;
+        tracing::debug!(seq = image.seq, "snapshot manifest committed");
         while self.prune_snapshots()? {}
         Ok(Written {
             seq: image.seq,
