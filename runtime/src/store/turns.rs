@@ -61,7 +61,7 @@ impl WriteTurns {
         // to let go first.
         let until = state.appends_ended + state.appending as u64;
         state.background_waiting += 1;
-        while state.appends_ended < until && state.appending > 0 {
+        while state.appends_ended < until {
             state = self
                 .append_ended
                 .wait(state)
@@ -114,6 +114,9 @@ mod tests {
         let first = turns.append();
         let second = turns.append();
         let passed = Arc::new(AtomicBool::new(false));
+        // Why a thread: a background writer blocks until its turn, and its turn comes from this
+        // one. Test-only, real threads (the store's turns never wait under the simulator, where
+        // each transaction runs within one poll); nothing of it reaches behaviour or a trace.
         let background = {
             let (turns, passed) = (turns.clone(), passed.clone());
             std::thread::spawn(move || {
