@@ -354,8 +354,9 @@ fn decode_while_reading(
 /// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
 /// kilobyte-sized state would be copied once more on the reading thread.
 fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentState>, String>> {
-    let decode = |(id, bytes): &(u64, Vec<u8>)| {
-        let state = record::decode_agent(format, bytes)
+    let decode = |decoder: &mut record::AgentDecoder, (id, bytes): &(u64, Vec<u8>)| {
+        let state = decoder
+            .decode(format, bytes)
             .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
         if state.agent().id.0 != *id {
             return Err(format!(
@@ -367,10 +368,15 @@ fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentS
     };
     // Why in parallel: decoding is most of a large fleet's recovery (several microseconds an
     // agent), and every record decodes alone.
-    crate::parallel::map_chunks(batch, |part| part.iter().map(decode).collect::<Vec<_>>())
-        .into_iter()
-        .flatten()
-        .collect()
+    crate::parallel::map_chunks(batch, |part| {
+        let mut decoder = record::AgentDecoder::default();
+        part.iter()
+            .map(|row| decode(&mut decoder, row))
+            .collect::<Vec<_>>()
+    })
+    .into_iter()
+    .flatten()
+    .collect()
 }
 
 fn record_problem(error: &RecordError) -> String {

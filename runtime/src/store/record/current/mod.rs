@@ -310,7 +310,7 @@ pub struct Problem {
 }
 
 impl Problem {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Problem {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Problem {
         Problem {
             field: field.into(),
             message: message.into(),

@@ -64,12 +64,16 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 /// optional instant, pause, cooldown and error none; `breaker` closed with no failures;
 /// `liveness` unknown since never; `day_count` and `day_spend` no day counted yet; usage zero;
 /// every list empty.
+///
+/// `S` is how the spec is held: parsed ([`AgentSpec`], the default), or as its raw JSON text,
+/// which [`crate::store::record::AgentDecoder`] parses only when it differs from the previous
+/// agent's by more than the name (the stored bytes are the same either way).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AgentRecord {
+pub struct AgentRecord<S = AgentSpec> {
     pub id: u64,
     pub tenant: String,
     pub name: String,
-    pub spec: AgentSpec,
+    pub spec: S,
     #[serde(default = "active", skip_serializing_if = "is_active")]
     pub status: AgentStatus,
     pub token_hash: String,
@@ -640,7 +644,23 @@ fn restored(error: RestoreError) -> Problem {
 impl AgentRecord {
     /// The engine's agent state, or the first field that cannot be one.
     pub fn into_engine(self) -> Result<agent_state::AgentState, Problem> {
+        self.into_engine_with(|spec| {
+            spec.into_engine()
+                .map(std::sync::Arc::new)
+                .map_err(|(field, message)| Problem::new(field, message))
+        })
+    }
+}
+
+impl<S> AgentRecord<S> {
+    /// The engine's agent state, its spec made by `spec` from the record's, or the first field
+    /// that cannot be one.
+    pub fn into_engine_with(
+        self,
+        spec: impl FnOnce(S) -> Result<std::sync::Arc<agent::AgentSpec>, Problem>,
+    ) -> Result<agent_state::AgentState, Problem> {
         let id = AgentId(self.id);
+        let spec = spec(self.spec)?;
         let cooldown = self
             .cooldown
             .map(|c| {
@@ -663,11 +683,7 @@ impl AgentRecord {
             id,
             tenant: self.tenant,
             name: self.name,
-            spec: std::sync::Arc::new(
-                self.spec
-                    .into_engine()
-                    .map_err(|(field, message)| Problem::new(field, message))?,
-            ),
+            spec,
             status: self.status.into(),
             token_hash: TokenHash(self.token_hash),
             created_at_ms: instant("created_at_ms", self.created_at_ms)?,

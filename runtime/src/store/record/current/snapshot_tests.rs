@@ -21,7 +21,8 @@ use crate::engine::usage::{MicroUsd, Usage};
 use crate::engine::wakeup::{WakeupRequest, IDEMPOTENCY_TTL_MS};
 use crate::engine::{Command, Decision, Engine};
 use crate::store::record::{
-    decode_agent, decode_tenant, encode_agent, encode_tenant, RecordError, FORMAT_VERSION,
+    decode_agent, decode_tenant, encode_agent, encode_tenant, AgentDecoder, RecordError,
+    FORMAT_VERSION,
 };
 
 /// Encodes and decodes `state`, asserting the very same state comes back and that encoding
@@ -55,8 +56,19 @@ fn round_trip_all(engine: &Engine) -> usize {
         );
     }
     let mut agents = 0;
+    // Also as a snapshot is read: one decoder for the agents in order, taking a spec from the
+    // previous agent's whenever only the name differs.
+    let mut in_order = AgentDecoder::default();
     for state in engine.agent_states() {
         round_trip(state);
+        let back = in_order
+            .decode(FORMAT_VERSION, &encode_agent(state))
+            .expect("decodes");
+        assert!(
+            back == *state,
+            "agent {} decodes otherwise after the agent before it",
+            state.agent().id
+        );
         agents += 1;
     }
     agents
@@ -502,6 +514,56 @@ fn busy_record() -> serde_json::Value {
 
 fn decode_error(record: &serde_json::Value) -> RecordError {
     decode_agent(FORMAT_VERSION, &serde_json::to_vec(record).unwrap()).unwrap_err()
+}
+
+/// Agents of one spec (but for the name) decode in order as each does alone, the spec taken
+/// from the agent before; a spec that differs after the name, even by one digit, or an agent
+/// with a bad spec, is parsed for itself.
+#[test]
+fn agents_of_one_spec_share_its_parse_and_any_difference_is_parsed() {
+    let mut engine = Engine::new();
+    let mut apply = |command: Command| {
+        let events = engine.decide(&command, T0).expect("accepted").events;
+        events.iter().for_each(|event| engine.apply(event));
+    };
+    apply(Command::EnsureTenant {
+        tenant: "t".into(),
+        operator_token_hash: TokenHash::of("op"),
+    });
+    let intervals = [60_000, 60_000, 60_000, 90_000, 90_000, 60_000];
+    for (i, interval) in intervals.into_iter().enumerate() {
+        apply(Command::CreateAgent {
+            tenant: "t".into(),
+            spec: AgentSpec::with_interval(&format!("agent-{i}"), Some(interval)),
+            token_hash: TokenHash::of(&format!("token-{i}")),
+        });
+    }
+    let mut decoder = AgentDecoder::default();
+    for state in engine.agent_states() {
+        let back = decoder
+            .decode(FORMAT_VERSION, &encode_agent(state))
+            .expect("decodes");
+        assert!(
+            back == *state,
+            "agent {} decodes otherwise",
+            state.agent().id
+        );
+    }
+    // Agents 2, 3 and 5 follow one of their spec; 4 and 6 change the interval.
+    assert_eq!(decoder.specs_reused(), 3);
+
+    // A spec that does not convert is refused, naming its field, even after one that did.
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&encode_agent(engine.agent_states().next().unwrap())).unwrap();
+    record["spec"]["time_zone"] = json!("Mars/Olympus");
+    let bytes = serde_json::to_vec(&record).unwrap();
+    let error = decoder.decode(FORMAT_VERSION, &bytes).unwrap_err();
+    assert!(error.reason.contains("spec.time_zone"), "{error:?}");
+    record["spec"]["heartbeat"] = json!("every minute");
+    let error = decoder
+        .decode(FORMAT_VERSION, &serde_json::to_vec(&record).unwrap())
+        .unwrap_err();
+    assert!(error.reason.starts_with("spec: "), "{error:?}");
 }
 
 #[test]
