@@ -142,6 +142,37 @@ impl Node {
     }
 }
 
+/// Longest a node may take to stop after SIGTERM (an idle node drains nothing).
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl Node {
+    /// Stops the node as an operator does (SIGTERM), waiting until it has exited: it closes
+    /// its database, so the next start finds nothing to repair.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .context("running kill")?;
+        if !sent.success() {
+            bail!("kill -TERM {pid} failed: {sent}");
+        }
+        let asked = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                if !status.success() {
+                    bail!("the node exited with {status} after SIGTERM");
+                }
+                return Ok(());
+            }
+            if asked.elapsed() > STOP_TIMEOUT {
+                bail!("the node did not stop within {STOP_TIMEOUT:?} of SIGTERM");
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         let _ = self.child.kill();
