@@ -235,12 +235,19 @@ impl Store {
         let mut rows = agents
             .range((seq, 0)..=(seq, u64::MAX))
             .map_err(redb::Error::from)?;
-        let mut read_batch = || -> Result<Vec<(u64, Vec<u8>)>, StoreError> {
-            let mut batch = Vec::with_capacity(SNAPSHOT_DECODE_BATCH);
+        let mut bytes_hint = 0;
+        let mut read_batch = || -> Result<RecordBatch, StoreError> {
+            let mut batch = RecordBatch {
+                rows: Vec::with_capacity(SNAPSHOT_DECODE_BATCH),
+                bytes: Vec::with_capacity(bytes_hint),
+            };
             for row in rows.by_ref().take(SNAPSHOT_DECODE_BATCH) {
                 let (key, bytes) = row.map_err(redb::Error::from)?;
-                batch.push((key.value().1, bytes.value().to_vec()));
+                let start = batch.bytes.len();
+                batch.bytes.extend_from_slice(bytes.value());
+                batch.rows.push((key.value().1, start..batch.bytes.len()));
             }
+            bytes_hint = batch.bytes.len();
             Ok(batch)
         };
         for decoded in decode_while_reading(format, &mut read_batch)? {
@@ -316,19 +323,27 @@ pub(super) fn copy_current_snapshot(
 /// Agent records read from the database before they are decoded together (their memory bound).
 pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 
+/// Agent records read together: each one's id and where its bytes lie in one buffer. Why one
+/// buffer: a buffer per record was a million allocations at a million agents, each freed on
+/// another thread than the one that made it (glibc then locks the reader's arena per free).
+struct RecordBatch {
+    rows: Vec<(u64, std::ops::Range<usize>)>,
+    bytes: Vec<u8>,
+}
+
 /// Every batch `read_batch` yields (until an empty one), decoded in order. Why overlapped:
 /// reading a batch is single-threaded work in the database, so the next batch is read while
 /// the last one decodes on the other cores, instead of leaving them idle meanwhile (one
 /// thread under the simulator, whose world is a single thread).
 fn decode_while_reading(
     format: u64,
-    read_batch: &mut dyn FnMut() -> Result<Vec<(u64, Vec<u8>)>, StoreError>,
+    read_batch: &mut dyn FnMut() -> Result<RecordBatch, StoreError>,
 ) -> Result<Vec<Result<Arc<AgentState>, String>>, StoreError> {
     let mut decoded = Vec::new();
     if crate::parallel::threads() <= 1 {
         loop {
             let batch = read_batch()?;
-            if batch.is_empty() {
+            if batch.rows.is_empty() {
                 return Ok(decoded);
             }
             decoded.extend(decode_agents(format, &batch));
@@ -341,7 +356,7 @@ fn decode_while_reading(
             if let Some(done) = decoding.take() {
                 decoded.extend(done.join().expect("decoding a record does not panic"));
             }
-            if batch.is_empty() {
+            if batch.rows.is_empty() {
                 return Ok(decoded);
             }
             decoding = Some(scope.spawn(move || decode_agents(format, &batch)));
@@ -349,14 +364,14 @@ fn decode_while_reading(
     })
 }
 
-/// The agents of `batch` (id, stored bytes), decoded in order, on every core there is (one
+/// The agents of `batch`, decoded in order, on every core there is (one
 /// thread under the simulator, whose world is a single thread).
 /// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
 /// kilobyte-sized state would be copied once more on the reading thread.
-fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentState>, String>> {
-    let decode = |decoder: &mut record::AgentDecoder, (id, bytes): &(u64, Vec<u8>)| {
+fn decode_agents(format: u64, batch: &RecordBatch) -> Vec<Result<Arc<AgentState>, String>> {
+    let decode = |decoder: &mut record::AgentDecoder, (id, at): &(u64, std::ops::Range<usize>)| {
         let state = decoder
-            .decode(format, bytes)
+            .decode(format, &batch.bytes[at.clone()])
             .map_err(|error| format!("agent {id}: {}", record_problem(&error)))?;
         if state.agent().id.0 != *id {
             return Err(format!(
@@ -368,7 +383,7 @@ fn decode_agents(format: u64, batch: &[(u64, Vec<u8>)]) -> Vec<Result<Arc<AgentS
     };
     // Why in parallel: decoding is most of a large fleet's recovery (several microseconds an
     // agent), and every record decodes alone.
-    crate::parallel::map_chunks(batch, |part| {
+    crate::parallel::map_chunks(&batch.rows, |part| {
         let mut decoder = record::AgentDecoder::default();
         part.iter()
             .map(|row| decode(&mut decoder, row))
