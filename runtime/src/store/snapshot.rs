@@ -325,7 +325,7 @@ pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 
 /// Agent records read together: each one's id and where its bytes lie in one buffer. Why one
 /// buffer: a buffer per record was a million allocations at a million agents, each freed on
-/// another thread than the one that made it (glibc then locks the reader's arena per free).
+/// another thread than the one that made it.
 struct RecordBatch {
     rows: Vec<(u64, std::ops::Range<usize>)>,
     bytes: Vec<u8>,
@@ -364,8 +364,8 @@ fn decode_while_reading(
     })
 }
 
-/// The agents of `batch`, decoded in order, on every core there is (one
-/// thread under the simulator, whose world is a single thread).
+/// The agents of `batch`, decoded in order, on every core there is (one thread under the
+/// simulator, whose world is a single thread).
 /// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
 /// kilobyte-sized state would be copied once more on the reading thread.
 fn decode_agents(format: u64, batch: &RecordBatch) -> Vec<Result<Arc<AgentState>, String>> {
