@@ -471,7 +471,13 @@ fn cli_agents(story: &mut Story) {
                       "secret_env": "HOOK_SECRET", "mode": "async", "report_wait_sec": 120});
     let now = T0 + 20 * MINUTE;
     let builder = story.create("beta", json!({"name": "builder", "adapter": process}), T0);
-    story.create("beta", json!({"name": "coder", "adapter": claude}), T0);
+    story.create(
+        "beta",
+        json!({"name": "coder", "adapter": claude.clone()}),
+        T0,
+    );
+    // Format 6: two agents of one spec, which the snapshot's spec table holds once.
+    story.create("beta", json!({"name": "coder-2", "adapter": claude}), T0);
     story.create("beta", json!({"name": "reviewer", "adapter": codex}), T0);
     let notifier = story.create("beta", json!({"name": "notifier", "adapter": hook}), T0);
     story.wake(builder, on_demand("build"), now);
@@ -580,21 +586,69 @@ fn raw_records(path: &Path) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
-/// The stored bytes of every agent record of the database's snapshots (none before format 4).
-fn raw_snapshot_agents(path: &Path) -> Vec<(u64, Vec<u8>)> {
+/// The stored bytes of every spec (by number) and every agent record (by id) of the database's
+/// snapshots (none before format 4, no spec before format 6).
+fn raw_snapshot(path: &Path) -> (Vec<(u32, Vec<u8>)>, Vec<(u64, Vec<u8>)>) {
     let db = redb::Database::open(path).unwrap();
     let tx = db.begin_read().unwrap();
-    let Ok(table) = tx.open_table(super::snapshot::SNAPSHOT_AGENTS) else {
-        return Vec::new();
+    let specs = match tx.open_table(super::snapshot::SNAPSHOT_SPECS) {
+        Ok(table) => table
+            .iter()
+            .unwrap()
+            .map(|entry| {
+                let (key, value) = entry.unwrap();
+                (key.value().1, value.value().to_vec())
+            })
+            .collect(),
+        Err(_) => Vec::new(),
     };
-    table
+    let Ok(table) = tx.open_table(super::snapshot::SNAPSHOT_AGENTS) else {
+        return (specs, Vec::new());
+    };
+    let agents = table
         .iter()
         .unwrap()
         .map(|entry| {
             let (key, value) = entry.unwrap();
             (key.value().1, value.value().to_vec())
         })
-        .collect()
+        .collect();
+    (specs, agents)
+}
+
+/// The format that stores a snapshot's specs in its spec table (before it, in each record).
+const SPEC_TABLE_FORMAT: u64 = 6;
+
+/// Decodes the snapshot of the database at `path` (written in format `format`) and encodes it
+/// again as its format would: each spec and agent record must come back as the very bytes
+/// stored.
+fn snapshot_reencodes_byte_for_byte(format: u64, path: &Path) {
+    let (specs, agents) = raw_snapshot(path);
+    let table: Vec<std::sync::Arc<AgentSpec>> = specs
+        .iter()
+        .map(|(_, bytes)| std::sync::Arc::new(record::decode_spec(format, bytes).unwrap()))
+        .collect();
+    let mut decoder = record::AgentDecoder::new(&table);
+    let mut encoder = record::SnapshotSpecs::default();
+    let mut added = Vec::new();
+    for (id, bytes) in &agents {
+        let state = decoder.decode(format, bytes).unwrap();
+        let again = if format < SPEC_TABLE_FORMAT {
+            record::encode_agent(&state)
+        } else {
+            let (again, new_spec) = encoder.encode_agent(&state);
+            added.extend(new_spec);
+            again
+        };
+        assert!(
+            again == *bytes,
+            "agent {id}'s snapshot record does not re-encode to its stored bytes"
+        );
+    }
+    assert!(
+        added == specs,
+        "the spec table does not re-encode to its stored bytes"
+    );
 }
 
 /// The recovered state, as the views show it: each agent, its runs, history and sessions.
@@ -700,13 +754,7 @@ fn fixture_recovers_byte_for_byte(format: u64) -> String {
             event.kind.type_name()
         );
     }
-    for (id, bytes) in raw_snapshot_agents(&path) {
-        let state = record::decode_agent(format, &bytes).unwrap();
-        assert!(
-            record::encode_agent(&state) == bytes,
-            "agent {id}'s snapshot record does not re-encode to its stored bytes"
-        );
-    }
+    snapshot_reencodes_byte_for_byte(format, &path);
     let store = Store::open(StorageLocation::File(path.clone())).unwrap();
     assert_eq!(
         store.found_format(),
@@ -745,6 +793,19 @@ fn format_5_fixture_recovers_byte_for_byte_into_the_same_state() {
     let state = fixture_recovers_byte_for_byte(5);
     assert!(state.contains("emission_paused"), "the fixture holds heartbeats");
     insta::assert_snapshot!("format_5_fixture_state", state);
+}
+
+#[test]
+fn format_6_fixture_recovers_byte_for_byte_into_the_same_state() {
+    let (specs, agents) = raw_snapshot(&fixture_path(6));
+    assert!(
+        specs.len() < agents.len() && !specs.is_empty(),
+        "the fixture's snapshot shares a spec: {} specs for {} agents",
+        specs.len(),
+        agents.len()
+    );
+    let state = fixture_recovers_byte_for_byte(6);
+    insta::assert_snapshot!("format_6_fixture_state", state);
 }
 
 #[test]

@@ -1,14 +1,15 @@
 //! Snapshots of the engine in the database (ADR 0016).
 //!
 //! A snapshot is the engine's [`Image`] at one log position `seq`, stored as records: one per
-//! agent in [`SNAPSHOT_AGENTS`], one per tenant in [`SNAPSHOT_TENANTS`], both keyed by `seq`,
-//! and a manifest in [`SNAPSHOTS`]. The agents are written [`SNAPSHOT_CHUNK_AGENTS`] to a
-//! transaction, so the writer's group commits go on between chunks (redb has one writer at a
-//! time), and without an fsync of their own: only the manifest's transaction is durable, and it
-//! makes durable every chunk before it. A snapshot is current once its manifest commits; a power
-//! cut before that leaves the previous one current, and whatever chunks of the new one reached
-//! the disk are removed by [`Store::prune_snapshots`], like the previous snapshot's records once
-//! a newer one is current.
+//! agent in [`SNAPSHOT_AGENTS`], one per tenant in [`SNAPSHOT_TENANTS`], one per distinct spec
+//! its agents refer to in [`SNAPSHOT_SPECS`] (format 6), all keyed by `seq`, and a manifest in
+//! [`SNAPSHOTS`]. The agents are written [`SNAPSHOT_CHUNK_AGENTS`] to a transaction (with the
+//! specs they are the first to have), so the writer's group commits go on between chunks (redb
+//! has one writer at a time), and without an fsync of their own: only the manifest's
+//! transaction is durable, and it makes durable every chunk before it. A snapshot is current
+//! once its manifest commits; a power cut before that leaves the previous one current, and
+//! whatever chunks of the new one reached the disk are removed by [`Store::prune_snapshots`],
+//! like the previous snapshot's records once a newer one is current.
 
 use std::sync::Arc;
 
@@ -17,6 +18,7 @@ use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use super::record::current::manifest::SnapshotManifest;
 use super::record::{self, RecordError};
 use super::{Store, StoreError};
+use crate::engine::agent::AgentSpec;
 use crate::engine::agent_state::AgentState;
 use crate::engine::snapshot::Image;
 
@@ -30,6 +32,11 @@ pub(super) const SNAPSHOT_TENANTS: TableDefinition<(u64, &str), &[u8]> =
 /// (snapshot seq, agent id) -> the agent's whole state as a record.
 pub(super) const SNAPSHOT_AGENTS: TableDefinition<(u64, u64), &[u8]> =
     TableDefinition::new("snapshot_agents");
+
+/// (snapshot seq, spec number) -> a spec its agents' records refer to (format 6,
+/// [`record::SnapshotSpecs`]), numbered from 0 in the order the agents first have them.
+pub(super) const SNAPSHOT_SPECS: TableDefinition<(u64, u32), &[u8]> =
+    TableDefinition::new("snapshot_specs");
 
 /// Agents one snapshot transaction writes. Why this size: writing a chunk takes a few
 /// milliseconds (it is encoded before the transaction), so a group commit waiting for redb's
@@ -56,6 +63,7 @@ impl Store {
         tx.open_table(SNAPSHOTS)?;
         tx.open_table(SNAPSHOT_TENANTS)?;
         tx.open_table(SNAPSHOT_AGENTS)?;
+        tx.open_table(SNAPSHOT_SPECS)?;
         Ok(())
     }
 
@@ -73,17 +81,32 @@ impl Store {
         chunk_agents: usize,
     ) -> Result<Written, StoreError> {
         let mut bytes = 0_u64;
+        let mut specs = record::SnapshotSpecs::default();
         for chunk in image.agents.chunks(chunk_agents.max(1)) {
             // Encoded before the transaction: redb's write lock, which the log's appends wait
             // for, is held only for the inserts.
+            let mut new_specs = Vec::new();
             let encoded: Vec<(u64, Vec<u8>)> = chunk
                 .iter()
-                .map(|state| (state.agent().id.0, record::encode_agent(state)))
+                .map(|state| {
+                    let (record, new_spec) = specs.encode_agent(state);
+                    new_specs.extend(new_spec);
+                    (state.agent().id.0, record)
+                })
                 .collect();
             let mut tx = self.begin_background_write()?;
             tx.set_durability(Durability::None)
                 .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
             {
+                // A chunk's new specs go in its own transaction, before any record that refers
+                // to them is current: the manifest makes both durable at once.
+                let mut table = tx.open_table(SNAPSHOT_SPECS).map_err(redb::Error::from)?;
+                for (number, spec) in &new_specs {
+                    bytes += spec.len() as u64;
+                    table
+                        .insert((image.seq, *number), spec.as_slice())
+                        .map_err(redb::Error::from)?;
+                }
                 let mut table = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
                 for (agent, record) in &encoded {
                     bytes += record.len() as u64;
@@ -102,6 +125,7 @@ impl Store {
             next_run: image.next_run,
             tenants: image.tenants.len() as u64,
             agents: image.agents.len() as u64,
+            specs: specs.len() as u64,
         };
         let tx = self.begin_background_write()?;
         {
@@ -148,20 +172,8 @@ impl Store {
                 Some(seq) => (seq, seq.saturating_add(1)),
                 None => (u64::MAX, u64::MAX),
             };
-            let mut agents = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
-            let mut stale: Vec<(u64, u64)> = Vec::new();
-            for range in [
-                agents.range(..(before, 0)).map_err(redb::Error::from)?,
-                agents.range((after, 0)..).map_err(redb::Error::from)?,
-            ] {
-                for row in range.take(budget - stale.len()) {
-                    stale.push(row.map_err(redb::Error::from)?.0.value());
-                }
-            }
-            budget -= stale.len();
-            for key in stale {
-                agents.remove(key).map_err(redb::Error::from)?;
-            }
+            budget -= prune_numbered(&tx, SNAPSHOT_AGENTS, (before, after), budget)?;
+            budget -= prune_numbered(&tx, SNAPSHOT_SPECS, (before, after), budget)?;
             let mut tenants = tx.open_table(SNAPSHOT_TENANTS).map_err(redb::Error::from)?;
             let mut stale: Vec<(u64, String)> = Vec::new();
             for range in [
@@ -231,6 +243,7 @@ impl Store {
                 .map_err(|error| damaged(record_problem(&error)))?;
             image.tenants.push(tenant);
         }
+        let specs = read_specs(&tx, seq, manifest.specs).map_err(damaged)?;
         let agents = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
         let mut rows = agents
             .range((seq, 0)..=(seq, u64::MAX))
@@ -250,7 +263,7 @@ impl Store {
             bytes_hint = batch.bytes.len();
             Ok(batch)
         };
-        for decoded in decode_while_reading(format, &mut read_batch)? {
+        for decoded in decode_while_reading(format, &specs, &mut read_batch)? {
             image.agents.push(decoded.map_err(damaged)?);
         }
         let counts = (image.tenants.len() as u64, image.agents.len() as u64);
@@ -264,8 +277,39 @@ impl Store {
     }
 }
 
-/// Copies the snapshot current in `from` (one read transaction's view) into `copy`, its agents
-/// [`SNAPSHOT_CHUNK_AGENTS`] per transaction and its manifest last, so the copy holds it whole
+/// Deletes up to `budget` records of `table` (keyed by snapshot seq and a number) that sort
+/// before `(before, 0)` or from `(after, 0)` on; answers how many it deleted.
+fn prune_numbered<N>(
+    tx: &redb::WriteTransaction,
+    table: TableDefinition<(u64, N), &[u8]>,
+    (before, after): (u64, u64),
+    budget: usize,
+) -> Result<usize, StoreError>
+where
+    N: redb::Key + Copy + Default + 'static + for<'a> redb::Value<SelfType<'a> = N>,
+{
+    let mut table = tx.open_table(table).map_err(redb::Error::from)?;
+    let mut stale: Vec<(u64, N)> = Vec::new();
+    for range in [
+        table
+            .range(..(before, N::default()))
+            .map_err(redb::Error::from)?,
+        table
+            .range((after, N::default())..)
+            .map_err(redb::Error::from)?,
+    ] {
+        for row in range.take(budget - stale.len()) {
+            stale.push(row.map_err(redb::Error::from)?.0.value());
+        }
+    }
+    for key in &stale {
+        table.remove(*key).map_err(redb::Error::from)?;
+    }
+    Ok(stale.len())
+}
+
+/// Copies the snapshot current in `from` (one read transaction's view) into `copy`, its specs
+/// and agents [`SNAPSHOT_CHUNK_AGENTS`] per transaction and its manifest last, so the copy holds it whole
 /// or not at all (a backup of a compacted log needs it to recover).
 pub(super) fn copy_current_snapshot(
     from: &redb::ReadTransaction,
@@ -276,26 +320,8 @@ pub(super) fn copy_current_snapshot(
         return Ok(());
     };
     let seq = seq.value();
-    let agents = from
-        .open_table(SNAPSHOT_AGENTS)
-        .map_err(redb::Error::from)?;
-    let mut rows = agents
-        .range((seq, 0)..=(seq, u64::MAX))
-        .map_err(redb::Error::from)?
-        .peekable();
-    while rows.peek().is_some() {
-        let tx = copy.begin_write().map_err(redb::Error::from)?;
-        {
-            let mut table = tx.open_table(SNAPSHOT_AGENTS).map_err(redb::Error::from)?;
-            for row in rows.by_ref().take(SNAPSHOT_CHUNK_AGENTS) {
-                let (key, bytes) = row.map_err(redb::Error::from)?;
-                table
-                    .insert(key.value(), bytes.value())
-                    .map_err(redb::Error::from)?;
-            }
-        }
-        tx.commit().map_err(redb::Error::from)?;
-    }
+    copy_numbered(from, copy, SNAPSHOT_SPECS, seq)?;
+    copy_numbered(from, copy, SNAPSHOT_AGENTS, seq)?;
     let tx = copy.begin_write().map_err(redb::Error::from)?;
     {
         let tenants = from
@@ -320,6 +346,51 @@ pub(super) fn copy_current_snapshot(
     Ok(())
 }
 
+/// Copies the records of `table` (keyed by snapshot seq and a number) of the snapshot at `seq`
+/// from `from` into `copy`, [`SNAPSHOT_CHUNK_AGENTS`] per transaction.
+fn copy_numbered<N>(
+    from: &redb::ReadTransaction,
+    copy: &redb::Database,
+    table: TableDefinition<(u64, N), &[u8]>,
+    seq: u64,
+) -> Result<(), StoreError>
+where
+    N: redb::Key + Copy + Default + Bounded + 'static + for<'a> redb::Value<SelfType<'a> = N>,
+{
+    let source = from.open_table(table).map_err(redb::Error::from)?;
+    let mut rows = source
+        .range((seq, N::default())..=(seq, N::MAX))
+        .map_err(redb::Error::from)?
+        .peekable();
+    while rows.peek().is_some() {
+        let tx = copy.begin_write().map_err(redb::Error::from)?;
+        {
+            let mut copied = tx.open_table(table).map_err(redb::Error::from)?;
+            for row in rows.by_ref().take(SNAPSHOT_CHUNK_AGENTS) {
+                let (key, bytes) = row.map_err(redb::Error::from)?;
+                copied
+                    .insert(key.value(), bytes.value())
+                    .map_err(redb::Error::from)?;
+            }
+        }
+        tx.commit().map_err(redb::Error::from)?;
+    }
+    Ok(())
+}
+
+/// The largest number of a numbered snapshot table's key.
+trait Bounded {
+    const MAX: Self;
+}
+
+impl Bounded for u64 {
+    const MAX: u64 = u64::MAX;
+}
+
+impl Bounded for u32 {
+    const MAX: u32 = u32::MAX;
+}
+
 /// Agent records read from the database before they are decoded together (their memory bound).
 pub const SNAPSHOT_DECODE_BATCH: usize = 16_384;
 
@@ -337,6 +408,7 @@ struct RecordBatch {
 /// thread under the simulator, whose world is a single thread).
 fn decode_while_reading(
     format: u64,
+    specs: &[Arc<AgentSpec>],
     read_batch: &mut dyn FnMut() -> Result<RecordBatch, StoreError>,
 ) -> Result<Vec<Result<Arc<AgentState>, String>>, StoreError> {
     let mut decoded = Vec::new();
@@ -346,7 +418,7 @@ fn decode_while_reading(
             if batch.rows.is_empty() {
                 return Ok(decoded);
             }
-            decoded.extend(decode_agents(format, &batch));
+            decoded.extend(decode_agents(format, specs, &batch));
         }
     }
     std::thread::scope(|scope| {
@@ -359,7 +431,7 @@ fn decode_while_reading(
             if batch.rows.is_empty() {
                 return Ok(decoded);
             }
-            decoding = Some(scope.spawn(move || decode_agents(format, &batch)));
+            decoding = Some(scope.spawn(move || decode_agents(format, specs, &batch)));
         }
     })
 }
@@ -368,7 +440,11 @@ fn decode_while_reading(
 /// simulator, whose world is a single thread).
 /// Each agent is put behind its `Arc` here, on the decoding thread: moved there later, a
 /// kilobyte-sized state would be copied once more on the reading thread.
-fn decode_agents(format: u64, batch: &RecordBatch) -> Vec<Result<Arc<AgentState>, String>> {
+fn decode_agents(
+    format: u64,
+    specs: &[Arc<AgentSpec>],
+    batch: &RecordBatch,
+) -> Vec<Result<Arc<AgentState>, String>> {
     let decode = |decoder: &mut record::AgentDecoder, (id, at): &(u64, std::ops::Range<usize>)| {
         let state = decoder
             .decode(format, &batch.bytes[at.clone()])
@@ -384,7 +460,7 @@ fn decode_agents(format: u64, batch: &RecordBatch) -> Vec<Result<Arc<AgentState>
     // Why in parallel: decoding is most of a large fleet's recovery (several microseconds an
     // agent), and every record decodes alone.
     crate::parallel::map_chunks(&batch.rows, |part| {
-        let mut decoder = record::AgentDecoder::default();
+        let mut decoder = record::AgentDecoder::new(specs);
         part.iter()
             .map(|row| decode(&mut decoder, row))
             .collect::<Vec<_>>()
@@ -392,6 +468,43 @@ fn decode_agents(format: u64, batch: &RecordBatch) -> Vec<Result<Arc<AgentState>
     .into_iter()
     .flatten()
     .collect()
+}
+
+/// The spec table of the snapshot at `seq`, by number, checked whole: numbered from 0 without
+/// a gap, as many as its manifest says (`expected`); or what is wrong with it.
+fn read_specs(
+    tx: &redb::ReadTransaction,
+    seq: u64,
+    expected: u64,
+) -> Result<Vec<Arc<AgentSpec>>, String> {
+    let storage = |error: redb::Error| format!("its spec table does not read: {error}");
+    let table = tx
+        .open_table(SNAPSHOT_SPECS)
+        .map_err(|error| storage(error.into()))?;
+    let mut specs = Vec::new();
+    for row in table
+        .range((seq, 0)..=(seq, u32::MAX))
+        .map_err(|error| storage(error.into()))?
+    {
+        let (key, bytes) = row.map_err(|error| storage(error.into()))?;
+        let number = key.value().1;
+        if number as usize != specs.len() {
+            return Err(format!(
+                "its spec table holds spec {number} after {} specs",
+                specs.len()
+            ));
+        }
+        let spec = record::decode_spec(record::FORMAT_VERSION, bytes.value())
+            .map_err(|error| format!("spec {number}: {}", record_problem(&error)))?;
+        specs.push(Arc::new(spec));
+    }
+    if specs.len() as u64 != expected {
+        return Err(format!(
+            "its spec table holds {} specs, its manifest says {expected}",
+            specs.len()
+        ));
+    }
+    Ok(specs)
 }
 
 fn record_problem(error: &RecordError) -> String {
@@ -531,6 +644,11 @@ mod tests {
         assert_eq!(rows(&node.store, SNAPSHOTS), 1);
         assert_eq!(rows(&node.store, SNAPSHOT_AGENTS), 1_200);
         assert_eq!(rows(&node.store, SNAPSHOT_TENANTS), 1);
+        assert_eq!(
+            rows(&node.store, SNAPSHOT_SPECS),
+            1,
+            "one spec, every agent's"
+        );
         assert_eq!(node.store.recover().unwrap(), node.engine);
     }
 
@@ -545,6 +663,8 @@ mod tests {
         let image = node.engine.image();
         let tx = node.store.db.begin_write().unwrap();
         {
+            let mut specs = tx.open_table(SNAPSHOT_SPECS).unwrap();
+            specs.insert((image.seq, 0), b"{}".as_slice()).unwrap();
             let mut table = tx.open_table(SNAPSHOT_AGENTS).unwrap();
             for state in &image.agents[..1_000] {
                 let bytes = record::encode_agent(state);
@@ -562,7 +682,60 @@ mod tests {
             1_500,
             "only the current one's"
         );
+        assert_eq!(
+            rows(&node.store, SNAPSHOT_SPECS),
+            1,
+            "only the current one's"
+        );
         assert_eq!(node.store.recover().unwrap(), node.engine);
+    }
+
+    /// Agents of one spec write it once; a second spec gets the next number. A spec table
+    /// short of its manifest's count, or with a gap in its numbers, is refused by name.
+    #[test]
+    fn a_snapshot_stores_each_spec_once_and_a_damaged_spec_table_is_refused_by_name() {
+        let path = fresh("specs");
+        let mut node = Node::open(&path);
+        node.fleet(3);
+        node.run(
+            Command::CreateAgent {
+                tenant: "t".into(),
+                spec: AgentSpec::with_interval("other", Some(90_000)),
+                token_hash: TokenHash::of("other"),
+            },
+            2_000,
+        );
+        let written = node.snapshot();
+        assert_eq!(rows(&node.store, SNAPSHOT_SPECS), 2);
+        assert_eq!(node.store.recover().unwrap(), node.engine);
+        let refused = |store: &Store| store.recover().unwrap_err().to_string();
+        let prefix = format!("the snapshot at seq {} cannot be read: ", written.seq);
+
+        let tx = node.store.db.begin_write().unwrap();
+        let second = tx
+            .open_table(SNAPSHOT_SPECS)
+            .unwrap()
+            .remove((written.seq, 1))
+            .unwrap()
+            .unwrap()
+            .value()
+            .to_vec();
+        tx.commit().unwrap();
+        assert_eq!(
+            refused(&node.store),
+            format!("{prefix}its spec table holds 1 specs, its manifest says 2")
+        );
+
+        let tx = node.store.db.begin_write().unwrap();
+        tx.open_table(SNAPSHOT_SPECS)
+            .unwrap()
+            .insert((written.seq, 2), second.as_slice())
+            .unwrap();
+        tx.commit().unwrap();
+        assert_eq!(
+            refused(&node.store),
+            format!("{prefix}its spec table holds spec 2 after 1 specs")
+        );
     }
 
     #[test]

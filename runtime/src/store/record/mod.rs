@@ -22,6 +22,10 @@
 //! - 5: predicate heartbeats: four event types (`heartbeat_created`, `heartbeat_deleted`,
 //!   `heartbeat_state_changed`, `heartbeat_emission_paused`) and an agent snapshot record's
 //!   `heartbeats` (absent: none), `current::heartbeat`.
+//! - **6**: a snapshot's spec table: each distinct spec once (with an empty name) in
+//!   `snapshot_specs`, an agent record's `spec_ref` naming it instead of holding its `spec`
+//!   ([`SnapshotSpecs`]), and the manifest's `specs` count (absent: 0). Records that hold their
+//!   spec read as before.
 //!
 //! How a format changes: a change that only *adds* (an event type, an optional field with a
 //! meaning for its absence) extends the types in [`current`] and bumps [`FORMAT_VERSION`]; older
@@ -36,12 +40,14 @@ use std::sync::Arc;
 
 use serde_json::value::RawValue;
 
+use self::current::snapshot::StoredSpec;
+use crate::engine::agent::AgentSpec;
 use crate::engine::event::Event;
 
 /// The format this build writes. A database of a newer format is refused at open; an older one
 /// is read through this module (formats 1 to 3 with the current types: later formats only
 /// added).
-pub const FORMAT_VERSION: u64 = 5;
+pub const FORMAT_VERSION: u64 = 6;
 
 /// Why a stored record could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,32 +94,137 @@ pub fn encode_agent(state: &crate::engine::agent_state::AgentState) -> Vec<u8> {
 }
 
 /// One agent's state from its stored bytes in format `format` (snapshots exist from format 4;
-/// the current types read every format up to [`FORMAT_VERSION`]).
+/// the current types read every format up to [`FORMAT_VERSION`]). A record that refers to its
+/// snapshot's spec table is refused: decode it with an [`AgentDecoder`] holding that table.
 pub fn decode_agent(
     format: u64,
     bytes: &[u8],
 ) -> Result<crate::engine::agent_state::AgentState, RecordError> {
-    AgentDecoder::default().decode(format, bytes)
+    AgentDecoder::new(&[]).decode(format, bytes)
 }
 
-/// Decodes a snapshot's agent records one after another, parsing a spec only when it differs
-/// from the previous agent's by more than the name.
+/// Text of the distinct specs one snapshot shares through its spec table, at most; once
+/// reached, a spec not yet shared stays in its agent's record. Why bounded: the writer keeps
+/// each shared spec's text to find the agents that have it, and a fleet whose agents all differ
+/// (a prompt each) would otherwise hold its every spec twice while a snapshot is written. Why
+/// this size: thousands of typical specs (an idle agent's is about 450 bytes, an LLM agent's
+/// with its prompts a few kilobytes), well beyond the few specs a fleet is made from.
+pub const SHARED_SPEC_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Encodes a snapshot's agents in order, storing each distinct spec once in the snapshot's spec
+/// table and a reference to it in each agent's record (format 6).
 ///
-/// Why: a fleet is mostly agents made from a few specs, and parsing and converting the spec
-/// was most of decoding an agent (two thirds of an idle agent's record is its spec). Each spec
-/// is first taken as its raw JSON text; when that text equals the last parsed one's except for
-/// the name at its start, the same bytes would parse to the same spec, so the last one is
-/// copied with this agent's name instead. What is decoded is the same either way (the
-/// snapshot tests check it against decoding each record alone).
+/// Why: a fleet is mostly agents made from a few specs, and the spec was two thirds of an idle
+/// agent's record, so a million agents' snapshot stored the same spec a million times: a larger
+/// file to write, to read back, and to walk when a crash's repair checks it (ADR 0024).
 #[derive(Default)]
-pub struct AgentDecoder {
+pub struct SnapshotSpecs {
+    /// Each shared spec's stored bytes (its name empty), and its number.
+    numbers: std::collections::BTreeMap<Vec<u8>, u32>,
+    /// The bytes of the specs in `numbers`.
+    bytes: usize,
+}
+
+/// A spec added to a snapshot's spec table: its number and its stored bytes.
+pub type NewSpec = (u32, Vec<u8>);
+
+impl SnapshotSpecs {
+    /// The stored bytes of `state`'s record, and the spec it adds to the table when its spec
+    /// is shared here first.
+    pub fn encode_agent(
+        &mut self,
+        state: &crate::engine::agent_state::AgentState,
+    ) -> (Vec<u8>, Option<NewSpec>) {
+        let mut record = current::snapshot::AgentRecord::from(state);
+        let mut added = None;
+        if let Some(spec) = &mut record.spec {
+            // The engine keeps an agent's name in its spec as well; a record refers to a shared
+            // spec only when the two agree, so that the spec decoded is the very same.
+            if spec.name == record.name {
+                let name = std::mem::take(&mut spec.name);
+                let bytes = serde_json::to_vec(&*spec).expect("records always serialize");
+                match self.number_of(bytes) {
+                    Some((number, new)) => {
+                        record.spec = None;
+                        record.spec_ref = Some(number);
+                        added = new;
+                    }
+                    None => spec.name = name,
+                }
+            }
+        }
+        let bytes = serde_json::to_vec(&record).expect("records always serialize");
+        (bytes, added)
+    }
+
+    /// How many specs the table holds.
+    pub fn len(&self) -> usize {
+        self.numbers.len()
+    }
+
+    /// Whether the table holds no spec.
+    pub fn is_empty(&self) -> bool {
+        self.numbers.is_empty()
+    }
+
+    /// The number of the spec stored as `bytes`, and the spec itself when it is new to the
+    /// table; `None` when it is new and the table is full ([`SHARED_SPEC_BYTES_MAX`]).
+    fn number_of(&mut self, bytes: Vec<u8>) -> Option<(u32, Option<NewSpec>)> {
+        if let Some(number) = self.numbers.get(&bytes) {
+            return Some((*number, None));
+        }
+        if self.bytes + bytes.len() > SHARED_SPEC_BYTES_MAX {
+            return None;
+        }
+        let number =
+            u32::try_from(self.numbers.len()).expect("bounded by SHARED_SPEC_BYTES_MAX");
+        self.bytes += bytes.len();
+        self.numbers.insert(bytes.clone(), number);
+        Some((number, Some((number, bytes))))
+    }
+}
+
+/// A spec of a snapshot's spec table from its stored bytes in format `format` (its name empty:
+/// each agent that refers to it gives its own).
+pub fn decode_spec(format: u64, bytes: &[u8]) -> Result<AgentSpec, RecordError> {
+    const TYPE: &str = "spec_snapshot";
+    let record: current::spec::AgentSpec = read_snapshot(TYPE, format, bytes)?;
+    record.into_engine().map_err(|(field, message)| RecordError {
+        event_type: Some(TYPE.into()),
+        reason: format!("{field}: {message}"),
+    })
+}
+
+/// Decodes a snapshot's agent records one after another: a spec in the snapshot's spec table
+/// (format 6) is copied from the table with the agent's name; a spec in the record is parsed
+/// only when it differs from the previous agent's by more than the name.
+///
+/// Why the second: before format 6 every record held its spec, and parsing and converting it
+/// was most of decoding an agent. Each such spec is first taken as its raw JSON text; when that
+/// text equals the last parsed one's except for the name at its start, the same bytes would
+/// parse to the same spec, so the last one is copied with this agent's name instead. What is
+/// decoded is the same either way (the snapshot tests check it against decoding each record
+/// alone).
+pub struct AgentDecoder<'t> {
+    /// The snapshot's spec table, by number.
+    table: &'t [Arc<AgentSpec>],
     /// The last spec parsed: its text after the name, and what it became.
-    last: Option<(Vec<u8>, Arc<crate::engine::agent::AgentSpec>)>,
+    last: Option<(Vec<u8>, Arc<AgentSpec>)>,
     /// Specs taken from the previous one instead of parsed.
     reused: u64,
 }
 
-impl AgentDecoder {
+impl<'t> AgentDecoder<'t> {
+    /// A decoder of the agents of a snapshot whose spec table is `table` (empty before
+    /// format 6).
+    pub fn new(table: &'t [Arc<AgentSpec>]) -> AgentDecoder<'t> {
+        AgentDecoder {
+            table,
+            last: None,
+            reused: 0,
+        }
+    }
+
     /// The agent state stored as `bytes` in format `format`.
     pub fn decode(
         &mut self,
@@ -124,7 +235,10 @@ impl AgentDecoder {
         let record: current::snapshot::AgentRecord<Box<RawValue>> =
             read_snapshot(TYPE, format, bytes)?;
         record
-            .into_engine_with(|raw| self.spec(&raw))
+            .into_engine_with(|stored, name| match stored {
+                StoredSpec::Inline(raw) => self.spec(&raw),
+                StoredSpec::Shared(number) => self.shared(number, name),
+            })
             .map_err(|problem| RecordError {
                 event_type: Some(TYPE.into()),
                 reason: format!("{}: {}", problem.field, problem.message),
@@ -136,25 +250,28 @@ impl AgentDecoder {
         self.reused
     }
 
+    /// Spec `number` of the spec table, named `name`.
+    fn shared(&self, number: u32, name: &str) -> Result<Arc<AgentSpec>, current::Problem> {
+        let spec = self.table.get(number as usize).ok_or_else(|| {
+            current::Problem::new(
+                "spec_ref",
+                format!(
+                    "spec {number} is not in the snapshot's spec table, which holds {}",
+                    self.table.len()
+                ),
+            )
+        })?;
+        Ok(renamed(spec, name))
+    }
+
     /// The engine's spec of the raw spec `raw`.
-    fn spec(
-        &mut self,
-        raw: &RawValue,
-    ) -> Result<Arc<crate::engine::agent::AgentSpec>, current::Problem> {
+    fn spec(&mut self, raw: &RawValue) -> Result<Arc<AgentSpec>, current::Problem> {
         let text = raw.get();
         let split = name_end(text);
         if let (Some((name, rest)), Some((last_rest, last))) = (split, &self.last) {
             if rest.as_bytes() == last_rest.as_slice() {
                 self.reused += 1;
-                return Ok(Arc::new(crate::engine::agent::AgentSpec {
-                    name: name.to_string(),
-                    adapter: last.adapter.clone(),
-                    heartbeat: last.heartbeat.clone(),
-                    time_zone: last.time_zone.clone(),
-                    limits: last.limits.clone(),
-                    breaker: last.breaker.clone(),
-                    liveness: last.liveness.clone(),
-                }));
+                return Ok(renamed(last, name));
             }
         }
         let record: current::spec::AgentSpec = serde_json::from_str(text)
@@ -169,6 +286,19 @@ impl AgentDecoder {
         }
         Ok(spec)
     }
+}
+
+/// `spec` named `name` (every field named, so that a new one is decided on here).
+fn renamed(spec: &AgentSpec, name: &str) -> Arc<AgentSpec> {
+    Arc::new(AgentSpec {
+        name: name.to_string(),
+        adapter: spec.adapter.clone(),
+        heartbeat: spec.heartbeat.clone(),
+        time_zone: spec.time_zone.clone(),
+        limits: spec.limits.clone(),
+        breaker: spec.breaker.clone(),
+        liveness: spec.liveness.clone(),
+    })
 }
 
 /// A raw spec's name and the text after it, when it starts with a name free of escapes (as

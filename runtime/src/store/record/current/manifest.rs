@@ -1,6 +1,7 @@
-//! A snapshot's manifest record (format 4): what makes a snapshot current, and what it must
-//! hold to be whole. Its tenants and agents are stored as their own records beside it
-//! (`snapshot_tenants`, `snapshot_agents`), keyed by the snapshot's `seq`.
+//! A snapshot's manifest record (format 4; `specs` from format 6): what makes a snapshot current,
+//! and what it must hold to be whole. Its tenants, agents and specs are stored as their own
+//! records beside it (`snapshot_tenants`, `snapshot_agents`, `snapshot_specs`), keyed by the
+//! snapshot's `seq`.
 
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +22,14 @@ pub struct SnapshotManifest {
     pub tenants: u64,
     /// How many agent records the snapshot holds.
     pub agents: u64,
+    /// How many specs its spec table holds (format 6; absent: 0, every spec in its agent's
+    /// record).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub specs: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl SnapshotManifest {

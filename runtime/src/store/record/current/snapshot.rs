@@ -65,15 +65,26 @@ fn is_default<T: Default + PartialEq>(value: &T) -> bool {
 /// `liveness` unknown since never; `day_count` and `day_spend` no day counted yet; usage zero;
 /// every list empty.
 ///
-/// `S` is how the spec is held: parsed ([`AgentSpec`], the default), or as its raw JSON text,
-/// which [`crate::store::record::AgentDecoder`] parses only when it differs from the previous
-/// agent's by more than the name (the stored bytes are the same either way).
+/// The spec is either in the record (`spec`) or in the snapshot's spec table (`spec_ref`, from
+/// format 6), never both; an absent `spec_ref` means the spec is in the record.
+///
+/// `S` is how an inline spec is held: parsed ([`AgentSpec`], the default), or as its raw JSON
+/// text, which [`crate::store::record::AgentDecoder`] parses only when it differs from the
+/// previous agent's by more than the name (the stored bytes are the same either way).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+// Why the bound by hand: serde's own would ask `S: Default` for `spec`'s default, which is
+// `None` whatever `S` is.
+#[serde(bound(deserialize = "S: Deserialize<'de>"))]
 pub struct AgentRecord<S = AgentSpec> {
     pub id: u64,
     pub tenant: String,
     pub name: String,
-    pub spec: S,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<S>,
+    /// Format 6: the number of this agent's spec in the snapshot's spec table, where it is
+    /// stored with an empty name (the agent's `name` is its name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_ref: Option<u32>,
     #[serde(default = "active", skip_serializing_if = "is_active")]
     pub status: AgentStatus,
     pub token_hash: String,
@@ -401,7 +412,8 @@ impl From<&agent_state::AgentState> for AgentRecord {
             id: id.0,
             tenant: tenant.clone(),
             name: name.clone(),
-            spec: (&**spec).into(),
+            spec: Some((&**spec).into()),
+            spec_ref: None,
             status: (*status).into(),
             token_hash: token_hash.0.clone(),
             created_at_ms: *created_at_ms,
@@ -641,26 +653,59 @@ fn restored(error: RestoreError) -> Problem {
     Problem::new(error.field, error.message)
 }
 
+/// Where a snapshot agent record's spec is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredSpec<S> {
+    /// In the record itself: every snapshot before format 6, and from format 6 an agent whose
+    /// spec the writer did not share ([`crate::store::record::SnapshotSpecs`]).
+    Inline(S),
+    /// Spec number `n` of the snapshot's spec table (format 6), named after the agent.
+    Shared(u32),
+}
+
 impl AgentRecord {
-    /// The engine's agent state, or the first field that cannot be one.
+    /// The engine's agent state, or the first field that cannot be one. A record alone: one
+    /// whose spec is in its snapshot's spec table is refused (decode it with
+    /// [`crate::store::record::AgentDecoder`] and that table).
     pub fn into_engine(self) -> Result<agent_state::AgentState, Problem> {
-        self.into_engine_with(|spec| {
-            spec.into_engine()
+        self.into_engine_with(|stored, _| match stored {
+            StoredSpec::Inline(spec) => spec
+                .into_engine()
                 .map(std::sync::Arc::new)
-                .map_err(|(field, message)| Problem::new(field, message))
+                .map_err(|(field, message)| Problem::new(field, message)),
+            StoredSpec::Shared(number) => Err(Problem::new(
+                "spec_ref",
+                format!("spec {number} of the snapshot's spec table, which a lone record lacks"),
+            )),
         })
     }
 }
 
 impl<S> AgentRecord<S> {
-    /// The engine's agent state, its spec made by `spec` from the record's, or the first field
-    /// that cannot be one.
+    /// The engine's agent state, its spec made by `spec` from where the record's is and the
+    /// agent's name, or the first field that cannot be one.
     pub fn into_engine_with(
         self,
-        spec: impl FnOnce(S) -> Result<std::sync::Arc<agent::AgentSpec>, Problem>,
+        spec: impl FnOnce(StoredSpec<S>, &str) -> Result<std::sync::Arc<agent::AgentSpec>, Problem>,
     ) -> Result<agent_state::AgentState, Problem> {
         let id = AgentId(self.id);
-        let spec = spec(self.spec)?;
+        let stored = match (self.spec, self.spec_ref) {
+            (Some(inline), None) => StoredSpec::Inline(inline),
+            (None, Some(number)) => StoredSpec::Shared(number),
+            (Some(_), Some(_)) => {
+                return Err(Problem::new(
+                    "spec_ref",
+                    "the record holds a spec and refers to one; it may do one only",
+                ))
+            }
+            (None, None) => {
+                return Err(Problem::new(
+                    "spec",
+                    "missing: the record neither holds a spec nor refers to one",
+                ))
+            }
+        };
+        let spec = spec(stored, &self.name)?;
         let cooldown = self
             .cooldown
             .map(|c| {

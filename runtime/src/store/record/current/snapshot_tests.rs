@@ -3,6 +3,7 @@
 //! they do not reach), and after every event each agent's state and each tenant is encoded,
 //! decoded and compared whole. Plus decode errors, and a size and speed measure.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
@@ -21,8 +22,8 @@ use crate::engine::usage::{MicroUsd, Usage};
 use crate::engine::wakeup::{WakeupRequest, IDEMPOTENCY_TTL_MS};
 use crate::engine::{Command, Decision, Engine};
 use crate::store::record::{
-    decode_agent, decode_tenant, encode_agent, encode_tenant, AgentDecoder, RecordError,
-    FORMAT_VERSION,
+    decode_agent, decode_spec, decode_tenant, encode_agent, encode_tenant, AgentDecoder,
+    RecordError, SnapshotSpecs, FORMAT_VERSION, SHARED_SPEC_BYTES_MAX,
 };
 
 /// Encodes and decodes `state`, asserting the very same state comes back and that encoding
@@ -56,9 +57,9 @@ fn round_trip_all(engine: &Engine) -> usize {
         );
     }
     let mut agents = 0;
-    // Also as a snapshot is read: one decoder for the agents in order, taking a spec from the
-    // previous agent's whenever only the name differs.
-    let mut in_order = AgentDecoder::default();
+    // Also as a snapshot before format 6 is read: one decoder for the agents in order, taking a
+    // spec from the previous agent's whenever only the name differs.
+    let mut in_order = AgentDecoder::new(&[]);
     for state in engine.agent_states() {
         round_trip(state);
         let back = in_order
@@ -71,7 +72,54 @@ fn round_trip_all(engine: &Engine) -> usize {
         );
         agents += 1;
     }
+    round_trip_with_spec_table(engine);
     agents
+}
+
+/// The engine's agents encoded in order as a snapshot writes them (specs in its spec table)
+/// and decoded with that table as a snapshot is read: each comes back whole.
+fn round_trip_with_spec_table(engine: &Engine) {
+    let (records, table) = with_spec_table(engine.agent_states());
+    let mut decoder = AgentDecoder::new(&table);
+    for (state, bytes) in engine.agent_states().zip(&records) {
+        let back = decoder
+            .decode(FORMAT_VERSION, bytes)
+            .unwrap_or_else(|error| {
+                panic!(
+                    "agent {} does not decode with its spec table: {error:?}\n{}",
+                    state.agent().id,
+                    String::from_utf8_lossy(bytes)
+                )
+            });
+        assert!(
+            back == *state,
+            "agent {} decodes otherwise with its spec table",
+            state.agent().id
+        );
+    }
+}
+
+/// `states` encoded in order as a snapshot writes them: each agent's record, and the spec table
+/// they filled, decoded (each spec numbered in the order it was added).
+fn with_spec_table<'s>(
+    states: impl Iterator<Item = &'s AgentState>,
+) -> (Vec<Vec<u8>>, Vec<Arc<AgentSpec>>) {
+    let mut specs = SnapshotSpecs::default();
+    let mut table = Vec::new();
+    let records = states
+        .map(|state| {
+            let (record, new_spec) = specs.encode_agent(state);
+            if let Some((number, bytes)) = new_spec {
+                assert_eq!(number as usize, table.len(), "specs are numbered in order");
+                table.push(Arc::new(
+                    decode_spec(FORMAT_VERSION, &bytes).expect("decodes"),
+                ));
+            }
+            record
+        })
+        .collect();
+    assert_eq!(specs.len(), table.len());
+    (records, table)
 }
 
 /// Drives an engine, round-tripping every agent and tenant after every event.
@@ -538,7 +586,7 @@ fn agents_of_one_spec_share_its_parse_and_any_difference_is_parsed() {
             token_hash: TokenHash::of(&format!("token-{i}")),
         });
     }
-    let mut decoder = AgentDecoder::default();
+    let mut decoder = AgentDecoder::new(&[]);
     for state in engine.agent_states() {
         let back = decoder
             .decode(FORMAT_VERSION, &encode_agent(state))
@@ -564,6 +612,143 @@ fn agents_of_one_spec_share_its_parse_and_any_difference_is_parsed() {
         .decode(FORMAT_VERSION, &serde_json::to_vec(&record).unwrap())
         .unwrap_err();
     assert!(error.reason.starts_with("spec: "), "{error:?}");
+}
+
+/// An engine with one tenant and an agent per interval, named `agent-<i>`.
+fn fleet_of(intervals: impl IntoIterator<Item = u64>) -> Engine {
+    let mut engine = Engine::new();
+    let mut apply = |command: Command| {
+        let events = engine.decide(&command, T0).expect("accepted").events;
+        events.iter().for_each(|event| engine.apply(event));
+    };
+    apply(Command::EnsureTenant {
+        tenant: "t".into(),
+        operator_token_hash: TokenHash::of("op"),
+    });
+    for (i, interval) in intervals.into_iter().enumerate() {
+        apply(Command::CreateAgent {
+            tenant: "t".into(),
+            spec: AgentSpec::with_interval(&format!("agent-{i}"), Some(interval)),
+            token_hash: TokenHash::of(&format!("token-{i}")),
+        });
+    }
+    engine
+}
+
+/// Each record's `spec_ref`, and whether it holds a spec.
+fn spec_refs(records: &[Vec<u8>]) -> Vec<(Option<u64>, bool)> {
+    records
+        .iter()
+        .map(|bytes| {
+            let record: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            (record["spec_ref"].as_u64(), record.get("spec").is_some())
+        })
+        .collect()
+}
+
+/// Agents whose specs are equal but for the name refer to one spec of the snapshot's spec
+/// table, stored once with an empty name; a spec that differs after the name gets a number of
+/// its own. A record that refers to the table does not decode alone.
+#[test]
+fn agents_of_one_spec_refer_to_one_spec_of_the_table() {
+    let engine = fleet_of([60_000, 60_000, 90_000, 60_000, 90_000]);
+    let (records, table) = with_spec_table(engine.agent_states());
+    assert_eq!(
+        spec_refs(&records),
+        [
+            (Some(0), false),
+            (Some(0), false),
+            (Some(1), false),
+            (Some(0), false),
+            (Some(1), false)
+        ]
+    );
+    assert_eq!(table.len(), 2);
+    assert!(table.iter().all(|spec| spec.name.is_empty()));
+    assert_eq!(table[1].heartbeat.interval_ms, Some(90_000));
+    round_trip_with_spec_table(&engine);
+
+    let error = decode_agent(FORMAT_VERSION, &records[0]).unwrap_err();
+    assert_eq!(
+        error.reason,
+        "spec_ref: spec 0 is not in the snapshot's spec table, which holds 0"
+    );
+}
+
+/// A record names a spec of the table that exists, or holds its own spec: a number past the
+/// table, both, or neither is refused, naming the field.
+#[test]
+fn a_record_refers_to_a_spec_of_the_table_or_holds_one() {
+    let engine = fleet_of([60_000]);
+    let (records, table) = with_spec_table(engine.agent_states());
+    let refused = |record: &serde_json::Value| {
+        AgentDecoder::new(&table)
+            .decode(FORMAT_VERSION, &serde_json::to_vec(record).unwrap())
+            .unwrap_err()
+            .reason
+    };
+    let mut record: serde_json::Value = serde_json::from_slice(&records[0]).unwrap();
+    record["spec_ref"] = json!(1);
+    assert_eq!(
+        refused(&record),
+        "spec_ref: spec 1 is not in the snapshot's spec table, which holds 1"
+    );
+    let inline: serde_json::Value =
+        serde_json::from_slice(&encode_agent(engine.agent_states().next().unwrap())).unwrap();
+    record["spec_ref"] = json!(0);
+    record["spec"] = inline["spec"].clone();
+    assert_eq!(
+        refused(&record),
+        "spec_ref: the record holds a spec and refers to one; it may do one only"
+    );
+    let fields = record.as_object_mut().unwrap();
+    fields.remove("spec");
+    fields.remove("spec_ref");
+    assert_eq!(
+        refused(&record),
+        "spec: missing: the record neither holds a spec nor refers to one"
+    );
+}
+
+/// The table shares distinct specs while their text fits in [`SHARED_SPEC_BYTES_MAX`]; the
+/// first that would not fit, and every new one after it, stays in its agent's record, while a
+/// spec already shared is still referred to. Every agent decodes whole either way.
+#[test]
+fn the_spec_table_shares_specs_up_to_its_byte_bound() {
+    // An idle agent's spec is a few hundred bytes: enough distinct ones (an interval each) to
+    // fill the table, then one more agent of the first agent's spec.
+    let distinct = SHARED_SPEC_BYTES_MAX / 300;
+    let engine = fleet_of((0..distinct as u64).map(|i| 60_000 + i).chain([60_000]));
+    let mut specs = SnapshotSpecs::default();
+    let mut shared_bytes = 0;
+    let mut records = Vec::new();
+    for state in engine.agent_states() {
+        let (record, new_spec) = specs.encode_agent(state);
+        shared_bytes += new_spec.map_or(0, |(_, bytes)| bytes.len());
+        records.push(record);
+    }
+    assert!(shared_bytes <= SHARED_SPEC_BYTES_MAX);
+    let refs = spec_refs(&records);
+    let first_kept = refs
+        .iter()
+        .position(|(spec_ref, _)| spec_ref.is_none())
+        .expect("the table fills up");
+    assert_eq!(first_kept, specs.len(), "every spec before it is shared");
+    assert!(refs[first_kept..distinct]
+        .iter()
+        .all(|&(spec_ref, inline)| spec_ref.is_none() && inline));
+    assert_eq!(
+        refs[distinct],
+        (Some(0), false),
+        "a shared spec is still shared"
+    );
+    // The first kept one would not have fit: its text (name empty) and the table's pass the bound.
+    let record: serde_json::Value = serde_json::from_slice(&records[first_kept]).unwrap();
+    let mut spec = record["spec"].clone();
+    spec["name"] = json!("");
+    let spec_bytes = serde_json::to_vec(&spec).unwrap().len();
+    assert!(shared_bytes + spec_bytes > SHARED_SPEC_BYTES_MAX);
+    round_trip_with_spec_table(&engine);
 }
 
 #[test]
