@@ -16,6 +16,7 @@ pub mod exec;
 pub mod fleet;
 pub mod fleet_plan;
 pub mod heartbeats;
+pub mod heap;
 pub mod io;
 #[cfg(test)]
 mod limits_doc;

@@ -339,6 +339,8 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     // writer's commits.
     #[allow(deprecated)]
     let (store, engine, replayed) = tokio::task::spawn_blocking(move || {
+        // Recovery allocates the whole fleet's state at once (runtime/src/heap.rs).
+        let _growth = crate::heap::BulkGrowth::begin();
         let store = Store::open(storage)?;
         if !observed {
             let engine = store.recover()?;
