@@ -797,7 +797,8 @@ fn format_5_fixture_recovers_byte_for_byte_into_the_same_state() {
 
 #[test]
 fn format_6_fixture_recovers_byte_for_byte_into_the_same_state() {
-    let (specs, agents) = raw_snapshot(&fixture_path(6));
+    // A copy: redb writes to a database it opens, and the fixture is never rewritten.
+    let (specs, agents) = raw_snapshot(&fixture_copy(6));
     assert!(
         specs.len() < agents.len() && !specs.is_empty(),
         "the fixture's snapshot shares a spec: {} specs for {} agents",
