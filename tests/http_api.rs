@@ -1463,6 +1463,19 @@ async fn pulses_carry_a_status_and_metadata_that_the_views_and_liveness_events_s
         "invalid_field",
         Some("agents[1].metadata"),
     );
+    // The first bad entry is the one named, whatever is wrong with each.
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [{ "id": a, "metadata": over }, 999_999] })).await,
+        400,
+        "invalid_field",
+        Some("agents[0].metadata"),
+    );
+    assert_error(
+        &post(&f.acme, "/v1/pulses", json!({ "agents": [999_999, { "id": a, "metadata": over }] })).await,
+        404,
+        "not_found",
+        Some("agents[0]"),
+    );
     assert_error(
         &post(&f.acme, "/v1/pulses", json!({ "agents": [{ "id": a, "status": "gone" }] })).await,
         400,

@@ -531,6 +531,19 @@ impl Shell {
         self.pulses().last(agent).cloned()
     }
 
+    /// The status each of `agents` last reported (none: no pulse since this node started, or
+    /// none said), in order, under one hold of the pulse book's lock.
+    pub fn last_statuses(
+        &self,
+        agents: impl IntoIterator<Item = AgentId>,
+    ) -> Vec<Option<crate::engine::pulse_report::ReportedStatus>> {
+        let pulses = self.pulses();
+        agents
+            .into_iter()
+            .map(|agent| pulses.last(agent).and_then(|last| last.report.status))
+            .collect()
+    }
+
     /// The stale sweep: marks offline every online agent silent past its detector's judgement.
     /// Returns how many it marked.
     pub async fn sweep_liveness(self: &Arc<Self>) -> Result<usize, ExecuteError> {

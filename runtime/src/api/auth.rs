@@ -226,7 +226,30 @@ impl Caller {
         id: AgentId,
         look: impl FnOnce(&Agent) -> T,
     ) -> Result<T, ApiError> {
+        self.visible(&self.shell.engine(), id).map(look)
+    }
+
+    /// [`Caller::with_agent`] for each of `ids`, in order, under one hold of the engine's lock.
+    /// Why: a batch of a thousand pulses took the lock twice per agent, and the batches of other
+    /// connections waited on it (a profile of the `pulses` benchmark: a third of the node's
+    /// time in the lock and its look-ups).
+    pub fn with_agents<T>(
+        &self,
+        ids: impl IntoIterator<Item = AgentId>,
+        mut look: impl FnMut(&Agent) -> T,
+    ) -> Vec<Result<T, ApiError>> {
         let engine = self.shell.engine();
+        ids.into_iter()
+            .map(|id| self.visible(&engine, id).map(&mut look))
+            .collect()
+    }
+
+    /// The agent called `id` in `engine`, if the caller may see it.
+    fn visible<'e>(
+        &self,
+        engine: &'e crate::engine::Engine,
+        id: AgentId,
+    ) -> Result<&'e Agent, ApiError> {
         let agent = engine
             .agent(id)
             .filter(|a| a.tenant == self.principal.tenant())
@@ -235,7 +258,7 @@ impl Caller {
             Principal::Agent { agent: own, .. } if *own != id => Err(ApiError::forbidden(format!(
                 "an agent token acts only on its own agent ({own}), not agent {id}"
             ))),
-            _ => Ok(look(agent)),
+            _ => Ok(agent),
         }
     }
 

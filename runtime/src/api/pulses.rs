@@ -271,16 +271,23 @@ pub async fn batch(
     }
     let mut pulses = Vec::with_capacity(request.agents.len());
     let mut was_online = BTreeMap::new();
-    for (i, entry) in request.agents.into_iter().enumerate() {
+    // Every agent looked at under one hold of the engine's lock, then each entry checked in
+    // order as before: the first bad entry, whatever is wrong with it, is the one named.
+    // Each agent's pulse floor is read here too, for the answer's deadlines: a second look
+    // after the pulses are taken cost as much again.
+    let looked = caller.with_agents(request.agents.iter().map(|entry| AgentId(entry.id)), |a| {
+        (
+            a.liveness.status == LivenessStatus::Online,
+            a.spec.liveness.floor_ms(),
+        )
+    });
+    for (i, (entry, looked)) in request.agents.into_iter().zip(looked).enumerate() {
         let named = |mut e: ApiError| {
             e.field = Some(format!("agents[{i}]"));
             e
         };
         let agent = AgentId(entry.id);
-        let online = caller
-            .with_agent(agent, |a| a.liveness.status == LivenessStatus::Online)
-            .map_err(named)?;
-        was_online.entry(agent).or_insert(online);
+        was_online.entry(agent).or_insert(looked.map_err(named)?);
         pulses.push((agent, entry.request.into_report(|| format!("agents[{i}]."))?));
     }
     let heartbeat_at_ms = caller
@@ -294,23 +301,20 @@ pub async fn batch(
             }
             e
         })?;
+    let statuses = caller.shell.last_statuses(was_online.keys().copied());
     let mut lines = Vec::with_capacity(was_online.len());
-    for agent in was_online.keys() {
-        let floor_ms = caller.with_agent(*agent, |a| a.spec.liveness.floor_ms())?;
+    for ((agent, (_, floor_ms)), status) in was_online.iter().zip(statuses) {
         lines.push(BatchPulse {
             agent: *agent,
-            next_deadline_ms: heartbeat_at_ms.saturating_add(floor_ms),
-            status: caller
-                .shell
-                .last_pulse(*agent)
-                .and_then(|l| l.report.status),
+            next_deadline_ms: heartbeat_at_ms.saturating_add(*floor_ms),
+            status,
         });
     }
     Ok(Json(BatchAnswer {
         accepted: was_online.len(),
         came_online: was_online
             .into_iter()
-            .filter(|(_, online)| !online)
+            .filter(|(_, (online, _))| !online)
             .map(|(agent, _)| agent)
             .collect(),
         heartbeat_at_ms,
