@@ -569,23 +569,7 @@ fn decode_error(record: &serde_json::Value) -> RecordError {
 /// with a bad spec, is parsed for itself.
 #[test]
 fn agents_of_one_spec_share_its_parse_and_any_difference_is_parsed() {
-    let mut engine = Engine::new();
-    let mut apply = |command: Command| {
-        let events = engine.decide(&command, T0).expect("accepted").events;
-        events.iter().for_each(|event| engine.apply(event));
-    };
-    apply(Command::EnsureTenant {
-        tenant: "t".into(),
-        operator_token_hash: TokenHash::of("op"),
-    });
-    let intervals = [60_000, 60_000, 60_000, 90_000, 90_000, 60_000];
-    for (i, interval) in intervals.into_iter().enumerate() {
-        apply(Command::CreateAgent {
-            tenant: "t".into(),
-            spec: AgentSpec::with_interval(&format!("agent-{i}"), Some(interval)),
-            token_hash: TokenHash::of(&format!("token-{i}")),
-        });
-    }
+    let engine = fleet_of([60_000, 60_000, 60_000, 90_000, 90_000, 60_000]);
     let mut decoder = AgentDecoder::new(&[]);
     for state in engine.agent_states() {
         let back = decoder
