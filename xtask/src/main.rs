@@ -36,7 +36,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         "sim <vigil-sim args>",
-        "build the simulator (--cfg madsim, target/sim) and run it",
+        "build the simulator (--cfg madsim, target/sim; `fleet` in the LTO profile `sim`) and run it",
     ),
     (
         "sweep [scenario] [seeds]",
@@ -253,11 +253,18 @@ fn readme_check() {
     }
 }
 
-fn build_sim() {
+/// The cargo profile `vigil-sim fleet` is built in: fat LTO (Cargo.toml, `[profile.sim]`).
+/// A user's fleet week over 20 seeds is minutes of CPU, so it pays for the slower build; the
+/// scenarios, sweeps and replays a developer rebuilds after every change keep `release`.
+const FLEET_PROFILE: &str = "sim";
+
+/// Builds `vigil-sim` in `profile` ("release" or [`FLEET_PROFILE`]).
+fn build_sim_in(profile: &str) {
     cargo(
         &[
             "build",
-            "--release",
+            "--profile",
+            profile,
             "-p",
             "vigil-scenarios",
             "--bin",
@@ -267,15 +274,29 @@ fn build_sim() {
     );
 }
 
-fn sim_binary() -> PathBuf {
+fn build_sim() {
+    build_sim_in("release");
+}
+
+/// `vigil-sim` as `profile` builds it.
+fn sim_binary_in(profile: &str) -> PathBuf {
     PathBuf::from(SIM_TARGET_DIR)
-        .join("release")
+        .join(profile)
         .join("vigil-sim")
 }
 
+fn sim_binary() -> PathBuf {
+    sim_binary_in("release")
+}
+
 fn sim(args: &[String]) {
-    build_sim();
-    let status = Command::new(sim_binary())
+    let profile = if args.first().is_some_and(|command| command == "fleet") {
+        FLEET_PROFILE
+    } else {
+        "release"
+    };
+    build_sim_in(profile);
+    let status = Command::new(sim_binary_in(profile))
         .args(args)
         .status()
         .expect("could not run vigil-sim");
