@@ -305,6 +305,8 @@ struct Seen {
     path: String,
     headers: BTreeMap<String, String>,
     body: Value,
+    /// The body's size as it arrived.
+    body_bytes: usize,
 }
 
 #[derive(Default)]
@@ -384,6 +386,7 @@ async fn provider_answer(
         .await
         .map(|b| b.to_bytes())
         .unwrap_or_default();
+    let body_bytes = body.len();
     let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let reply = {
         let mut script = script.lock().unwrap();
@@ -391,6 +394,7 @@ async fn provider_answer(
             path,
             headers,
             body,
+            body_bytes,
         });
         let spent = || Reply::status(500, r#"{"error":"the stub's script is spent"}"#);
         script.replies.pop_front().unwrap_or_else(spent)
@@ -862,6 +866,10 @@ async fn a_tool_loop_sees_its_result_and_ends_its_turn(shape: Shape) {
     ];
     assert_eq!(kinds(&entries), expected, "{entries:?}");
     assert_eq!(entries[7]["stop_reason"], "end_turn");
+    // Each request entry's `bytes` is the body the provider received (docs/api.md).
+    for (entry, sent) in [(&entries[1], &seen[0]), (&entries[5], &seen[1])] {
+        assert_eq!(entry["bytes"], sent.body_bytes as u64, "{entry}");
+    }
     node.stop();
 }
 

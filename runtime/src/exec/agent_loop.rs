@@ -16,7 +16,7 @@ use crate::engine::llm_spec::LlmSpec;
 use crate::engine::run::{RunReport, RunStatus, StopReason};
 use crate::engine::wakeup::WakeupSource;
 use crate::exec::adapter::{AdapterOutcome, RunContext};
-use crate::exec::model::{call_model, ChatMessage, ModelRequest, ModelTurn};
+use crate::exec::model::{send_request, write_request, ChatMessage, ModelRequest, ModelTurn};
 use crate::exec::tools::{ToolCall, ToolContext, ToolSignal, Toolbox};
 use crate::transcript::{EntryBody, ToolCallSummary};
 
@@ -94,10 +94,17 @@ pub async fn run_loop(
             tools: &schemas,
             max_output_tokens: spec.max_output_tokens,
         };
-        state.log_request(&request).await;
-        let sent_at = tokio::time::Instant::now();
-        let turn = call_model(&*poster, spec, api_key.as_deref(), request).await;
-        let turn = match turn {
+        let turn = match write_request(spec, api_key.as_deref(), request) {
+            Ok(written) => {
+                state.log_request(&request, written.body_bytes()).await;
+                let sent_at = tokio::time::Instant::now();
+                send_request(&*poster, spec, api_key.as_deref(), written)
+                    .await
+                    .map(|turn| (turn, sent_at))
+            }
+            Err(error) => Err(error),
+        };
+        let (turn, sent_at) = match turn {
             Ok(turn) => turn,
             Err(error) => {
                 let detail = context.transcript.redactor().redact(&error.to_string()).into_owned();
@@ -163,8 +170,10 @@ fn stop_for_budget() -> AdapterOutcome {
 }
 
 impl Loop<'_> {
-    async fn log_request(&self, request: &ModelRequest<'_>) {
-        let bytes = serde_json::to_vec(request.messages).map_or(0, |b| b.len() as u64);
+    /// Why the body's size and not the messages' own: the body is written once, for the wire;
+    /// writing the messages again only to count them was a second serialization of the whole
+    /// history per call.
+    async fn log_request(&self, request: &ModelRequest<'_>, bytes: u64) {
         let entry = EntryBody::ModelRequest {
             iteration: self.iteration,
             model: request.model.to_string(),

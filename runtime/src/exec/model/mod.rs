@@ -192,6 +192,21 @@ pub trait Poster: Send + Sync {
     }
 }
 
+/// A model call's request in `spec`'s wire shape, written to bytes and ready to send.
+#[derive(Debug)]
+pub struct WrittenRequest {
+    path: &'static str,
+    headers: Vec<Header>,
+    body: JsonBody,
+}
+
+impl WrittenRequest {
+    /// The body's size in bytes, as it goes on the wire.
+    pub fn body_bytes(&self) -> u64 {
+        self.body.bytes().len() as u64
+    }
+}
+
 /// Calls `spec`'s model once: builds the wire body, POSTs it, reads the answer back.
 pub async fn call_model(
     poster: &dyn Poster,
@@ -199,6 +214,16 @@ pub async fn call_model(
     api_key: Option<&str>,
     request: ModelRequest<'_>,
 ) -> Result<ModelTurn, ModelError> {
+    let written = write_request(spec, api_key, request)?;
+    send_request(poster, spec, api_key, written).await
+}
+
+/// Writes `request` in `spec`'s wire shape (the whole conversation, once).
+pub fn write_request(
+    spec: &LlmSpec,
+    api_key: Option<&str>,
+    request: ModelRequest<'_>,
+) -> Result<WrittenRequest, ModelError> {
     let written = match spec.api {
         WireShape::Openai => {
             let (path, headers, body) = openai::request(request, api_key);
@@ -213,6 +238,25 @@ pub async fn call_model(
     // error rather than a panic all the same.
     let (path, headers, body) = written
         .map_err(|error| ModelError::Config(format!("the request could not be written: {error}")))?;
+    Ok(WrittenRequest {
+        path,
+        headers,
+        body,
+    })
+}
+
+/// POSTs a written request and reads the model's answer back.
+pub async fn send_request(
+    poster: &dyn Poster,
+    spec: &LlmSpec,
+    api_key: Option<&str>,
+    written: WrittenRequest,
+) -> Result<ModelTurn, ModelError> {
+    let WrittenRequest {
+        path,
+        headers,
+        body,
+    } = written;
     let post = PostRequest {
         base_url: &spec.base_url,
         path,
