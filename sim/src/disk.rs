@@ -13,6 +13,8 @@
 //! A storage fault window makes selected writes or syncs fail (I/O error, disk full) without
 //! touching the image; `fence` is a process exit, which keeps the page cache.
 
+mod image;
+
 use std::fmt;
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +23,8 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use vigil_faults::plan::PERMILLE;
 use vigil_faults::{StorageError, StorageFilter};
+
+use image::Image;
 
 /// Bytes per sector: the unit a disk writes atomically, so a crash tears writes at multiples of it.
 pub const SECTOR_BYTES: u64 = 512;
@@ -92,7 +96,7 @@ enum PendingOp {
 
 impl PendingOp {
     /// Restores the image to what it was before this operation.
-    fn undo(&self, image: &mut Vec<u8>) {
+    fn undo(&self, image: &mut Image) {
         match self {
             PendingOp::Write {
                 offset,
@@ -100,13 +104,14 @@ impl PendingOp {
                 old,
                 ..
             } => {
-                image[*offset..*offset + old.len()].copy_from_slice(old);
-                image.truncate(*old_len);
+                image.write(*offset, old);
+                image.set_len(*old_len);
             }
             PendingOp::SetLen { old_len, cut, .. } => {
-                image.truncate(*old_len);
-                image.extend_from_slice(cut);
-                image.resize(*old_len, 0);
+                // A grow is undone by the shrink; a shrink by putting back what it cut.
+                image.set_len(image.len().min(*old_len));
+                image.write(image.len(), cut);
+                image.set_len(*old_len);
             }
         }
     }
@@ -115,7 +120,7 @@ impl PendingOp {
 #[derive(Default)]
 struct State {
     /// What reads see: the last sync's image with every pending operation applied.
-    volatile: Vec<u8>,
+    volatile: Image,
     /// Operations applied to `volatile` since the last sync, in order, each undoable.
     pending: Vec<PendingOp>,
     /// Bumped by every crash; backends bound to an older one are fenced off.
@@ -322,7 +327,7 @@ impl State {
             ops.push(match op {
                 PendingOp::Write { offset, len, .. } => LostOp::Write {
                     offset: *offset,
-                    data: self.volatile[*offset..*offset + *len].to_vec(),
+                    data: self.volatile.to_vec(*offset, *offset + *len),
                 },
                 PendingOp::SetLen { len, .. } => LostOp::SetLen(*len),
             });
@@ -345,7 +350,7 @@ impl State {
             let keep = rng.gen_bool(keep_op);
             report.kept_ops += usize::from(keep);
             match op {
-                LostOp::SetLen(len) if keep => image.resize(*len, 0),
+                LostOp::SetLen(len) if keep => image.set_len(*len),
                 LostOp::SetLen(_) => {}
                 LostOp::Write { data, .. } if !keep => report.lost_bytes += data.len() as u64,
                 LostOp::Write { offset, data } => {
@@ -411,19 +416,10 @@ enum LostOp {
     SetLen(usize),
 }
 
-/// Writes `data` at `offset`, growing `image` with zeros if the write ends past it.
-fn apply_write(image: &mut Vec<u8>, offset: usize, data: &[u8]) {
-    let end = offset + data.len();
-    if image.len() < end {
-        image.resize(end, 0);
-    }
-    image[offset..end].copy_from_slice(data);
-}
-
 /// Lands each sector-aligned piece of a write with probability `keep_sector`; returns the bytes
 /// that did not land.
 fn land_some_sectors(
-    image: &mut Vec<u8>,
+    image: &mut Image,
     offset: usize,
     data: &[u8],
     keep_sector: f64,
@@ -437,7 +433,7 @@ fn land_some_sectors(
         let piece_end = ((start / sector + 1) * sector).min(end);
         let piece = &data[start - offset..piece_end - offset];
         if rng.gen_bool(keep_sector) {
-            apply_write(image, start, piece);
+            image.write(start, piece);
         } else {
             lost += piece.len() as u64;
         }
@@ -506,18 +502,23 @@ impl redb::StorageBackend for SimDiskBackend {
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         let state = self.live()?;
-        let (start, end) = range(offset, out.len())?;
-        let past_end = || io::Error::new(io::ErrorKind::UnexpectedEof, "sim disk: read past end");
-        out.copy_from_slice(state.volatile.get(start..end).ok_or_else(past_end)?);
-        Ok(())
+        let (start, _) = range(offset, out.len())?;
+        if state.volatile.read(start, out) {
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "sim disk: read past end",
+            ))
+        }
     }
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let (len, _) = range(len, 0)?;
         self.mutate(false, |state| {
             let old_len = state.volatile.len();
-            let cut = state.volatile.get(len..).unwrap_or_default().to_vec();
-            state.volatile.resize(len, 0);
+            let cut = state.volatile.to_vec(len, old_len);
+            state.volatile.set_len(len);
             state.pending.push(PendingOp::SetLen { len, old_len, cut });
         })
     }
@@ -536,9 +537,8 @@ impl redb::StorageBackend for SimDiskBackend {
         let (start, _) = range(offset, data.len())?;
         self.mutate(false, |state| {
             let old_len = state.volatile.len();
-            let old_end = (start + data.len()).min(old_len);
-            let old = state.volatile.get(start..old_end).unwrap_or_default().to_vec();
-            apply_write(&mut state.volatile, start, data);
+            let old = state.volatile.to_vec(start, start + data.len());
+            state.volatile.write(start, data);
             state.pending.push(PendingOp::Write {
                 offset: start,
                 len: data.len(),
