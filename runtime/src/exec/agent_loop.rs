@@ -91,7 +91,7 @@ pub async fn run_loop(
             model: &spec.model,
             system: &prompts.system,
             messages: &state.messages,
-            tools: &schemas,
+            tools: schemas,
             max_output_tokens: spec.max_output_tokens,
         };
         let turn = match write_request(spec, api_key.as_deref(), request) {

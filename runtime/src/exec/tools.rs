@@ -147,7 +147,7 @@ pub const COMPILED_TOOL_LISTS_MAX: usize = 1_024;
 /// compiling is pure and offline, so a hit and a miss give the same tool box.
 #[derive(Default)]
 pub struct CompiledTools {
-    lists: std::sync::Mutex<std::collections::BTreeMap<String, Arc<Vec<HttpTool>>>>,
+    lists: std::sync::Mutex<std::collections::BTreeMap<String, Arc<CompiledList>>>,
 }
 
 impl std::fmt::Debug for CompiledTools {
@@ -159,7 +159,7 @@ impl std::fmt::Debug for CompiledTools {
 impl CompiledTools {
     /// `specs` validated (as `adapter.tools`) and compiled, from the cache when it has them.
     /// The lock is never held while compiling.
-    fn get(&self, specs: &[HttpToolSpec]) -> Result<Arc<Vec<HttpTool>>, SpecError> {
+    fn get(&self, specs: &[HttpToolSpec]) -> Result<Arc<CompiledList>, SpecError> {
         let key = serde_json::to_string(specs).expect("tool specs serialize");
         if let Some(hit) = self.lists.lock().expect("cache lock").get(&key) {
             return Ok(hit.clone());
@@ -182,23 +182,33 @@ impl CompiledTools {
 }
 
 /// Validates `specs` (as `adapter.tools`) and compiles their schemas.
-fn compile_tools(specs: &[HttpToolSpec]) -> Result<Vec<HttpTool>, SpecError> {
+fn compile_tools(specs: &[HttpToolSpec]) -> Result<CompiledList, SpecError> {
     validate_tools(specs, "adapter.tools")?;
     let compile =
         |schema: &Value| compile_parameters(schema).expect("validated schemas compile");
-    Ok(specs
-        .iter()
-        .map(|spec| HttpTool {
-            validator: compile(&spec.parameters),
-            spec: spec.clone(),
-        })
-        .collect())
+    Ok(CompiledList {
+        tools: specs
+            .iter()
+            .map(|spec| HttpTool {
+                validator: compile(&spec.parameters),
+                spec: spec.clone(),
+            })
+            .collect(),
+        defs: tool_defs(specs),
+    })
+}
+
+/// One agent's tool list, compiled, with the definitions sent to the model (written once: a
+/// run's every model call sends them).
+struct CompiledList {
+    tools: Vec<HttpTool>,
+    defs: Vec<ToolDef>,
 }
 
 /// An agent's tools, schemas compiled, ready to carry out calls.
 pub struct Toolbox {
     pause: &'static jsonschema::Validator,
-    tools: Arc<Vec<HttpTool>>,
+    tools: Arc<CompiledList>,
     http: Arc<dyn ToolHttp>,
 }
 
@@ -231,9 +241,8 @@ impl Toolbox {
     }
 
     /// The definitions sent to the model: the built-in first, then the HTTP tools.
-    pub fn defs(&self) -> Vec<ToolDef> {
-        let specs: Vec<HttpToolSpec> = self.tools.iter().map(|t| t.spec.clone()).collect();
-        tool_defs(&specs)
+    pub fn defs(&self) -> &[ToolDef] {
+        &self.tools.defs
     }
 
     /// Carries out one call. Never fails: every problem is an `is_error` result for the model.
@@ -253,7 +262,7 @@ impl Toolbox {
                 None => pause_heartbeats(&arguments),
             };
         }
-        let Some(tool) = self.tools.iter().find(|t| t.spec.name == call.name) else {
+        let Some(tool) = self.tools.tools.iter().find(|t| t.spec.name == call.name) else {
             return ToolResult::error(self.unknown_tool(&call.name));
         };
         if let Some(errors) = schema_errors(&tool.validator, &call.name, &arguments) {
@@ -263,7 +272,7 @@ impl Toolbox {
     }
 
     fn unknown_tool(&self, name: &str) -> String {
-        let names: Vec<String> = self.defs().into_iter().map(|d| d.name).collect();
+        let names: Vec<&str> = self.defs().iter().map(|d| d.name.as_str()).collect();
         format!(
             "there is no tool named {name:?}; the tools are: {}",
             names.join(", ")
@@ -746,8 +755,8 @@ mod tests {
         assert_eq!(error.field, "adapter.tools[1].parameters");
         let names: Vec<String> = toolbox(FakeHttp::new(Reply::Never))
             .defs()
-            .into_iter()
-            .map(|d| d.name)
+            .iter()
+            .map(|d| d.name.clone())
             .collect();
         assert_eq!(names, [PAUSE_HEARTBEATS_TOOL, "search"]);
     }
