@@ -5,7 +5,11 @@
 //! zeroed by the kernel; a fleet week's image is hundreds of megabytes, and that growth (with
 //! the copies the harness reads at each restart) was about 3 % of a `vigil-sim fleet` week.
 //! Chunks never move once allocated, and a seed's freed chunks are the next seed's allocations
-//! (the simulator's allocator keeps freed memory).
+//! (the simulator's allocator keeps freed memory). They are shared copy-on-write, so the copy
+//! of the disk the harness reads at each restart costs a chunk only where it writes (a store
+//! opened on it may repair the file).
+
+use std::sync::Arc;
 
 /// Bytes per chunk: large enough that a 4 KiB page write rarely spans two, small enough that
 /// the last chunk's unused tail is cheap.
@@ -18,7 +22,7 @@ pub const CHUNK_BYTES: usize = 1 << 20;
 #[derive(Clone, Default)]
 pub struct Image {
     len: usize,
-    chunks: Vec<Box<[u8]>>,
+    chunks: Vec<Arc<Box<[u8]>>>,
 }
 
 impl Image {
@@ -36,7 +40,7 @@ impl Image {
             self.chunks.truncate(chunks);
         } else {
             self.chunks
-                .resize_with(chunks, || vec![0; CHUNK_BYTES].into_boxed_slice());
+                .resize_with(chunks, || Arc::new(vec![0; CHUNK_BYTES].into_boxed_slice()));
         }
         self.len = len;
     }
@@ -87,7 +91,10 @@ impl Image {
         while at < end {
             let (chunk, within) = (at / CHUNK_BYTES, at % CHUNK_BYTES);
             let take = (CHUNK_BYTES - within).min(end - at);
-            f(&mut self.chunks[chunk][within..within + take], at);
+            f(
+                &mut Arc::make_mut(&mut self.chunks[chunk])[within..within + take],
+                at,
+            );
             at += take;
         }
     }
@@ -158,6 +165,19 @@ mod tests {
                 prop_assert!(out.iter().all(|&b| b == 0xEE), "a read past the end writes nothing");
             }
             prop_assert_eq!(image.to_vec(probe, probe + probe_len), plain.get(probe..(probe + probe_len).min(plain.len())).unwrap_or_default().to_vec());
+            // A copy shares the chunks; writing or cutting either leaves the other as it was.
+            let mut copy = image.clone();
+            copy.write(probe, &[0x5A; 3000]);
+            image.set_len(probe / 2);
+            let mut cut = plain.clone();
+            cut.resize(probe / 2, 0);
+            prop_assert_eq!(image.to_vec(0, usize::MAX), cut);
+            let mut written = plain.clone();
+            if written.len() < probe + 3000 {
+                written.resize(probe + 3000, 0);
+            }
+            written[probe..probe + 3000].fill(0x5A);
+            prop_assert_eq!(copy.to_vec(0, usize::MAX), written);
         }
     }
 }
