@@ -17,9 +17,17 @@ pub fn stream(seed: u64, name: &str) -> ChaCha8Rng {
 /// FNV-1a, 64 bit: a hash that is the same on every platform, build and Rust version, so that
 /// seeds and trace hashes recorded today still mean the same thing tomorrow.
 pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    const OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+    fnv1a64_extend(FNV1A64_OFFSET_BASIS, bytes)
+}
+
+/// FNV-1a's starting state: [`fnv1a64`] of nothing.
+pub const FNV1A64_OFFSET_BASIS: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The FNV-1a state after `hash` (a state from this function, or the offset basis) takes in
+/// `bytes`: a text hashed piece by piece ends where [`fnv1a64`] of the whole does.
+pub fn fnv1a64_extend(hash: u64, bytes: &[u8]) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET_BASIS, |hash, byte| {
+    bytes.iter().fold(hash, |hash, byte| {
         (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
     })
 }

@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 use vigil::engine::event::Event;
-use vigil_faults::stream::fnv1a64;
+use vigil_faults::stream::{fnv1a64, fnv1a64_extend, FNV1A64_OFFSET_BASIS};
 use vigil_faults::Fault;
 
 /// One line of the trace.
@@ -626,9 +626,27 @@ impl fmt::Display for Divergence {
     }
 }
 
-/// A stable digest of one runtime event: equal events, equal digests, on any build.
+/// A stable digest of one runtime event: equal events, equal digests, on any build. The
+/// event's compact JSON is hashed as it is written, never held: every committed event is
+/// digested, and building its text was most of what a digest cost.
 pub fn event_digest(event: &Event) -> u64 {
-    sent_event_digest(&serde_json::to_string(event).expect("events always serialize"))
+    let mut hasher = FnvWriter(FNV1A64_OFFSET_BASIS);
+    serde_json::to_writer(&mut hasher, event).expect("events always serialize");
+    hasher.0
+}
+
+/// Hashes what is written to it: the [`fnv1a64`] of the whole text.
+struct FnvWriter(u64);
+
+impl std::io::Write for FnvWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = fnv1a64_extend(self.0, bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// The digest of an event from its JSON as the node sent it (`GET /v1/events`), which the
@@ -660,6 +678,28 @@ mod tests {
                 event: TraceEvent::QuietPhase,
             })
             .collect()
+    }
+
+    /// The digest the oracle keeps of a committed event equals the digest of the JSON the node
+    /// sends for it, escapes and all: the workload's feed is checked against it.
+    #[test]
+    fn an_event_digest_is_the_digest_of_its_sent_json() {
+        let event = Event {
+            seq: 7,
+            at_ms: 1_700_000_000_123,
+            tenant: "t\"\\é\u{1}\n".to_string(),
+            kind: vigil::engine::event::EventKind::InputReceived {
+                agent: vigil::engine::agent::AgentId(3),
+                next_idle_at_ms: Some(9),
+            },
+        };
+        let sent = serde_json::to_string(&event).unwrap();
+        assert_eq!(event_digest(&event), sent_event_digest(&sent));
+        assert_ne!(
+            event_digest(&event),
+            sent_event_digest(&sent.replace("\\n", "\\r")),
+            "every byte counts"
+        );
     }
 
     #[test]
