@@ -459,7 +459,7 @@ fn checker_records() -> Vec<TraceRecord> {
     llm.max_iterations = 3;
     llm.tool_calls_max = 2;
     let mut spec = AgentSpec::with_interval("a", Some(60_000));
-    spec.adapter = vigil::engine::agent::AdapterSpec::Llm(llm);
+    spec.adapter = vigil::engine::agent::AdapterSpec::Llm(llm.into());
     spec.limits.daily_budget_usd = Some(vigil::engine::usage::MicroUsd(100));
     vec![
         commit(

@@ -91,7 +91,8 @@ pub enum AdapterSpec {
     /// Built in, offline: each run plays the next step of a script.
     Scripted(ScriptedSpec),
     /// The agent loop against an LLM provider (OpenAI-compatible or Anthropic), with tools.
-    Llm(LlmSpec),
+    /// Shared: each run's adapter holds it (a run start clones no spec under the engine's lock).
+    Llm(Arc<LlmSpec>),
     /// Any command, in its own process group.
     Process(ProcessSpec),
     /// The Claude Code CLI in print mode with JSON output; the task's session is resumed.

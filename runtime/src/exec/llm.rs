@@ -15,13 +15,13 @@ use crate::engine::run::{RunStatus, StopReason};
 /// Runs the agent loop.
 #[derive(Debug, Clone)]
 pub struct Llm {
-    spec: LlmSpec,
+    spec: Arc<LlmSpec>,
     /// The node's compiled tool lists (shared by every run of the node).
     tools: Arc<CompiledTools>,
 }
 
 impl Llm {
-    pub fn new(spec: LlmSpec, tools: Arc<CompiledTools>) -> Self {
+    pub fn new(spec: Arc<LlmSpec>, tools: Arc<CompiledTools>) -> Self {
         Llm { spec, tools }
     }
 }

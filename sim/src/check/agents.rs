@@ -329,7 +329,7 @@ mod tests {
         llm.max_iterations = 3;
         llm.tool_calls_max = 2;
         let mut spec = AgentSpec::with_interval("a", Some(60_000));
-        spec.adapter = AdapterSpec::Llm(llm);
+        spec.adapter = AdapterSpec::Llm(llm.into());
         spec.limits.daily_budget_usd = Some(MicroUsd(100));
         event(
             0,

@@ -339,7 +339,7 @@ impl From<&agent::AdapterSpec> for AdapterSpec {
                     })
                     .collect(),
             }),
-            agent::AdapterSpec::Llm(llm) => AdapterSpec::Llm(llm.into()),
+            agent::AdapterSpec::Llm(llm) => AdapterSpec::Llm(llm.as_ref().into()),
             agent::AdapterSpec::Process(process) => AdapterSpec::Process(ProcessSpec {
                 command: process.command.clone(),
                 args: process.args.clone(),
@@ -555,7 +555,7 @@ impl From<AdapterSpec> for agent::AdapterSpec {
                     })
                     .collect(),
             }),
-            AdapterSpec::Llm(llm) => agent::AdapterSpec::Llm(llm.into()),
+            AdapterSpec::Llm(llm) => agent::AdapterSpec::Llm(std::sync::Arc::new(llm.into())),
             AdapterSpec::Process(process) => agent::AdapterSpec::Process(cli_spec::ProcessSpec {
                 command: process.command,
                 args: process.args,
