@@ -17,7 +17,7 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 const SHAPE: &str = "Anthropic Messages";
 
 /// Path, headers and body of one call. The body borrows the conversation: it is written
-/// straight to bytes (`super::call_model`), never built as a `Value` first.
+/// straight to bytes (`super::write_request`), never built as a `Value` first.
 pub fn request<'a>(
     request: ModelRequest<'a>,
     api_key: Option<&str>,

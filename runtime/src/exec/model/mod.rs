@@ -207,18 +207,8 @@ impl WrittenRequest {
     }
 }
 
-/// Calls `spec`'s model once: builds the wire body, POSTs it, reads the answer back.
-pub async fn call_model(
-    poster: &dyn Poster,
-    spec: &LlmSpec,
-    api_key: Option<&str>,
-    request: ModelRequest<'_>,
-) -> Result<ModelTurn, ModelError> {
-    let written = write_request(spec, api_key, request)?;
-    send_request(poster, spec, api_key, written).await
-}
-
-/// Writes `request` in `spec`'s wire shape (the whole conversation, once).
+/// Writes `request` in `spec`'s wire shape (the whole conversation, once). One model call is
+/// this, then [`send_request`]; the loop logs the body's size between the two.
 pub fn write_request(
     spec: &LlmSpec,
     api_key: Option<&str>,

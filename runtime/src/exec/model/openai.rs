@@ -15,7 +15,7 @@ pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
 const SHAPE: &str = "chat completion";
 
 /// Path, headers and body of one call. The body borrows the conversation: it is written
-/// straight to bytes (`super::call_model`), never built as a `Value` first.
+/// straight to bytes (`super::write_request`), never built as a `Value` first.
 pub fn request<'a>(
     request: ModelRequest<'a>,
     api_key: Option<&str>,
