@@ -62,42 +62,65 @@ impl Image {
         if end > self.len {
             return false;
         }
-        let mut at = offset;
-        while at < end {
-            let (chunk, within) = (at / CHUNK_BYTES, at % CHUNK_BYTES);
-            let take = (CHUNK_BYTES - within).min(end - at);
-            out[at - offset..at - offset + take]
-                .copy_from_slice(&self.chunks[chunk][within..within + take]);
-            at += take;
+        for piece in pieces(offset, end) {
+            out[piece.at - offset..piece.at - offset + piece.len]
+                .copy_from_slice(self.bytes(&piece));
         }
         true
     }
 
     /// The bytes from `start` to `end` (clamped to the file), empty when `start` is past it.
+    /// Every write's undo record is one of these, so the bytes are copied once, never zeroed
+    /// first.
     pub fn to_vec(&self, start: usize, end: usize) -> Vec<u8> {
         let end = end.min(self.len);
-        if start >= end {
-            return Vec::new();
+        let mut out = Vec::with_capacity(end.saturating_sub(start));
+        for piece in pieces(start, end) {
+            out.extend_from_slice(self.bytes(&piece));
         }
-        let mut out = vec![0; end - start];
-        self.read(start, &mut out);
         out
+    }
+
+    fn bytes(&self, piece: &Piece) -> &[u8] {
+        &self.chunks[piece.chunk][piece.within..piece.within + piece.len]
     }
 
     /// Calls `f` on each chunk-bounded piece of `start..end` (within the chunks), with the
     /// piece's file offset.
     fn for_each_piece(&mut self, start: usize, end: usize, mut f: impl FnMut(&mut [u8], usize)) {
-        let mut at = start;
-        while at < end {
-            let (chunk, within) = (at / CHUNK_BYTES, at % CHUNK_BYTES);
-            let take = (CHUNK_BYTES - within).min(end - at);
-            f(
-                &mut Arc::make_mut(&mut self.chunks[chunk])[within..within + take],
-                at,
-            );
-            at += take;
+        for piece in pieces(start, end) {
+            let chunk = Arc::make_mut(&mut self.chunks[piece.chunk]);
+            f(&mut chunk[piece.within..piece.within + piece.len], piece.at);
         }
     }
+}
+
+/// `len` bytes at file offset `at`: chunk `chunk`, from `within`.
+struct Piece {
+    at: usize,
+    chunk: usize,
+    within: usize,
+    len: usize,
+}
+
+/// `start..end` cut at chunk boundaries, in order (none when `start >= end`).
+fn pieces(start: usize, end: usize) -> impl Iterator<Item = Piece> {
+    let mut at = start;
+    std::iter::from_fn(move || {
+        if at >= end {
+            return None;
+        }
+        let (chunk, within) = (at / CHUNK_BYTES, at % CHUNK_BYTES);
+        let len = (CHUNK_BYTES - within).min(end - at);
+        let piece = Piece {
+            at,
+            chunk,
+            within,
+            len,
+        };
+        at += len;
+        Some(piece)
+    })
 }
 
 #[cfg(test)]
