@@ -73,9 +73,10 @@ pub struct NodeConfig {
     pub adapters: SharedAdapterSource,
     /// What runs get from the node: the outbound network, the price table, secrets.
     pub run_services: RunServices,
-    /// Optional observer of the whole replayed log, called once recovery has read it and
-    /// before start-up commits anything (the simulator checks the recovered log here). Only
-    /// when it is set is the log kept in memory for it.
+    /// Optional observer of the whole replayed log: handed each page as recovery reads it,
+    /// then told once recovery is over, before start-up commits anything (the simulator checks
+    /// the recovered log here). Only when it is set is the whole log replayed beside the
+    /// snapshot's recovery.
     pub on_replayed: Option<ReplayObserver>,
     /// Where run transcripts go: [`crate::transcript::FileTranscripts`] in the data directory,
     /// a [`crate::transcript::MemoryTranscripts`] that outlives restarts in the simulator.
@@ -91,8 +92,20 @@ pub struct NodeConfig {
     pub heartbeat_test_seam: bool,
 }
 
-/// Called with every event the start-up replayed, in order, before any new event.
-pub type ReplayObserver = Arc<dyn Fn(&[Event]) + Send + Sync>;
+/// Watches the start-up's replay of the whole log (the simulator's check of the recovered log).
+/// Why pages and not the whole log at once: the log was kept in memory for it, a copy of every
+/// event of a week's log at each restart of a simulated fleet.
+pub trait ReplayWatch: Send + Sync {
+    /// The next page of replayed events, in order. Called on the blocking pool, during
+    /// recovery.
+    fn page(&self, events: &[Event]);
+    /// Recovery has read the whole log; called from the start-up task before it commits
+    /// anything.
+    fn done(&self);
+}
+
+/// A shared [`ReplayWatch`].
+pub type ReplayObserver = Arc<dyn ReplayWatch>;
 
 /// Why a node could not start.
 #[derive(Debug, thiserror::Error)]
@@ -334,26 +347,24 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     // and take seconds at a million agents (docs/benchmarks.md); on an async worker they would
     // hold it from every other task meanwhile (the API answering `503 recovering` among them).
     let storage = config.storage;
-    let observed = config.on_replayed.is_some();
+    let watch = config.on_replayed.clone();
     // madsim deprecates it (no thread blocks in its world); there it is a task, as for the
     // writer's commits.
     #[allow(deprecated)]
-    let (store, engine, replayed) = tokio::task::spawn_blocking(move || {
+    let (store, engine) = tokio::task::spawn_blocking(move || {
         // Recovery allocates the whole fleet's state at once (runtime/src/heap.rs).
         let _growth = crate::heap::BulkGrowth::begin();
         let store = Store::open(storage)?;
-        if !observed {
-            let engine = store.recover()?;
-            return Ok::<_, StoreError>((store, engine, Vec::new()));
-        }
-        let mut replayed = Vec::new();
-        let engine = store.recover_observed(&mut |page| replayed.extend_from_slice(page))?;
-        Ok((store, engine, replayed))
+        let engine = match &watch {
+            None => store.recover()?,
+            Some(watch) => store.recover_observed(&mut |page| watch.page(page))?,
+        };
+        Ok::<_, StoreError>((store, engine))
     })
     .await
     .expect("recovery does not panic")?;
-    if let Some(observe) = &config.on_replayed {
-        observe(&replayed);
+    if let Some(watch) = &config.on_replayed {
+        watch.done();
     }
     let events = engine.last_seq();
     tracing::info!(

@@ -580,11 +580,7 @@ async fn run_node(
         // snapshot, and by replaying every event); a compacting one has no whole log to replay,
         // so the harness reads what it kept before it starts (`report_kept_log`).
         on_replayed: (!compacts(&snapshots)).then(|| {
-            let recorder = recorder.clone();
-            Arc::new(move |events: &[Event]| {
-                let head_seq = events.last().map_or(0, |e| e.seq);
-                report_recovery(name, &recorder, head_seq, events)
-            }) as vigil::node::ReplayObserver
+            Arc::new(RecoveryWatch::new(name, recorder.clone())) as vigil::node::ReplayObserver
         }),
     };
     if compacts(&snapshots) {
@@ -770,19 +766,75 @@ fn report_snapshot_on_disk(name: &'static str, recorder: &Recorder, disk: &Arc<S
 /// Records what the node recovered (its log from the oldest kept event: the whole log unless it
 /// compacts), before start-up commits anything new.
 fn report_recovery(name: &'static str, recorder: &Recorder, head_seq: u64, events: &[Event]) {
-    let digests = events.iter().map(|e| (e.seq, event_digest(e))).collect();
-    // Events on disk the oracle never saw committed: the tail of a commit a power cut
-    // interrupted, which may or may not have landed. Recorded whole so it can judge them.
-    let known = recorder.durable_events();
-    let unreported = events.iter().filter(|e| e.seq > known).cloned().collect();
-    recorder.record(
-        name,
-        TraceEvent::Recovered {
-            head_seq,
-            digests,
-            unreported,
-        },
-    );
+    let mut read = RecoveredLog::default();
+    read.add(recorder.durable_events(), events);
+    read.report(name, recorder, head_seq);
+}
+
+/// The log a node's recovery read, as the oracle is told of it: each event's digest, and whole
+/// only the events the oracle never saw committed.
+#[derive(Default)]
+struct RecoveredLog {
+    digests: Vec<(u64, u64)>,
+    /// Events past what the oracle knew durable when they were read.
+    unreported: Vec<Event>,
+}
+
+impl RecoveredLog {
+    fn add(&mut self, known: u64, events: &[Event]) {
+        self.digests
+            .extend(events.iter().map(|e| (e.seq, event_digest(e))));
+        // Events on disk the oracle never saw committed: the tail of a commit a power cut
+        // interrupted, which may or may not have landed. Recorded whole so it can judge them.
+        self.unreported
+            .extend(events.iter().filter(|e| e.seq > known).cloned());
+    }
+
+    fn report(mut self, name: &'static str, recorder: &Recorder, head_seq: u64) {
+        // Nothing this node commits before its report; filtered again all the same, so the
+        // record is what it would be had the whole log been read at this instant.
+        let known = recorder.durable_events();
+        self.unreported.retain(|e| e.seq > known);
+        recorder.record(
+            name,
+            TraceEvent::Recovered {
+                head_seq,
+                digests: self.digests,
+                unreported: self.unreported,
+            },
+        );
+    }
+}
+
+/// Reports a node's replay of its whole log page by page as recovery reads it (digests only,
+/// not a copy of every event), then at the end of recovery (`vigil::node::ReplayWatch`).
+struct RecoveryWatch {
+    name: &'static str,
+    recorder: Recorder,
+    read: Mutex<RecoveredLog>,
+}
+
+impl RecoveryWatch {
+    fn new(name: &'static str, recorder: Recorder) -> RecoveryWatch {
+        RecoveryWatch {
+            name,
+            recorder,
+            read: Mutex::default(),
+        }
+    }
+}
+
+impl vigil::node::ReplayWatch for RecoveryWatch {
+    fn page(&self, events: &[Event]) {
+        let known = self.recorder.durable_events();
+        self.read.lock().expect("recovery lock").add(known, events);
+    }
+
+    fn done(&self) {
+        let read = std::mem::take(&mut *self.read.lock().expect("recovery lock"));
+        let head_seq = read.digests.last().map_or(0, |&(seq, _)| seq);
+        read.report(self.name, &self.recorder, head_seq);
+    }
 }
 
 /// Initializes, outside any simulation, the process-wide state that libraries the runtime uses
