@@ -44,7 +44,7 @@ static ONE_BROWSER: Mutex<()> = Mutex::new(());
 async fn start(fleet: Option<&str>) -> Node {
     let config = NodeConfig {
         listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        storage: StorageLocation::Backend(Box::new(redb::backends::InMemoryBackend::new())),
+        storage: StorageLocation::in_memory(),
         clock: SystemClock::shared(),
         entropy: SeededEntropy::shared(15),
         tenants: vec![TenantToken {

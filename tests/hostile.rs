@@ -701,6 +701,7 @@ fn the_node_s_files_are_the_owner_s_only() {
     let stderr = server.stop();
     assert_eq!(mode(&data), 0o700, "data directory");
     assert_eq!(mode(&data.join("vigil.redb")), 0o600, "database");
+    assert_eq!(mode(&data.join("vigil.redb-wal")), 0o600, "its write-ahead file");
     assert_eq!(mode(&data.join("operator-token")), 0o600, "operator token");
     assert_eq!(mode(&data.join("vigil.pid")), 0o600, "the data directory lock");
     assert!(!stderr.contains("visible to every local user"), "{stderr}");

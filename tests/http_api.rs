@@ -232,7 +232,7 @@ async fn the_node_listens_and_answers_recovering_before_it_is_ready() {
         open: open.clone(),
     };
     let clock = ManualClock::at(START_MS);
-    let mut node = Node::start(config(StorageLocation::Backend(Box::new(backend)), clock))
+    let mut node = Node::start(config(StorageLocation::with_memory_wal(Box::new(backend)), clock))
         .await
         .expect("node listens");
     let anonymous = ApiClient::new(node.local_addr());

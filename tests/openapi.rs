@@ -26,7 +26,7 @@ const METHODS: [&str; 5] = ["GET", "POST", "PUT", "PATCH", "DELETE"];
 async fn start() -> Node {
     let config = NodeConfig {
         listen_addr: SocketAddr::from(([127, 0, 0, 1], 0)),
-        storage: StorageLocation::Backend(Box::new(redb::backends::InMemoryBackend::new())),
+        storage: StorageLocation::in_memory(),
         clock: SystemClock::shared(),
         entropy: SeededEntropy::shared(7),
         tenants: vec![TenantToken {

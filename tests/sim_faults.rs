@@ -510,20 +510,45 @@ fn a_crash_loses_the_nodes_memory_and_recovery_rebuilds_it_from_disk() {
 #[test]
 fn a_power_cut_after_a_write_drops_unsynced_writes_and_exercises_recovery() {
     let rates = once(FaultKind::PowerCut);
-    let (seed, _) = seed_where(&rates, |f| matches!(f, Fault::PowerCut { .. }));
-    let (without, with) = without_and_with(seed, rates);
-    assert!(!crashed_and_recovered(&without, true));
-    assert!(crashed_and_recovered(&with, true));
-    // The cut struck inside a storage operation with writes not yet synced.
-    let pending = with.records.iter().find_map(|r| match r.event {
-        TraceEvent::Crashed {
-            during_write: true,
-            pending_ops,
-            ..
-        } => Some(pending_ops),
-        _ => None,
-    });
-    assert!(pending.is_some_and(|p| p > 0), "{pending:?}");
+    // A cut strikes the operation its draw names: an append's write-ahead frame (nothing
+    // unsynced yet) or its sync (the frame unsynced), a checkpoint's pages. Each seed must
+    // recover; among the first few, some cut must find writes not yet synced.
+    let mut pending_at_cuts = Vec::new();
+    for seed in power_cut_seeds(&rates, POWER_CUT_SEEDS) {
+        let (without, with) = without_and_with(seed, rates.clone());
+        assert!(!crashed_and_recovered(&without, true), "seed {seed}");
+        assert!(crashed_and_recovered(&with, true), "seed {seed}");
+        let pending = with.records.iter().find_map(|r| match r.event {
+            TraceEvent::Crashed {
+                during_write: true,
+                pending_ops,
+                ..
+            } => Some(pending_ops),
+            _ => None,
+        });
+        pending_at_cuts.push((seed, pending.expect("the cut struck inside an operation")));
+    }
+    assert!(
+        pending_at_cuts.iter().any(|&(_, pending)| pending > 0),
+        "no cut found unsynced writes: {pending_at_cuts:?}"
+    );
+}
+
+/// Power-cut seeds the test above runs.
+const POWER_CUT_SEEDS: usize = 6;
+
+/// The first `count` seeds whose first fault is a power cut.
+fn power_cut_seeds(rates: &[FaultRate], count: usize) -> Vec<u64> {
+    let seeds: Vec<u64> = (0..SEEDS_TO_SEARCH)
+        .filter(|&seed| {
+            plan(seed, SAFETY_MS, rates)
+                .first()
+                .is_some_and(|first| matches!(first.fault, Fault::PowerCut { .. }))
+        })
+        .take(count)
+        .collect();
+    assert_eq!(seeds.len(), count, "enough seeds draw a power cut");
+    seeds
 }
 
 /// The committed events of a run.

@@ -189,11 +189,16 @@ mod tests {
 
     /// A shell on a held-sync disk, recording the size (in events) of each batch attempted.
     fn shell(gate: Arc<Gate>) -> (Arc<Shell>, Arc<Mutex<Vec<Vec<Event>>>>) {
-        let backend = HeldSync {
-            gate,
+        // Both files' syncs wait at the gate: an append's is its write-ahead frame's.
+        let held = || HeldSync {
+            gate: gate.clone(),
             ..HeldSync::default()
         };
-        let store = Store::open(StorageLocation::Backend(Box::new(backend))).unwrap();
+        let store = Store::open(StorageLocation::Backend {
+            db: Box::new(held()),
+            wal: Box::new(held()),
+        })
+        .unwrap();
         let batches: Arc<Mutex<Vec<Vec<Event>>>> = Arc::default();
         let seen = batches.clone();
         let observer: CommitObserver = Arc::new(move |stage, events: &[Event]| {

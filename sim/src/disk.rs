@@ -5,7 +5,11 @@
 //! operations. `sync_data` makes the pending operations durable. `crash` keeps a seeded subset of
 //! them, tearing writes at sector boundaries, the way a real disk may after a power cut.
 //!
-//! Only one image is kept. Each pending operation remembers what it overwrote (an undo record),
+//! The disk holds two files, the database and its write-ahead file ([`DiskFile`]): a sync
+//! makes only its own file's pending operations durable, as `fdatasync` of one file does, and a
+//! crash, a power cut or a storage fault window covers both (one device).
+//!
+//! Only one image per file is kept. Each pending operation remembers what it overwrote (an undo record),
 //! so a sync just forgets them, and a crash rolls the image back to the last sync (reading each
 //! write's data on the way) before it lands the kept subset. Why not a second, durable image
 //! that each sync copies into: it doubled the disk's memory and copied every synced byte
@@ -74,6 +78,24 @@ pub struct CrashReport {
     pub lost_bytes: u64,
 }
 
+/// The files on a [`SimDisk`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskFile {
+    /// The redb database.
+    Db,
+    /// The database's write-ahead file (`vigil::store::wal`).
+    Wal,
+}
+
+impl DiskFile {
+    fn index(self) -> usize {
+        match self {
+            DiskFile::Db => 0,
+            DiskFile::Wal => 1,
+        }
+    }
+}
+
 /// One operation since the last sync, applied to the image, with what it replaced: the image's
 /// length before it, and the bytes it overwrote or cut off. Offsets and lengths were checked to
 /// fit `usize` on entry, so applying or undoing one cannot fail.
@@ -119,10 +141,11 @@ impl PendingOp {
 
 #[derive(Default)]
 struct State {
-    /// What reads see: the last sync's image with every pending operation applied.
-    volatile: Image,
-    /// Operations applied to `volatile` since the last sync, in order, each undoable.
-    pending: Vec<PendingOp>,
+    /// What reads see, per file ([`DiskFile::index`]): the last sync's image with every pending
+    /// operation applied.
+    volatile: [Image; 2],
+    /// Operations applied to `volatile` since their file's last sync, in order, each undoable.
+    pending: Vec<(DiskFile, PendingOp)>,
     /// Bumped by every crash; backends bound to an older one are fenced off.
     generation: u64,
     stats: DiskStats,
@@ -144,8 +167,8 @@ struct ErrorWindow {
     rng: ChaCha8Rng,
 }
 
-/// A simulated disk holding one file. Shared as `Arc<SimDisk>`; redb reaches it through
-/// [`SimDiskBackend`]s made by [`SimDisk::backend`].
+/// A simulated disk holding a database and its write-ahead file. Shared as `Arc<SimDisk>`;
+/// the store reaches it through [`SimDiskBackend`]s made by [`SimDisk::storage`].
 pub struct SimDisk {
     lying_fsync: bool,
     state: Mutex<State>,
@@ -158,7 +181,8 @@ impl fmt::Debug for SimDisk {
         let state = self.state();
         f.debug_struct("SimDisk")
             .field("lying_fsync", &self.lying_fsync)
-            .field("len", &state.volatile.len())
+            .field("db_len", &state.volatile[0].len())
+            .field("wal_len", &state.volatile[1].len())
             .field("pending_ops", &state.pending.len())
             .field("generation", &state.generation)
             .finish()
@@ -180,12 +204,27 @@ impl SimDisk {
         self.state.lock().expect("sim disk mutex poisoned")
     }
 
-    /// A redb storage backend bound to the current generation: it stops working at the next
-    /// crash, as the file handle of a killed process would.
+    /// A redb storage backend for the database file, bound to the current generation: it stops
+    /// working at the next crash, as the file handle of a killed process would.
     pub fn backend(self: &Arc<Self>) -> SimDiskBackend {
+        self.file_backend(DiskFile::Db)
+    }
+
+    /// A backend for `file`, bound to the current generation.
+    pub fn file_backend(self: &Arc<Self>, file: DiskFile) -> SimDiskBackend {
         SimDiskBackend {
             disk: Arc::clone(self),
             generation: self.state().generation,
+            file,
+        }
+    }
+
+    /// Where the store opens on this disk: the database and its write-ahead file, both bound
+    /// to the current generation.
+    pub fn storage(self: &Arc<Self>) -> vigil::io::storage::StorageLocation {
+        vigil::io::storage::StorageLocation::Backend {
+            db: Box::new(self.file_backend(DiskFile::Db)),
+            wal: Box::new(self.file_backend(DiskFile::Wal)),
         }
     }
 
@@ -320,18 +359,22 @@ impl SimDisk {
 impl State {
     /// Rolls the image back to the last sync; returns each pending operation in order, with
     /// the data of each write (read from the image just before that write is undone).
-    fn roll_back(&mut self) -> Vec<LostOp> {
+    fn roll_back(&mut self) -> Vec<(DiskFile, LostOp)> {
         let pending = std::mem::take(&mut self.pending);
         let mut ops = Vec::with_capacity(pending.len());
-        for op in pending.iter().rev() {
-            ops.push(match op {
-                PendingOp::Write { offset, len, .. } => LostOp::Write {
-                    offset: *offset,
-                    data: self.volatile.to_vec(*offset, *offset + *len),
+        for (file, op) in pending.iter().rev() {
+            let image = &mut self.volatile[file.index()];
+            ops.push((
+                *file,
+                match op {
+                    PendingOp::Write { offset, len, .. } => LostOp::Write {
+                        offset: *offset,
+                        data: image.to_vec(*offset, *offset + *len),
+                    },
+                    PendingOp::SetLen { len, .. } => LostOp::SetLen(*len),
                 },
-                PendingOp::SetLen { len, .. } => LostOp::SetLen(*len),
-            });
-            op.undo(&mut self.volatile);
+            ));
+            op.undo(image);
         }
         ops.reverse();
         ops
@@ -339,28 +382,29 @@ impl State {
 
     fn crash(&mut self, rng: &mut impl Rng) -> CrashReport {
         let pending = self.roll_back();
-        let mut image = std::mem::take(&mut self.volatile);
+        let mut images = std::mem::take(&mut self.volatile);
         let mut report = CrashReport {
             pending_ops: pending.len(),
             ..CrashReport::default()
         };
         let (keep_op, keep_sector) =
             CRASH_KEEP_PROFILES[rng.gen_range(0..CRASH_KEEP_PROFILES.len())];
-        for op in &pending {
+        for (file, op) in &pending {
             let keep = rng.gen_bool(keep_op);
             report.kept_ops += usize::from(keep);
+            let image = &mut images[file.index()];
             match op {
                 LostOp::SetLen(len) if keep => image.set_len(*len),
                 LostOp::SetLen(_) => {}
                 LostOp::Write { data, .. } if !keep => report.lost_bytes += data.len() as u64,
                 LostOp::Write { offset, data } => {
-                    let lost = land_some_sectors(&mut image, *offset, data, keep_sector, rng);
+                    let lost = land_some_sectors(image, *offset, data, keep_sector, rng);
                     report.torn_ops += usize::from(lost > 0);
                     report.lost_bytes += lost;
                 }
             }
         }
-        self.volatile = image;
+        self.volatile = images;
         self.generation += 1;
         self.stats.crashes += 1;
         report
@@ -456,12 +500,14 @@ fn range(offset: u64, len: usize) -> io::Result<(usize, usize)> {
 pub struct SimDiskBackend {
     disk: Arc<SimDisk>,
     generation: u64,
+    file: DiskFile,
 }
 
 impl fmt::Debug for SimDiskBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("SimDiskBackend")
             .field("generation", &self.generation)
+            .field("file", &self.file)
             .field("lying_fsync", &self.disk.lying_fsync)
             .finish()
     }
@@ -497,13 +543,13 @@ impl SimDiskBackend {
 
 impl redb::StorageBackend for SimDiskBackend {
     fn len(&self) -> Result<u64, io::Error> {
-        Ok(self.live()?.volatile.len() as u64)
+        Ok(self.live()?.volatile[self.file.index()].len() as u64)
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), io::Error> {
         let state = self.live()?;
         let (start, _) = range(offset, out.len())?;
-        if state.volatile.read(start, out) {
+        if state.volatile[self.file.index()].read(start, out) {
             Ok(())
         } else {
             Err(io::Error::new(
@@ -515,36 +561,45 @@ impl redb::StorageBackend for SimDiskBackend {
 
     fn set_len(&self, len: u64) -> Result<(), io::Error> {
         let (len, _) = range(len, 0)?;
+        let file = self.file;
         self.mutate(false, |state| {
-            let old_len = state.volatile.len();
-            let cut = state.volatile.to_vec(len, old_len);
-            state.volatile.set_len(len);
-            state.pending.push(PendingOp::SetLen { len, old_len, cut });
+            let image = &mut state.volatile[file.index()];
+            let old_len = image.len();
+            let cut = image.to_vec(len, old_len);
+            image.set_len(len);
+            state
+                .pending
+                .push((file, PendingOp::SetLen { len, old_len, cut }));
         })
     }
 
     fn sync_data(&self) -> Result<(), io::Error> {
-        let lying = self.disk.lying_fsync;
+        let (lying, file) = (self.disk.lying_fsync, self.file);
         self.mutate(true, |state| {
             state.stats.syncs += 1;
             if !lying {
-                state.pending.clear();
+                state.pending.retain(|(of, _)| *of != file);
             }
         })
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         let (start, _) = range(offset, data.len())?;
+        let file = self.file;
         self.mutate(false, |state| {
-            let old_len = state.volatile.len();
-            let old = state.volatile.to_vec(start, start + data.len());
-            state.volatile.write(start, data);
-            state.pending.push(PendingOp::Write {
-                offset: start,
-                len: data.len(),
-                old_len,
-                old,
-            });
+            let image = &mut state.volatile[file.index()];
+            let old_len = image.len();
+            let old = image.to_vec(start, start + data.len());
+            image.write(start, data);
+            state.pending.push((
+                file,
+                PendingOp::Write {
+                    offset: start,
+                    len: data.len(),
+                    old_len,
+                    old,
+                },
+            ));
             state.stats.writes += 1;
             state.stats.bytes_written += data.len() as u64;
         })
@@ -668,7 +723,7 @@ mod tests {
             assert_eq!(image(&disk), synced, "seed {seed}: the last sync's image");
             let data: Vec<_> = ops
                 .into_iter()
-                .filter_map(|op| match op {
+                .filter_map(|(_, op)| match op {
                     LostOp::Write { data, .. } => Some(data),
                     LostOp::SetLen(_) => None,
                 })

@@ -15,7 +15,6 @@ use rand_chacha::ChaCha8Rng;
 use vigil::engine::event::Event;
 use vigil::io::clock::SharedClock;
 use vigil::io::entropy::SeededEntropy;
-use vigil::io::storage::StorageLocation;
 use vigil::node::{Node, NodeConfig, TenantToken};
 use vigil::shell::{CommitObserver, CommitStage};
 use vigil::transcript::MemoryTranscripts;
@@ -543,7 +542,7 @@ async fn run_node(
     };
     let config = NodeConfig {
         listen_addr: addr,
-        storage: StorageLocation::Backend(Box::new(disk.backend())),
+        storage: disk.storage(),
         clock: clock as SharedClock,
         // Each start draws fresh tokens, as a real restart would; the seed fixes them all.
         entropy: SeededEntropy::shared(entropy_seed ^ recorder.records_len() as u64),
@@ -733,7 +732,7 @@ const KEPT_LOG_PAGE_EVENTS: usize = 1_000;
 fn report_kept_log(name: &'static str, recorder: &Recorder, disk: &Arc<SimDisk>) {
     let copy = Arc::new(disk.read_copy());
     let read = || -> Result<(u64, Vec<Event>), vigil::store::StoreError> {
-        let store = vigil::store::Store::open(StorageLocation::Backend(Box::new(copy.backend())))?;
+        let store = vigil::store::Store::open(copy.storage())?;
         let head_seq = store.head_seq()?;
         let mut events: Vec<Event> = Vec::new();
         let mut after = store.oldest_seq()?.saturating_sub(1);
@@ -756,8 +755,8 @@ fn report_kept_log(name: &'static str, recorder: &Recorder, disk: &Arc<SimDisk>)
 /// compares that recovery with a replay of the log.
 fn report_snapshot_on_disk(name: &'static str, recorder: &Recorder, disk: &Arc<SimDisk>) {
     let copy = Arc::new(disk.read_copy());
-    let read = vigil::store::Store::open(StorageLocation::Backend(Box::new(copy.backend())))
-        .and_then(|store| store.current_snapshot_seq());
+    let read =
+        vigil::store::Store::open(copy.storage()).and_then(|store| store.current_snapshot_seq());
     if let Ok(Some(seq)) = read {
         recorder.record(name, TraceEvent::SnapshotOnDisk { seq });
     }

@@ -33,3 +33,5 @@ pub mod workload;
 
 #[cfg(test)]
 mod snapshot_cut_tests;
+#[cfg(test)]
+mod wal_cut_tests;

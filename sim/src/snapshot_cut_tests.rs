@@ -12,7 +12,6 @@ use vigil::engine::agent::{AgentId, AgentSpec};
 use vigil::engine::tenant::TokenHash;
 use vigil::engine::wakeup::{WakeupRequest, WakeupSource};
 use vigil::engine::{Command, Engine};
-use vigil::io::storage::StorageLocation;
 use vigil::store::Store;
 
 use crate::disk::SimDisk;
@@ -24,7 +23,7 @@ const CHUNK_AGENTS: usize = 10;
 const SEEDS_PER_CUT: u64 = 3;
 
 fn open(disk: &Arc<SimDisk>) -> Store {
-    Store::open(StorageLocation::Backend(Box::new(disk.backend()))).expect("the disk opens")
+    Store::open(disk.storage()).expect("the disk opens")
 }
 
 fn run(engine: &mut Engine, store: &Store, command: Command, now_ms: u64) {

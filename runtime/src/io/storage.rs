@@ -8,17 +8,42 @@ use std::path::PathBuf;
 
 /// Where to open the database.
 pub enum StorageLocation {
-    /// A redb file on the real file system (created if absent).
+    /// A redb file on the real file system (created if absent), its write-ahead file beside it
+    /// ([`crate::store::wal_path`]).
     File(PathBuf),
-    /// Any redb backend, e.g. the simulator's `SimDisk`. Consumed by the open.
-    Backend(Box<dyn redb::StorageBackend>),
+    /// Any redb backends, e.g. the simulator's `SimDisk`: one for the database, one for its
+    /// write-ahead file. Consumed by the open.
+    Backend {
+        db: Box<dyn redb::StorageBackend>,
+        wal: Box<dyn redb::StorageBackend>,
+    },
+}
+
+impl StorageLocation {
+    /// Both files in memory: for tests and tools that need no disk.
+    pub fn in_memory() -> Self {
+        Self::with_memory_wal(Box::new(redb::backends::InMemoryBackend::new()))
+    }
+
+    /// The database on `db`, its write-ahead file in memory (a test that gates the database's
+    /// I/O).
+    pub fn with_memory_wal(db: Box<dyn redb::StorageBackend>) -> Self {
+        StorageLocation::Backend {
+            db,
+            wal: Box::new(redb::backends::InMemoryBackend::new()),
+        }
+    }
 }
 
 impl fmt::Debug for StorageLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StorageLocation::File(path) => f.debug_tuple("File").field(path).finish(),
-            StorageLocation::Backend(backend) => f.debug_tuple("Backend").field(backend).finish(),
+            StorageLocation::Backend { db, wal } => f
+                .debug_struct("Backend")
+                .field("db", db)
+                .field("wal", wal)
+                .finish(),
         }
     }
 }

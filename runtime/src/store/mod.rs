@@ -1,8 +1,11 @@
-//! The durable store: the event log in redb.
+//! The durable store: the event log in redb, in front of it a write-ahead file.
 //!
-//! Every commit uses redb's immediate durability (fsync before `commit` returns), so an event the
-//! store has accepted survives any crash (invariant 4). The engine's state is not stored beside
-//! the log: it is rebuilt by replaying the log (`recovery`), so the two can never disagree.
+//! An append is durable once its frame in the write-ahead file ([`wal`]) is synced, before
+//! `append` returns, so an event the store has accepted survives any crash (invariant 4). redb
+//! takes the events in a commit that does not sync, and a durable redb commit every
+//! [`wal::WAL_CHECKPOINT_APPENDS`] appends lets the file start again (ADR 0026). The engine's
+//! state is not stored beside the log: it is rebuilt by replaying the log (`recovery`), so the
+//! two can never disagree.
 
 pub mod alert_cursors;
 pub mod backup;
@@ -11,13 +14,20 @@ pub mod record;
 pub mod recovery;
 pub mod snapshot;
 mod turns;
+pub mod wal;
 
 #[cfg(test)]
 mod fixture_tests;
 #[cfg(test)]
 mod format_tests;
+#[cfg(test)]
+mod wal_tests;
 
-use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+use std::sync::{Mutex, MutexGuard};
+
+use redb::{
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+};
 
 use crate::engine::event::Event;
 use crate::io::storage::{BoxedBackend, StorageLocation};
@@ -74,6 +84,18 @@ pub enum StoreError {
     Backup(String),
     #[error("the snapshot at seq {seq} cannot be read: {reason}")]
     Snapshot { seq: u64, reason: String },
+    #[error("{0}")]
+    Wal(#[from] wal::WalError),
+}
+
+/// The write-ahead file beside a database file: its name with this appended.
+pub const WAL_FILE_SUFFIX: &str = "-wal";
+
+/// Where the write-ahead file of the database at `path` lives.
+pub fn wal_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(WAL_FILE_SUFFIX);
+    std::path::PathBuf::from(name)
 }
 
 /// Mode of the database file: the owner only. It holds every agent's spec, reasons, payloads
@@ -112,6 +134,20 @@ pub struct Store {
     found_format: u64,
     /// The log's appends go before background writes at redb's write lock.
     turns: turns::WriteTurns,
+    /// The write-ahead file and the appends since the last durable redb commit. Locked only by
+    /// appends (which run one at a time anyway) and on drop.
+    wal: Mutex<WalState>,
+}
+
+#[derive(Debug)]
+struct WalState {
+    wal: wal::Wal,
+    appends_since_checkpoint: u32,
+    /// False from an append's frame until its redb commit, and from the open until its replay:
+    /// a failed append may leave a frame redb does not hold, and a refused open a file that is
+    /// not this database's; only a later open may settle either, so the drop does not
+    /// checkpoint (which would cut the file back).
+    settled: bool,
 }
 
 impl Store {
@@ -120,28 +156,107 @@ impl Store {
     pub fn open(location: StorageLocation) -> Result<Store, StoreError> {
         let file = match &location {
             StorageLocation::File(path) => Some(path.clone()),
-            StorageLocation::Backend(_) => None,
+            StorageLocation::Backend { .. } => None,
         };
-        let db = match location {
+        let (db, wal_file) = match location {
             StorageLocation::File(path) => {
-                owner_only(&path)
-                    .map_err(|error| StoreError::Open(redb::StorageError::from(error).into()))?;
+                let open_error = |error| StoreError::Open(redb::StorageError::from(error).into());
+                owner_only(&path).map_err(open_error)?;
+                let db = Database::builder()
+                    .set_cache_size(STORE_CACHE_BYTES)
+                    .create(&path)
+                    .map_err(StoreError::Open)?;
+                // Opened only once redb holds the database's lock: one process owns both.
+                let wal_file = open_wal_file(&wal_path(&path)).map_err(open_error)?;
+                (db, wal_file)
+            }
+            StorageLocation::Backend { db, wal } => (
                 Database::builder()
                     .set_cache_size(STORE_CACHE_BYTES)
-                    .create(path)
-            }
-            StorageLocation::Backend(backend) => Database::builder()
-                .set_cache_size(STORE_CACHE_BYTES)
-                .create_with_backend(BoxedBackend(backend)),
-        }
-        .map_err(StoreError::Open)?;
+                    .create_with_backend(BoxedBackend(db))
+                    .map_err(StoreError::Open)?,
+                wal,
+            ),
+        };
         let found_format = settle_format(&db)?;
-        Ok(Store {
+        let (wal, frames) = wal::Wal::open(wal_file)?;
+        let store = Store {
             db,
             file,
             found_format,
             turns: turns::WriteTurns::default(),
-        })
+            wal: Mutex::new(WalState {
+                wal,
+                appends_since_checkpoint: 0,
+                // Until the replay: a refused open must leave the file as it found it.
+                settled: false,
+            }),
+        };
+        store.replay_wal(frames)?;
+        store.wal_state().settled = true;
+        Ok(store)
+    }
+
+    /// Puts the write-ahead file's frames the database does not hold yet into it, durably, and
+    /// starts the file again. A frame that skips ahead of the database's head means the two
+    /// files are not each other's: refused, nothing changed.
+    fn replay_wal(&self, frames: Vec<wal::Frame>) -> Result<(), StoreError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        let tx = self.db.begin_write().map_err(redb::Error::from)?;
+        {
+            let mut table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+            let mut head = table
+                .last()
+                .map_err(redb::Error::from)?
+                .map_or(0, |(k, _)| k.value());
+            for frame in &frames {
+                if frame.last_seq() <= head {
+                    continue;
+                }
+                if frame.first_seq != head + 1 {
+                    return Err(StoreError::Corrupt {
+                        seq: frame.first_seq,
+                        reason: format!(
+                            "the write-ahead log holds events from seq {} on, but the database \
+                             ends at seq {head}: the two files do not belong together (after \
+                             restoring a backup, move the old `{WAL_FILE_SUFFIX}` file aside too, \
+                             docs/operations.md); nothing was changed",
+                            frame.first_seq
+                        ),
+                    });
+                }
+                for (offset, record) in frame.records.iter().enumerate() {
+                    table
+                        .insert(frame.first_seq + offset as u64, record.as_slice())
+                        .map_err(redb::Error::from)?;
+                }
+                head = frame.last_seq();
+            }
+        }
+        tx.commit().map_err(redb::Error::from)?;
+        let mut state = self.wal_state();
+        state.wal.reset()?;
+        Ok(())
+    }
+
+    fn wal_state(&self) -> MutexGuard<'_, WalState> {
+        // A panic while appending leaves the file as it was written; the next append or the
+        // next open reads it as it is.
+        self.wal
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One durable redb commit (everything committed before it becomes durable in the
+    /// database), then the write-ahead file starts again.
+    fn checkpoint(&self, state: &mut WalState) -> Result<(), StoreError> {
+        let tx = self.db.begin_write().map_err(redb::Error::from)?;
+        tx.commit().map_err(redb::Error::from)?;
+        state.wal.reset()?;
+        state.appends_since_checkpoint = 0;
+        Ok(())
     }
 
     /// The storage format the database is in: the current one once it is open.
@@ -154,7 +269,7 @@ impl Store {
         self.found_format
     }
 
-    /// Appends `events` in one durable transaction. They must continue the log exactly.
+    /// Appends `events` durably, all or none. They must continue the log exactly.
     pub fn append(&self, events: &[Event]) -> Result<(), StoreError> {
         self.append_sized(events).map(drop)
     }
@@ -166,7 +281,11 @@ impl Store {
             return Ok(sizes);
         };
         let _turn = self.turns.append();
-        let tx = self.db.begin_write().map_err(redb::Error::from)?;
+        let mut tx = self.db.begin_write().map_err(redb::Error::from)?;
+        // Durable through the write-ahead file below; redb's own sync waits for a checkpoint.
+        tx.set_durability(Durability::None)
+            .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+        let mut records = Vec::with_capacity(events.len());
         {
             let mut table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
             let head = table
@@ -190,9 +309,20 @@ impl Store {
                 table
                     .insert(event.seq, bytes.as_slice())
                     .map_err(redb::Error::from)?;
+                records.push(bytes);
             }
         }
+        // The frame is synced before redb's commit makes the events visible: a reader never
+        // sees an event a crash could take back.
+        let mut state = self.wal_state();
+        state.settled = false;
+        state.wal.append(first.seq, &records)?;
         tx.commit().map_err(redb::Error::from)?;
+        state.settled = true;
+        state.appends_since_checkpoint += 1;
+        if wal::checkpoint_due(state.appends_since_checkpoint, state.wal.frame_bytes()) {
+            self.checkpoint(&mut state)?;
+        }
         Ok(sizes)
     }
 
@@ -230,6 +360,29 @@ impl Store {
         }
         Ok(events)
     }
+}
+
+impl Drop for Store {
+    /// A clean close checkpoints, so the database file alone holds every event (an older Vigil
+    /// that knows no write-ahead file can open it). Failing here loses nothing: the next open
+    /// replays the file.
+    fn drop(&mut self) {
+        let mut state = self.wal_state();
+        if state.settled && state.wal.frame_bytes() > 0 {
+            let _ = self.checkpoint(&mut state);
+        }
+    }
+}
+
+/// Opens (creating if needed, owner-only like the database) the write-ahead file at `path`.
+fn open_wal_file(path: &std::path::Path) -> std::io::Result<Box<dyn redb::StorageBackend>> {
+    owner_only(path)?;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let backend = redb::backends::FileBackend::new(file).map_err(std::io::Error::other)?;
+    Ok(Box::new(backend))
 }
 
 /// Creates the tables up front (so readers never meet a missing one) and settles the database's
