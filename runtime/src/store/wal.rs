@@ -43,8 +43,9 @@ pub fn checkpoint_due(appends: u32, frame_bytes: u64) -> bool {
 }
 
 /// How much the file grows when a frame does not fit. Why grow ahead, not per frame: an
-/// append's sync then changes no file size, so `fdatasync` writes the frame's data alone, no
-/// metadata. The zeroes after the last frame read as the end of the log.
+/// append's sync then changes no file size. (The growth is `ftruncate`, a hole on most file
+/// systems, so the first frame written into new space still allocates blocks in its sync.)
+/// The zeroes after the last frame read as the end of the log.
 pub const WAL_GROW_BYTES: u64 = 256 * 1024;
 
 /// Why the file cannot be used. A torn last frame is not one: it was never acknowledged.
