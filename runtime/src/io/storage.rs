@@ -1,7 +1,8 @@
-//! The disk seam: where the runtime's redb database lives.
+//! The disk seam: where the runtime's redb database and its write-ahead file live (ADR 0026).
 //!
-//! Production keeps state in a file; the simulator hands in a `redb::StorageBackend` over its
-//! simulated disk (writes volatile until `sync_data`, torn on crash). The store never knows which.
+//! Production keeps them in two files; the simulator hands in two `redb::StorageBackend`s over
+//! its simulated disk (writes volatile until `sync_data`, torn on crash). The store never knows
+//! which.
 
 use std::fmt;
 use std::path::PathBuf;
