@@ -34,6 +34,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(store::wal::WAL_CHECKPOINT_APPENDS),
         limit!(store::wal::WAL_CHECKPOINT_BYTES),
         limit!(store::wal::WAL_GROW_BYTES),
+        limit!(store::wal::WAL_KEEP_BYTES),
         limit!(writer::GROUP_COMMIT_COMMANDS_MAX),
         limit!(api::in_flight::REQUESTS_IN_FLIGHT_MAX),
         limit!(api::in_flight::REQUESTS_IN_FLIGHT_NODE_OPERATOR_RESERVE),

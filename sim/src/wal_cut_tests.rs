@@ -1,6 +1,6 @@
 //! A power cut at each disk operation of a run of appends, through the production store on the
 //! simulated disk: each append's write-ahead frame and its sync, redb's commit that does not
-//! sync, and the checkpoint (a durable redb commit, then the file cut back) after
+//! sync, and the checkpoint (a durable redb commit, then the file's next generation) after
 //! `WAL_CHECKPOINT_APPENDS` appends. Whatever the cut and whatever of the unsynced data lands,
 //! the log that reopens holds every append that returned Ok, the one cut short whole or not at
 //! all, and nothing else; and the reopened store appends again.

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::wal::{WAL_CHECKPOINT_APPENDS, WAL_GROW_BYTES, WAL_HEADER_BYTES};
+use super::wal::{frames_in, WAL_CHECKPOINT_APPENDS, WAL_GROW_BYTES};
 use super::{wal_path, Store, StoreError};
 use crate::engine::agent::AgentSpec;
 use crate::engine::event::Event;
@@ -51,8 +51,11 @@ fn logged(store: &Store) -> Vec<Event> {
     store.events_after(0, super::EVENTS_PAGE_MAX).unwrap()
 }
 
-fn wal_len(db: &Path) -> u64 {
-    std::fs::metadata(wal_path(db)).unwrap().len()
+/// The frames the database's write-ahead file holds now, as an open would read them.
+fn wal_frames(db: &Path) -> usize {
+    frames_in(&std::fs::read(wal_path(db)).unwrap())
+        .unwrap()
+        .len()
 }
 
 /// Copies the database and its write-ahead file into `to`, as they are now.
@@ -72,7 +75,7 @@ fn a_killed_process_leaves_its_appends_in_the_write_ahead_file_and_the_open_repl
     batches
         .iter()
         .for_each(|batch| store.append(batch).unwrap());
-    assert_eq!(wal_len(&db), WAL_HEADER_BYTES + WAL_GROW_BYTES);
+    assert_eq!(wal_frames(&db), batches.len());
     let (killed, alone) = (temp_dir("killed-copy"), temp_dir("killed-db-alone"));
     let copy = copy_files(&db, &killed);
     let db_alone = alone.join("vigil.redb");
@@ -82,7 +85,7 @@ fn a_killed_process_leaves_its_appends_in_the_write_ahead_file_and_the_open_repl
 
     let reopened = open(&copy);
     assert_eq!(logged(&reopened), batches.concat());
-    assert_eq!(wal_len(&copy), WAL_HEADER_BYTES, "replayed, then cut back");
+    assert_eq!(wal_frames(&copy), 0, "replayed, then started again");
     drop(reopened);
     assert_eq!(
         logged(&open(&copy)),
@@ -106,13 +109,13 @@ fn a_checkpoint_every_so_many_appends_and_a_clean_drop_empty_the_write_ahead_fil
     for batch in &checkpointed[..checkpointed.len() - 1] {
         store.append(batch).unwrap();
     }
-    assert!(wal_len(&db) > WAL_HEADER_BYTES);
+    assert_eq!(wal_frames(&db), checkpointed.len() - 1);
     store.append(checkpointed.last().unwrap()).unwrap();
-    assert_eq!(wal_len(&db), WAL_HEADER_BYTES, "the checkpoint's append");
+    assert_eq!(wal_frames(&db), 0, "the checkpoint's append");
     store.append(&rest[0]).unwrap();
-    assert!(wal_len(&db) > WAL_HEADER_BYTES);
+    assert_eq!(wal_frames(&db), 1);
     drop(store);
-    assert_eq!(wal_len(&db), WAL_HEADER_BYTES, "the drop checkpoints");
+    assert_eq!(wal_frames(&db), 0, "the drop checkpoints");
     // What an older Vigil, which knows no write-ahead file, reads: the database alone.
     std::fs::remove_file(wal_path(&db)).unwrap();
     assert_eq!(logged(&open(&db)), batches.concat());
@@ -167,5 +170,33 @@ fn a_write_ahead_file_of_another_database_is_refused_and_nothing_changes() {
         batches[0],
         "the database holds its own log only"
     );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn the_write_ahead_file_is_allocated_as_it_grows_and_keeps_its_length_through_a_checkpoint() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = temp_dir("allocated");
+    let db = dir.join("vigil.redb");
+    let batches = batches(WAL_CHECKPOINT_APPENDS);
+    let store = open(&db);
+    store.append(&batches[0]).unwrap();
+    let grown = std::fs::metadata(wal_path(&db)).unwrap();
+    assert!(grown.len() >= WAL_GROW_BYTES, "grown ahead by a step");
+    // st_blocks counts 512-byte units: a hole would leave fewer than the length.
+    assert!(
+        grown.blocks() * 512 >= grown.len(),
+        "{} bytes long, {} allocated: the growth left a hole",
+        grown.len(),
+        grown.blocks() * 512
+    );
+    for batch in &batches[1..WAL_CHECKPOINT_APPENDS as usize] {
+        store.append(batch).unwrap();
+    }
+    assert_eq!(wal_frames(&db), 0, "checkpointed");
+    let after = std::fs::metadata(wal_path(&db)).unwrap();
+    assert_eq!(after.len(), grown.len(), "the checkpoint cut nothing back");
+    assert!(after.blocks() * 512 >= after.len());
+    drop(store);
     let _ = std::fs::remove_dir_all(dir);
 }
