@@ -76,6 +76,9 @@ struct Shard {
     open: BTreeMap<RunId, OpenRun>,
     /// Whether this process has made sure the shard's directory exists.
     dir_made: bool,
+    /// Whether this process has synced the root directory since the shard's directory was
+    /// made, so that the root's entry for it is durable.
+    root_synced: bool,
 }
 
 struct Inner {
@@ -87,6 +90,8 @@ struct Inner {
     /// Operations running on the blocking pool now, and the most there ever were.
     in_flight: std::sync::atomic::AtomicUsize,
     in_flight_peak: std::sync::atomic::AtomicUsize,
+    /// Syncs of the root directory so far.
+    root_syncs: std::sync::atomic::AtomicUsize,
 }
 
 /// Transcripts in files (see the module documentation). Creates nothing until the first append.
@@ -110,6 +115,7 @@ impl FileTranscripts {
                 io_permits: Arc::new(tokio::sync::Semaphore::new(TRANSCRIPT_IO_THREADS_MAX)),
                 in_flight: Default::default(),
                 in_flight_peak: Default::default(),
+                root_syncs: Default::default(),
             }),
         }
     }
@@ -132,6 +138,11 @@ impl FileTranscripts {
     /// The most operations that were ever on the blocking pool at once.
     pub fn in_flight_peak(&self) -> usize {
         self.inner.in_flight_peak.load(Ordering::Relaxed)
+    }
+
+    /// How many times this store has synced its root directory.
+    pub fn root_syncs(&self) -> usize {
+        self.inner.root_syncs.load(Ordering::Relaxed)
     }
 
     /// Runs `op` on the blocking pool, once one of [`TRANSCRIPT_IO_THREADS_MAX`] permits is free.
@@ -275,9 +286,16 @@ impl Inner {
         };
         file.sync_data().map_err(io_error(&path))?;
         if state.created {
-            // The file's directory entry (and the shard's own), so that the file survives a crash.
+            // The file's directory entry, so that the file survives a crash.
             sync_dir(&self.shard_dir(shard))?;
-            sync_dir(&self.root)?;
+            // And the shard directory's own entry, once: the root's entries change only when a
+            // shard directory is made, so syncing it for every new file (every agent's first
+            // run) added a sync that made nothing more durable.
+            if !self.lock(shard).root_synced {
+                sync_dir(&self.root)?;
+                self.root_syncs.fetch_add(1, Ordering::Relaxed);
+                self.lock(shard).root_synced = true;
+            }
         }
         Ok(())
     }

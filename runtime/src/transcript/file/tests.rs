@@ -503,3 +503,38 @@ async fn at_most_the_bound_of_operations_use_the_blocking_pool_at_once() {
     );
     assert_eq!(total(&store, AgentId(255), 255).await, 3);
 }
+
+#[tokio::test]
+async fn the_root_directory_is_synced_once_per_shard_not_once_per_new_file() {
+    let dir = TempDir::new("root-syncs");
+    let none = Redactor::default();
+    let store = FileTranscripts::new(&dir.0);
+    // Three agents of one shard and one of another, each with a first run (a new file).
+    let same_shard = [A, AgentId(A.0 + 256), AgentId(A.0 + 512)];
+    assert_eq!(TRANSCRIPT_SHARDS, 256);
+    for agent in same_shard.into_iter().chain([AgentId(A.0 + 1)]) {
+        store
+            .append(agent, RunId(1), &notes(1, 1, 0), &none)
+            .await
+            .unwrap();
+        store.finish(agent, RunId(1)).await.unwrap();
+    }
+    assert_eq!(store.root_syncs(), 2, "one per shard");
+    // A later run of an agent appends to its file: nothing new in any directory.
+    store
+        .append(A, RunId(2), &notes(2, 1, 0), &none)
+        .await
+        .unwrap();
+    store.finish(A, RunId(2)).await.unwrap();
+    assert_eq!(store.root_syncs(), 2);
+    // A new process syncs it again once: the process before may have died before its sync.
+    let restarted = FileTranscripts::new(&dir.0);
+    for agent in [AgentId(A.0 + 768), AgentId(A.0 + 1024)] {
+        restarted
+            .append(agent, RunId(1), &notes(1, 1, 0), &none)
+            .await
+            .unwrap();
+        restarted.finish(agent, RunId(1)).await.unwrap();
+    }
+    assert_eq!(restarted.root_syncs(), 1);
+}
