@@ -19,7 +19,7 @@
 //! together). A slow disk slows transcript writers, never the engine or the API's other routes.
 //!
 //! Durability: appends go to the page cache; `finish` fsyncs the agent's file (and, the first
-//! time, its directory). A crash may cut a transcript's tail: a partial last line is never read
+//! time, its shard directory; the root directory once per shard and process). A crash may cut a transcript's tail: a partial last line is never read
 //! back, and the next run to open the file ends it first. Runs found on disk that this process
 //! did not open are over (their writer was an earlier process), so they read as complete.
 //! Retention rewrites a file without its expired runs into a temporary file and renames it over
