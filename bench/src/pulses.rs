@@ -11,6 +11,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use bytes::Bytes;
 use hyper::{Method, StatusCode};
 use serde_json::json;
 
@@ -63,7 +64,7 @@ pub async fn run(
         "Command: `cargo xtask bench pulses` (`vigil-bench pulses --clients {} --seconds {seconds} --agents {agents} --tenants {}`). \
          {agents} agents in {} tenants, each brought online by a first pulse before the clock starts. \
          Single: `POST /v1/agents/{{id}}/pulse` with the agent's own token, each client round robin over its share of the agents. \
-         Batched: `POST /v1/pulses` with a tenant's operator token, up to {BATCH_AGENTS_MAX} of its agents per batch, client `c` pulsing for tenant `c mod {}`. \
+         Batched: `POST /v1/pulses` with a tenant's operator token, up to {BATCH_AGENTS_MAX} of its agents per batch, client `c` of `n` pulsing in turn for tenants `c`, `c + n`, ... (or `c mod {}` when the clients outnumber the tenants), each body encoded once. \
          Each client is one keep-alive connection sending one request at a time for {seconds} s. Latencies p50 / p99 / max in ms, per request.\n",
         clients.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         tenants.len(),
@@ -229,15 +230,15 @@ async fn single_pulses(
             .collect();
         let requests = mine
             .into_iter()
-            .map(|(id, token)| (format!("/v1/agents/{id}/pulse"), token, None, 1))
+            .map(|(id, token)| (format!("/v1/agents/{id}/pulse"), token, Bytes::new(), 1))
             .collect();
         work.push(requests);
     }
     drive(node, work, length).await
 }
 
-/// `clients` connections sending batches back to back for `length`, client `c` for tenant
-/// `c mod tenants`.
+/// `clients` connections sending batches back to back for `length`, each for its share of the
+/// tenants ([`my_tenants`]).
 async fn batched_pulses(
     node: &Node,
     tenants: &[Tenant],
@@ -246,18 +247,18 @@ async fn batched_pulses(
 ) -> anyhow::Result<Phase> {
     let mut work = Vec::new();
     for client in 0..clients {
-        let tenant = &tenants[client % tenants.len()];
-        let requests = tenant
-            .agents
-            .chunks(BATCH_AGENTS_MAX)
-            .map(|chunk| {
-                let ids: Vec<u64> = chunk.iter().map(|(id, _)| *id).collect();
-                (
-                    "/v1/pulses".to_string(),
-                    tenant.token.clone(),
-                    Some(json!({ "agents": ids })),
-                    chunk.len(),
-                )
+        let requests = my_tenants(client, clients, tenants.len())
+            .flat_map(|t| {
+                let tenant = &tenants[t];
+                tenant.agents.chunks(BATCH_AGENTS_MAX).map(|chunk| {
+                    let ids: Vec<u64> = chunk.iter().map(|(id, _)| *id).collect();
+                    (
+                        "/v1/pulses".to_string(),
+                        tenant.token.clone(),
+                        Bytes::from(json!({ "agents": ids }).to_string()),
+                        chunk.len(),
+                    )
+                })
             })
             .collect();
         work.push(requests);
@@ -265,8 +266,18 @@ async fn batched_pulses(
     drive(node, work, length).await
 }
 
-/// One request of a client's round: path, token, body, pulses it carries.
-type Request = (String, String, Option<serde_json::Value>, usize);
+/// The tenants client `client` of `clients` pulses for: every `clients`-th from its own
+/// (`c`, `c + clients`, ...), or tenant `c mod tenants` when there are more clients than
+/// tenants. Why: a token's requests are rate limited, so a few clients pulsing for a few
+/// tenants measure the rate limit, not the node; spread like this, every tenant's token carries
+/// an equal share of the batches.
+fn my_tenants(client: usize, clients: usize, tenants: usize) -> impl Iterator<Item = usize> {
+    let first = client % tenants;
+    (first..tenants).step_by(clients.min(tenants))
+}
+
+/// One request of a client's round: path, token, body (encoded once), pulses it carries.
+type Request = (String, String, Bytes, usize);
 
 /// One connection per entry of `work`, each cycling through its requests for `length`.
 async fn drive(node: &Node, work: Vec<Vec<Request>>, length: Duration) -> anyhow::Result<Phase> {
@@ -285,7 +296,7 @@ async fn drive(node: &Node, work: Vec<Vec<Request>>, length: Duration) -> anyhow
                 let (path, token, body, pulses) = &requests[next % requests.len()];
                 next += 1;
                 let answer = connection
-                    .send(Method::POST, path, token, body.as_ref())
+                    .send_bytes(Method::POST, path, token, body.clone())
                     .await?;
                 if answer.status == StatusCode::OK {
                     phase.latency.record(answer.took);
@@ -311,4 +322,21 @@ async fn drive(node: &Node, work: Vec<Vec<Request>>, length: Duration) -> anyhow
     }
     total.seconds = started.elapsed().as_secs_f64();
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::my_tenants;
+
+    #[test]
+    fn the_clients_share_the_tenants_evenly_and_each_pulses_for_one_at_least() {
+        let share = |clients, tenants| -> Vec<Vec<usize>> {
+            (0..clients)
+                .map(|c| my_tenants(c, clients, tenants).collect())
+                .collect()
+        };
+        assert_eq!(share(2, 5), [vec![0, 2, 4], vec![1, 3]]);
+        assert_eq!(share(3, 3), [vec![0], vec![1], vec![2]]);
+        assert_eq!(share(4, 2), [vec![0], vec![1], vec![0], vec![1]]);
+    }
 }

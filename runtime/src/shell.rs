@@ -1033,11 +1033,9 @@ fn log_notable(event: &Event) {
 /// unknown or terminated ones).
 fn all_online(engine: &Engine, agents: &[(AgentId, PulseReport)]) -> bool {
     agents.iter().all(|(agent, _)| {
-        engine.agent_state(*agent).is_some_and(|state| {
-            let agent = state.agent();
-            agent.status != crate::engine::agent::AgentStatus::Terminated
-                && agent.liveness.status == LivenessStatus::Online
-        })
+        engine
+            .pulse_card(*agent)
+            .is_some_and(|card| !card.terminated && card.online)
     })
 }
 

@@ -5,7 +5,6 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::Path;
 use super::json::Json;
-use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -111,7 +110,7 @@ pub async fn pulse(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<PulseAnswer>, ApiError> {
     let agent = AgentId(parse_id("id", &id)?);
-    caller.with_agent(agent, |_| ())?;
+    caller.pulse_card(agent)?;
     let request: PulseRequest = optional_body(body)?;
     let report = request.into_report(String::new)?;
     caller
@@ -270,26 +269,26 @@ pub async fn batch(
         ));
     }
     let mut pulses = Vec::with_capacity(request.agents.len());
-    let mut was_online = BTreeMap::new();
-    // Every agent looked at under one hold of the engine's lock, then each entry checked in
-    // order as before: the first bad entry, whatever is wrong with it, is the one named.
-    // Each agent's pulse floor is read here too, for the answer's deadlines: a second look
-    // after the pulses are taken cost as much again.
-    let looked = caller.with_agents(request.agents.iter().map(|entry| AgentId(entry.id)), |a| {
-        (
-            a.liveness.status == LivenessStatus::Online,
-            a.spec.liveness.floor_ms(),
-        )
-    });
-    for (i, (entry, looked)) in request.agents.into_iter().zip(looked).enumerate() {
+    let mut looked = Vec::with_capacity(request.agents.len());
+    // Every agent's card read under one hold of the engine's lock, then each entry checked in
+    // order: the first bad entry, whatever is wrong with it, is the one named. A card holds
+    // the agent's pulse floor too, for the answer's deadlines.
+    let cards = caller.pulse_cards(request.agents.iter().map(|entry| AgentId(entry.id)));
+    for (i, (entry, card)) in request.agents.into_iter().zip(cards).enumerate() {
         let named = |mut e: ApiError| {
             e.field = Some(format!("agents[{i}]"));
             e
         };
         let agent = AgentId(entry.id);
-        was_online.entry(agent).or_insert(looked.map_err(named)?);
-        pulses.push((agent, entry.request.into_report(|| format!("agents[{i}]."))?));
+        looked.push((agent, card.map_err(named)?));
+        pulses.push((
+            agent,
+            entry.request.into_report(|| format!("agents[{i}]."))?,
+        ));
     }
+    // Each distinct agent once, in id order (a host's batch comes sorted, so this is one pass).
+    looked.sort_by_key(|(agent, _)| *agent);
+    looked.dedup_by_key(|(agent, _)| *agent);
     let heartbeat_at_ms = caller
         .shell
         .pulse(&pulses, crate::writer::WhenFull::Refuse)
@@ -301,21 +300,24 @@ pub async fn batch(
             }
             e
         })?;
-    let statuses = caller.shell.last_statuses(was_online.keys().copied());
-    let mut lines = Vec::with_capacity(was_online.len());
-    for ((agent, (_, floor_ms)), status) in was_online.iter().zip(statuses) {
-        lines.push(BatchPulse {
+    let statuses = caller
+        .shell
+        .last_statuses(looked.iter().map(|(agent, _)| *agent));
+    let lines = looked
+        .iter()
+        .zip(statuses)
+        .map(|((agent, card), status)| BatchPulse {
             agent: *agent,
-            next_deadline_ms: heartbeat_at_ms.saturating_add(*floor_ms),
+            next_deadline_ms: heartbeat_at_ms.saturating_add(card.floor_ms),
             status,
-        });
-    }
+        })
+        .collect();
     Ok(Json(BatchAnswer {
-        accepted: was_online.len(),
-        came_online: was_online
-            .into_iter()
-            .filter(|(_, (online, _))| !online)
-            .map(|(agent, _)| agent)
+        accepted: looked.len(),
+        came_online: looked
+            .iter()
+            .filter(|(_, card)| !card.online)
+            .map(|(agent, _)| *agent)
             .collect(),
         heartbeat_at_ms,
         pulses: lines,

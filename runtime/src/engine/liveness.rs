@@ -19,11 +19,12 @@
 //!   than the fixed threshold, which stays its ceiling, and never before one whole interval of
 //!   silence, its floor. So both detectors obey the same bounds (docs/invariants.md, 10).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, FieldError};
+use super::dense::DenseById;
 use super::pulse_report::PulseReport;
 
 /// How often an agent pulses when its policy does not say.
@@ -247,12 +248,15 @@ pub struct LastPulse {
 }
 
 /// The last pulse of every watched agent: memory only, rebuilt empty on restart.
+///
+/// Both tables are dense by agent id (ADR 0027): a host's batch of a thousand agents reads and
+/// writes them in id order, one load each, where B-trees walked several nodes per agent.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PulseBook {
-    tracks: BTreeMap<AgentId, Track>,
+    tracks: DenseById<Track>,
     /// The latest pulse of every agent that pulsed since the node started, kept while it is
     /// offline too (an agent that said `shutting_down` before it went silent still says so).
-    last: BTreeMap<AgentId, LastPulse>,
+    last: DenseById<LastPulse>,
 }
 
 impl PulseBook {
@@ -262,7 +266,7 @@ impl PulseBook {
 
     /// A pulse from `agent` arrived at monotonic `mono_ms`.
     pub fn pulse(&mut self, agent: AgentId, mono_ms: u64) {
-        match self.tracks.get_mut(&agent) {
+        match self.tracks.get_mut(agent) {
             Some(track) => {
                 let gap = mono_ms.saturating_sub(track.last_ms);
                 track.last_ms = track.last_ms.max(mono_ms);
@@ -288,7 +292,7 @@ impl PulseBook {
     /// rhythm, and must not teach the phi-accrual detector a false one), and an agent that is
     /// not watched stays so. Returns whether the agent was watched.
     pub fn touch(&mut self, agent: AgentId, mono_ms: u64) -> bool {
-        match self.tracks.get_mut(&agent) {
+        match self.tracks.get_mut(agent) {
             Some(track) => {
                 track.last_ms = track.last_ms.max(mono_ms);
                 true
@@ -300,20 +304,20 @@ impl PulseBook {
     /// Remembers what `agent`'s pulse at wall instant `at_ms` said (beside [`PulseBook::pulse`],
     /// which judges its timing).
     pub fn report(&mut self, agent: AgentId, at_ms: u64, report: &PulseReport) {
-        let last = self.last.entry(agent).or_default();
+        let last = self.last.get_or_insert_with(agent, LastPulse::default);
         last.at_ms = at_ms;
         last.report.update(report);
     }
 
     /// The latest pulse of `agent` since the node started.
     pub fn last(&self, agent: AgentId) -> Option<&LastPulse> {
-        self.last.get(&agent)
+        self.last.get(agent)
     }
 
     /// Starts watching `agent` as if it had just pulsed, without a gap sample: after a restart
     /// every agent the log says is online gets a full threshold from now.
     pub fn grant(&mut self, agent: AgentId, mono_ms: u64) {
-        self.tracks.entry(agent).or_insert(Track {
+        self.tracks.get_or_insert_with(agent, || Track {
             last_ms: mono_ms,
             gaps: VecDeque::new(),
         });
@@ -321,13 +325,13 @@ impl PulseBook {
 
     /// Stops watching `agent` (it went offline or was terminated); its next pulse starts anew.
     pub fn forget(&mut self, agent: AgentId) {
-        self.tracks.remove(&agent);
+        self.tracks.remove(agent);
     }
 
     /// How long `agent` has been silent, if it is watched.
     pub fn silent_ms(&self, agent: AgentId, mono_ms: u64) -> Option<u64> {
         self.tracks
-            .get(&agent)
+            .get(agent)
             .map(|t| mono_ms.saturating_sub(t.last_ms))
     }
 
@@ -343,7 +347,7 @@ impl PulseBook {
         candidates
             .into_iter()
             .filter_map(|(agent, policy)| {
-                let track = self.tracks.get(&agent)?;
+                let track = self.tracks.get(agent)?;
                 let floor_at = track
                     .last_ms
                     .saturating_add(policy.floor_ms())
@@ -367,7 +371,7 @@ impl PulseBook {
         candidates
             .into_iter()
             .filter_map(|(agent, policy)| {
-                let track = self.tracks.get(&agent)?;
+                let track = self.tracks.get(agent)?;
                 let silent_ms = mono_ms.saturating_sub(track.last_ms);
                 policy
                     .is_stale(silent_ms, &track.gaps)
@@ -532,7 +536,7 @@ mod tests {
         for i in 0..100 {
             book.pulse(a, i * 1_000);
         }
-        assert_eq!(book.tracks[&a].gaps.len(), PHI_WINDOW);
+        assert_eq!(book.tracks.get(a).unwrap().gaps.len(), PHI_WINDOW);
     }
 
     #[test]
@@ -546,7 +550,7 @@ mod tests {
         assert!(book.touch(a, 5_000));
         assert_eq!(book.silent_ms(a, 5_500), Some(500));
         // The gaps are the pulses' own (1 s), not the touch's.
-        assert_eq!(book.tracks[&a].gaps, VecDeque::from([1_000]));
+        assert_eq!(book.tracks.get(a).unwrap().gaps, VecDeque::from([1_000]));
         // A touch from the past does not move the last pulse back.
         book.touch(a, 4_000);
         assert_eq!(book.silent_ms(a, 5_500), Some(500));

@@ -16,6 +16,7 @@ pub mod breaker;
 pub mod cli_spec;
 pub mod coordinator;
 pub mod daily_cap;
+pub mod dense;
 pub mod draft;
 pub mod due_index;
 pub mod event;
@@ -27,6 +28,7 @@ pub mod node_bounds;
 pub mod pause;
 pub mod predicate;
 pub mod prompt;
+pub mod roster;
 pub mod run;
 pub mod schedule;
 pub mod session;
@@ -270,6 +272,8 @@ pub struct Engine {
     bounds: NodeBounds,
     /// The agents' deadlines by instant (what `FireDueTimers` looks at, never every agent).
     due: due_index::DueIndex,
+    /// What a pulse needs of each agent, dense by id (derived, as `names`).
+    roster: roster::Roster,
     /// The node is draining (`Engine::hold_starts`): no run starts. Not state of the log: a
     /// mode of this process, never persisted, false in every recovered engine.
     starts_held: bool,
@@ -290,6 +294,7 @@ impl Default for Engine {
             next_run: 1,
             bounds: NodeBounds::default(),
             due: due_index::DueIndex::default(),
+            roster: roster::Roster::default(),
             starts_held: false,
         }
     }
@@ -370,6 +375,17 @@ impl Engine {
     /// One agent with its coordinator state.
     pub fn agent_state(&self, id: AgentId) -> Option<&AgentState> {
         self.agents.get(&id).map(|s| &**s)
+    }
+
+    /// What a pulse needs of `id` (its tenant, status, liveness and floor), if it exists: one
+    /// load from a dense table, for the pulse paths (ADR 0027).
+    pub fn pulse_card(&self, id: AgentId) -> Option<roster::PulseCard> {
+        self.roster.card(id)
+    }
+
+    /// The rank `tenant` has on pulse cards, if it exists.
+    pub fn tenant_rank(&self, tenant: &str) -> Option<roster::TenantRank> {
+        self.roster.rank(tenant)
     }
 
     /// Every agent with its coordinator state, in id order.
@@ -871,6 +887,7 @@ impl Engine {
                     "tenant {} created twice",
                     event.tenant
                 );
+                self.roster.add_tenant(&event.tenant);
                 self.tokens.insert(
                     operator_token_hash.clone(),
                     Principal::Operator {
@@ -1051,6 +1068,10 @@ impl Engine {
                 }
                 self.enforce_node_bounds();
             }
+        }
+        if let Some(agent) = event.kind.agent() {
+            let state = self.agents.get(&agent).map(|state| &**state);
+            self.roster.refresh(agent, state);
         }
         self.last_seq = event.seq;
     }

@@ -3,8 +3,8 @@
 //! An [`Image`] holds only what the log's events made and nothing can recompute: the tenants,
 //! the id counters and every agent's whole state. Everything derived from those (the token and
 //! name indexes, which agent owns which run, the due index, the node-wide counts and eviction
-//! orders) is rebuilt by [`Engine::from_image`], never stored, so a snapshot cannot disagree
-//! with itself. Taking an image is cheap: the agents are shared (`Arc`), so it clones pointers;
+//! orders, the pulse roster) is rebuilt by [`Engine::from_image`], never stored, so a snapshot
+//! cannot disagree with itself. Taking an image is cheap: the agents are shared (`Arc`), so it clones pointers;
 //! an agent the engine changes afterwards is copied then, the image keeps the old one.
 
 use std::collections::BTreeMap;
@@ -111,6 +111,8 @@ impl Engine {
             ..Engine::default()
         };
         derived.build(&mut engine, limits).map_err(fail)?;
+        engine.roster =
+            super::roster::Roster::of(engine.tenants.keys(), engine.agents.values().map(|s| &**s));
         Ok(engine)
     }
 }
