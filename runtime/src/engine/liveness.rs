@@ -19,8 +19,6 @@
 //!   than the fixed threshold, which stays its ceiling, and never before one whole interval of
 //!   silence, its floor. So both detectors obey the same bounds (docs/invariants.md, 10).
 
-use std::collections::VecDeque;
-
 use serde::{Deserialize, Serialize};
 
 use super::agent::{AgentId, FieldError};
@@ -165,7 +163,7 @@ impl LivenessPolicy {
 
     /// Whether `silent_ms` of silence, after pulses that came `gaps` apart, makes the agent
     /// offline.
-    pub fn is_stale(&self, silent_ms: u64, gaps: &VecDeque<u64>) -> bool {
+    pub fn is_stale(&self, silent_ms: u64, gaps: &Gaps) -> bool {
         if silent_ms > self.threshold_ms() {
             return true;
         }
@@ -185,10 +183,10 @@ impl LivenessPolicy {
 /// one interval of acceptable pause (so a single lost pulse is not suspicious) and a standard
 /// deviation of at least a tenth of the interval (so a perfectly regular sender is not judged
 /// on a zero spread). Uses the logistic approximation of the normal tail.
-pub fn phi(silent_ms: u64, gaps: &VecDeque<u64>, pulse_interval_ms: u64) -> f64 {
+pub fn phi(silent_ms: u64, gaps: &Gaps, pulse_interval_ms: u64) -> f64 {
     let n = gaps.len().max(1) as f64;
-    let mean = gaps.iter().map(|g| *g as f64).sum::<f64>() / n;
-    let variance = gaps.iter().map(|g| (*g as f64 - mean).powi(2)).sum::<f64>() / n;
+    let mean = gaps.iter().map(|g| g as f64).sum::<f64>() / n;
+    let variance = gaps.iter().map(|g| (g as f64 - mean).powi(2)).sum::<f64>() / n;
     let std_dev = variance.sqrt().max(pulse_interval_ms as f64 / 10.0);
     let y = (silent_ms as f64 - (mean + pulse_interval_ms as f64)) / std_dev;
     let e = (-y * (1.5976 + 0.070566 * y * y)).exp();
@@ -230,12 +228,70 @@ pub struct Liveness {
     pub since_ms: Option<u64>,
 }
 
+/// The gaps between an agent's latest pulses, oldest first, the newest [`PHI_WINDOW`] kept.
+///
+/// A ring inline in its track, not a `VecDeque`: a deque is an allocation of its own per agent
+/// (grown to 64 slots, 512 bytes, by the 33rd gap), and a batch's pulses then missed the cache
+/// on each agent's deque after its track (ADR 0027); inline, a batch of neighbouring ids walks
+/// one vector.
+#[derive(Debug, Clone, Default)]
+pub struct Gaps {
+    ring: [u64; PHI_WINDOW],
+    /// Where the oldest gap is.
+    start: u8,
+    len: u8,
+}
+
+impl Gaps {
+    /// Adds the newest gap; past [`PHI_WINDOW`] gaps the oldest goes.
+    pub fn push(&mut self, gap: u64) {
+        let end = (usize::from(self.start) + usize::from(self.len)) % PHI_WINDOW;
+        self.ring[end] = gap;
+        if usize::from(self.len) < PHI_WINDOW {
+            self.len += 1;
+        } else {
+            self.start = ((usize::from(self.start) + 1) % PHI_WINDOW) as u8;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The gaps, oldest first.
+    pub fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.len()).map(|i| self.ring[(usize::from(self.start) + i) % PHI_WINDOW])
+    }
+}
+
+/// Equal when they hold the same gaps in the same order, wherever the ring starts.
+impl PartialEq for Gaps {
+    fn eq(&self, other: &Gaps) -> bool {
+        self.iter().eq(other.iter())
+    }
+}
+
+impl Eq for Gaps {}
+
+impl FromIterator<u64> for Gaps {
+    /// The gaps of `gaps` pushed in order (the newest [`PHI_WINDOW`] kept).
+    fn from_iter<I: IntoIterator<Item = u64>>(gaps: I) -> Gaps {
+        let mut ring = Gaps::default();
+        gaps.into_iter().for_each(|gap| ring.push(gap));
+        ring
+    }
+}
+
 /// One agent's recent pulses, on the monotonic clock.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 struct Track {
     last_ms: u64,
     /// Gaps between consecutive pulses, newest last, at most [`PHI_WINDOW`].
-    gaps: VecDeque<u64>,
+    gaps: Gaps,
 }
 
 /// The latest pulse an agent sent, as its API answer and the agent view show it.
@@ -270,17 +326,14 @@ impl PulseBook {
             Some(track) => {
                 let gap = mono_ms.saturating_sub(track.last_ms);
                 track.last_ms = track.last_ms.max(mono_ms);
-                track.gaps.push_back(gap);
-                if track.gaps.len() > PHI_WINDOW {
-                    track.gaps.pop_front();
-                }
+                track.gaps.push(gap);
             }
             None => {
                 self.tracks.insert(
                     agent,
                     Track {
                         last_ms: mono_ms,
-                        gaps: VecDeque::new(),
+                        gaps: Gaps::default(),
                     },
                 );
             }
@@ -319,7 +372,7 @@ impl PulseBook {
     pub fn grant(&mut self, agent: AgentId, mono_ms: u64) {
         self.tracks.get_or_insert_with(agent, || Track {
             last_ms: mono_ms,
-            gaps: VecDeque::new(),
+            gaps: Gaps::default(),
         });
     }
 
@@ -441,7 +494,7 @@ mod tests {
     #[test]
     fn fixed_threshold_is_strict() {
         let p = policy(Detector::Fixed);
-        let gaps = VecDeque::new();
+        let gaps = Gaps::default();
         assert!(
             !p.is_stale(30_000, &gaps),
             "a silence of exactly the threshold is not stale"
@@ -452,7 +505,7 @@ mod tests {
     #[test]
     fn phi_detects_a_regular_sender_earlier_but_never_before_one_interval() {
         let p = policy(Detector::PhiAccrual);
-        let regular: VecDeque<u64> = std::iter::repeat_n(10_000, 20).collect();
+        let regular: Gaps = std::iter::repeat_n(10_000, 20).collect();
         assert!(!p.is_stale(10_000, &regular), "floor: one interval");
         assert!(
             !p.is_stale(20_000, &regular),
@@ -463,19 +516,19 @@ mod tests {
             "regular pulses: suspected before the fixed 30 s"
         );
         // An irregular sender is judged more leniently, but never past the fixed ceiling.
-        let jittery: VecDeque<u64> = [2_000, 18_000, 3_000, 17_000, 10_000, 2_000, 18_000]
+        let jittery: Gaps = [2_000, 18_000, 3_000, 17_000, 10_000, 2_000, 18_000]
             .into_iter()
             .collect();
         assert!(!p.is_stale(29_000, &jittery));
         assert!(p.is_stale(30_001, &jittery));
         // Too few samples: the fixed threshold alone decides.
-        let few: VecDeque<u64> = [10_000, 10_000].into_iter().collect();
+        let few: Gaps = [10_000, 10_000].into_iter().collect();
         assert!(!p.is_stale(29_000, &few));
     }
 
     #[test]
     fn phi_grows_with_silence() {
-        let gaps: VecDeque<u64> = [9_000, 11_000, 10_000, 10_500].into_iter().collect();
+        let gaps: Gaps = [9_000, 11_000, 10_000, 10_500].into_iter().collect();
         let mut last = -1.0;
         for silent in (0..60_000).step_by(1_000) {
             let v = phi(silent, &gaps, 10_000);
@@ -540,6 +593,31 @@ mod tests {
     }
 
     #[test]
+    fn the_gap_ring_keeps_the_newest_window_oldest_first() {
+        let mut gaps = Gaps::default();
+        assert!(gaps.is_empty());
+        for gap in 1..=PHI_WINDOW as u64 - 1 {
+            gaps.push(gap);
+        }
+        assert_eq!(
+            gaps.iter().collect::<Vec<_>>(),
+            (1..PHI_WINDOW as u64).collect::<Vec<_>>()
+        );
+        for gap in PHI_WINDOW as u64..=PHI_WINDOW as u64 + 5 {
+            gaps.push(gap);
+        }
+        let newest: Vec<u64> = (6..=PHI_WINDOW as u64 + 5).collect();
+        assert_eq!(gaps.len(), PHI_WINDOW);
+        assert_eq!(gaps.iter().collect::<Vec<_>>(), newest);
+        assert_eq!(
+            gaps,
+            Gaps::from_iter(newest.iter().copied()),
+            "equal whatever slot the ring starts at"
+        );
+        assert_ne!(gaps, Gaps::from_iter(newest.iter().rev().copied()));
+    }
+
+    #[test]
     fn a_touch_restarts_a_watched_agent_s_silence_without_a_gap_sample() {
         let mut book = PulseBook::new();
         let a = AgentId(1);
@@ -550,7 +628,7 @@ mod tests {
         assert!(book.touch(a, 5_000));
         assert_eq!(book.silent_ms(a, 5_500), Some(500));
         // The gaps are the pulses' own (1 s), not the touch's.
-        assert_eq!(book.tracks.get(a).unwrap().gaps, VecDeque::from([1_000]));
+        assert_eq!(book.tracks.get(a).unwrap().gaps, Gaps::from_iter([1_000]));
         // A touch from the past does not move the last pulse back.
         book.touch(a, 4_000);
         assert_eq!(book.silent_ms(a, 5_500), Some(500));
