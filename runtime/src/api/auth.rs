@@ -242,12 +242,7 @@ impl Caller {
         let engine = self.shell.engine();
         let tenant = engine.tenant_rank(self.principal.tenant());
         ids.into_iter()
-            .map(|id| {
-                let card = engine
-                    .pulse_card(id)
-                    .filter(|card| Some(card.tenant) == tenant);
-                self.allowed(id, card)
-            })
+            .map(|id| self.visible_card(&engine, tenant, id))
             .collect()
     }
 
@@ -255,6 +250,17 @@ impl Caller {
     pub fn pulse_card(&self, id: AgentId) -> Result<PulseCard, ApiError> {
         let engine = self.shell.engine();
         let tenant = engine.tenant_rank(self.principal.tenant());
+        self.visible_card(&engine, tenant, id)
+    }
+
+    /// The card of the agent called `id` in `engine`, if the caller (of tenant rank `tenant`)
+    /// may see it.
+    fn visible_card(
+        &self,
+        engine: &crate::engine::Engine,
+        tenant: Option<crate::engine::roster::TenantRank>,
+        id: AgentId,
+    ) -> Result<PulseCard, ApiError> {
         let card = engine
             .pulse_card(id)
             .filter(|card| Some(card.tenant) == tenant);
