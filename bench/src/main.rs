@@ -124,6 +124,10 @@ enum Bench {
         /// Seconds the fleet runs once applied (the window measured).
         #[arg(long, default_value_t = 180)]
         seconds: u64,
+        /// Also writes every fire of the window to this file, one `at_ms,due_at_ms` line each
+        /// (to see where the late ones sit in time).
+        #[arg(long)]
+        fires_out: Option<PathBuf>,
     },
 }
 
@@ -166,7 +170,15 @@ fn main() -> anyhow::Result<()> {
                 agents,
                 interval_ms,
                 seconds,
-            } => timers::run(&vigil, &data_dir, agents, interval_ms, seconds).await,
+                fires_out,
+            } => {
+                let window = timers::Window {
+                    agents,
+                    interval_ms,
+                    seconds,
+                };
+                timers::run(&vigil, &data_dir, window, fires_out.as_deref()).await
+            }
         }
     })
 }

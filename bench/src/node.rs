@@ -1,9 +1,11 @@
 //! The node under test: the real `vigil serve` binary on a real data directory, over loopback.
 
+use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use hyper::Method;
@@ -25,6 +27,59 @@ pub struct Node {
     child: Child,
     pub addr: SocketAddr,
     pub operator_token: String,
+    /// The snapshots the node has logged so far (read from its stderr).
+    snapshots: Arc<Mutex<Vec<SnapshotSeen>>>,
+}
+
+/// A snapshot the node logged (`snapshot written`): when the bench read the line, in Unix
+/// milliseconds, and how long the node says it took. The span before `ended_at_ms` is when the
+/// node was writing it, to the pipe's delay (well under a millisecond).
+#[derive(Debug, Clone, Copy)]
+pub struct SnapshotSeen {
+    pub ended_at_ms: u64,
+    pub took_ms: u64,
+}
+
+impl SnapshotSeen {
+    /// Whether the node was writing this snapshot at the wall instant `at_ms`.
+    pub fn covers(&self, at_ms: u64) -> bool {
+        (self.ended_at_ms.saturating_sub(self.took_ms)..=self.ended_at_ms).contains(&at_ms)
+    }
+}
+
+/// The `took_ms` of a node's `snapshot written` log line, plain or JSON (`VIGIL_LOG_FORMAT`).
+fn snapshot_took_ms(line: &str) -> Option<u64> {
+    if !line.contains("snapshot written") {
+        return None;
+    }
+    let after = &line[line.find("took_ms")? + "took_ms".len()..];
+    let digits: String = after
+        .trim_start_matches(['=', '"', ':', ' '])
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+/// Copies the node's stderr to the bench's, line by line, noting each snapshot it logs. Ends
+/// when the node does (its end of the pipe closes).
+fn watch_stderr(stderr: ChildStderr, snapshots: Arc<Mutex<Vec<SnapshotSeen>>>) {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines() {
+            let Ok(line) = line else { return };
+            eprintln!("{line}");
+            if let Some(took_ms) = snapshot_took_ms(&line) {
+                let ended_at_ms = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |since| since.as_millis() as u64);
+                let seen = SnapshotSeen {
+                    ended_at_ms,
+                    took_ms,
+                };
+                snapshots.lock().expect("snapshots seen").push(seen);
+            }
+        }
+    });
 }
 
 impl Node {
@@ -59,22 +114,28 @@ impl Node {
         if let Some(fleet) = fleet {
             command.arg("--fleet").arg(fleet);
         }
-        let child = command
+        let mut child = command
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--data-dir")
             .arg(data_dir)
             .env("VIGIL_OPERATOR_TOKEN", &operator_token)
-            .env("RUST_LOG", "warn")
+            // The node logs at its default level (`info`: a line per snapshot, say) to the
+            // bench's stderr; `VIGIL_LOG` in the bench's environment changes it.
             .envs(envs.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .with_context(|| format!("starting {}", vigil.display()))?;
+        let snapshots = Arc::new(Mutex::new(Vec::new()));
+        if let Some(stderr) = child.stderr.take() {
+            watch_stderr(stderr, snapshots.clone());
+        }
         let node = Node {
             child,
             addr,
             operator_token,
+            snapshots,
         };
         node.wait_ready().await?;
         Ok(node)
@@ -113,6 +174,11 @@ impl Node {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         Ok(())
+    }
+
+    /// The snapshots the node has logged since it started.
+    pub fn snapshots_seen(&self) -> Vec<SnapshotSeen> {
+        self.snapshots.lock().expect("snapshots seen").clone()
     }
 
     /// The log position of the node's newest snapshot (`vigil_snapshot_seq` in `/metrics`;
@@ -197,4 +263,38 @@ pub fn metric(text: &str, series: &str) -> anyhow::Result<u64> {
 fn free_port() -> anyhow::Result<SocketAddr> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_line_gives_its_duration_plain_or_json() {
+        let plain = "2026-12-02T16:37:34.483463Z  INFO vigil::shell: snapshot written seq=50165 \
+                     agents=50164 bytes=10362460 compacted=0 took_ms=319";
+        assert_eq!(snapshot_took_ms(plain), Some(319));
+        let json = r#"{"timestamp":"2026-12-02T16:37:34.483463Z","level":"INFO","fields":{"message":"snapshot written","seq":50165,"took_ms":1207},"target":"vigil::shell"}"#;
+        assert_eq!(snapshot_took_ms(json), Some(1207));
+    }
+
+    #[test]
+    fn other_lines_give_nothing() {
+        let other = "INFO vigil: fleet: created agent took_ms=5";
+        assert_eq!(snapshot_took_ms(other), None);
+        let started = "DEBUG vigil::shell: snapshot started seq=1";
+        assert_eq!(snapshot_took_ms(started), None);
+    }
+
+    #[test]
+    fn a_snapshot_covers_the_span_before_its_line() {
+        let seen = SnapshotSeen {
+            ended_at_ms: 10_000,
+            took_ms: 1_500,
+        };
+        assert!(!seen.covers(8_499));
+        assert!(seen.covers(8_500));
+        assert!(seen.covers(10_000));
+        assert!(!seen.covers(10_001));
+    }
 }

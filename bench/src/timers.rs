@@ -14,7 +14,7 @@ use hyper::Method;
 
 use crate::fleet::fleet_file;
 use crate::http::Connection;
-use crate::node::Node;
+use crate::node::{Node, SnapshotSeen};
 use crate::stats::Latencies;
 
 /// Longest a fleet file may take to be applied.
@@ -23,13 +23,24 @@ const APPLY_TIMEOUT: Duration = Duration::from_secs(600);
 /// Events asked for per page of `GET /v1/events` (the API's maximum).
 const EVENTS_PAGE: u64 = 1_000;
 
+/// The fleet a run measures and for how long.
+pub struct Window {
+    pub agents: usize,
+    pub interval_ms: u64,
+    pub seconds: u64,
+}
+
 pub async fn run(
     vigil: &Path,
     data_dir: &Path,
-    agents: usize,
-    interval_ms: u64,
-    seconds: u64,
+    window: Window,
+    fires_out: Option<&Path>,
 ) -> anyhow::Result<()> {
+    let Window {
+        agents,
+        interval_ms,
+        seconds,
+    } = window;
     println!("## Timer lateness\n");
     println!("{}\n", crate::machine_line());
     println!(
@@ -58,7 +69,16 @@ pub async fn run(
     let to = node.head_seq().await?;
     let fires = read_fires(&node, from, to).await?;
     let resident = node.resident_bytes().unwrap_or(0);
+    let snapshots = node.snapshots_seen();
     drop(node);
+    if let Some(path) = fires_out {
+        let lines: String = fires
+            .each
+            .iter()
+            .map(|(at, due)| format!("{at},{due}\n"))
+            .collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
+    }
     println!(
         "| agents | interval | window | events | timer fires | fires/s | slots due/s, peak | fires decided/s, peak | lateness p50 / p99 / max (ms) | resident |"
     );
@@ -74,7 +94,52 @@ pub async fn run(
         fires.lateness.summary(),
         resident as f64 / 1_048_576.0
     );
+    println!("\n{}", snapshot_split(&fires.each, &snapshots));
     Ok(())
+}
+
+/// Fires over this many milliseconds late are counted apart (the target's p99).
+const LATE_MS: u64 = 10;
+
+/// The window's fires split by whether the node was writing a snapshot when it decided them
+/// (from its `snapshot written` log lines), each part with its count, its fires over
+/// [`LATE_MS`] and its lateness p50 / p99 / max: where the late fires come from.
+fn snapshot_split(each: &[(u64, u64)], snapshots: &[SnapshotSeen]) -> String {
+    let (first, last) = match (each.first(), each.last()) {
+        (Some(first), Some(last)) => (first.0, last.0),
+        _ => return "No fire in the window.".to_string(),
+    };
+    let in_window: Vec<&SnapshotSeen> = snapshots
+        .iter()
+        .filter(|seen| seen.ended_at_ms >= first && seen.ended_at_ms - seen.took_ms <= last)
+        .collect();
+    let (mut during, mut rest) = (Latencies::default(), Latencies::default());
+    let (mut late_during, mut late_rest) = (0_usize, 0_usize);
+    for &(at, due) in each {
+        let late = at.saturating_sub(due);
+        let (part, late_count) = if in_window.iter().any(|seen| seen.covers(at)) {
+            (&mut during, &mut late_during)
+        } else {
+            (&mut rest, &mut late_rest)
+        };
+        part.record(Duration::from_millis(late));
+        *late_count += usize::from(late > LATE_MS);
+    }
+    let took: Vec<String> = in_window
+        .iter()
+        .map(|seen| format!("{:.1}", seen.took_ms as f64 / 1_000.0))
+        .collect();
+    format!(
+        "Fires decided while a snapshot was being written ({} snapshots in the window, taking {} s, \
+         from the node's `snapshot written` lines): {} fires, {late_during} over {LATE_MS} ms, \
+         lateness p50 / p99 / max {} ms. The other fires: {}, {late_rest} over {LATE_MS} ms, {} ms.",
+        in_window.len(),
+        if took.is_empty() { "-".to_string() } else { took.join(", ") },
+        during.count(),
+        during.summary(),
+        rest.count(),
+        rest.summary(),
+    )
 }
 
 /// What the timer fires of a window say.
@@ -85,6 +150,8 @@ struct Fires {
     due_per_second: BTreeMap<u64, u64>,
     /// Fires by the second (Unix) the node decided them in.
     decided_per_second: BTreeMap<u64, u64>,
+    /// Every fire's `at_ms` and `due_at_ms`, in log order.
+    each: Vec<(u64, u64)>,
 }
 
 /// The largest count of any one second.
@@ -120,6 +187,7 @@ async fn read_fires(node: &Node, from: u64, to: u64) -> anyhow::Result<Fires> {
                 .record(Duration::from_millis(at.saturating_sub(due)));
             *fires.due_per_second.entry(due / 1_000).or_default() += 1;
             *fires.decided_per_second.entry(at / 1_000).or_default() += 1;
+            fires.each.push((at, due));
         }
         after = body["next_after"].as_u64().context("next_after")?;
     }

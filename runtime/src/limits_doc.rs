@@ -82,6 +82,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(snapshots::SNAPSHOT_EVERY_MS),
         limit!(store::snapshot::SNAPSHOT_CHUNK_AGENTS),
         limit!(store::snapshot::SNAPSHOT_PRUNE_BATCH),
+        limit!(store::snapshot::BACKUP_COPY_CHUNK_RECORDS),
         limit!(store::snapshot::SNAPSHOT_DECODE_BATCH),
         limit!(event_tail::EVENT_TAIL_EVENTS_MAX),
         limit!(event_tail::EVENT_TAIL_BYTES_MAX),

@@ -784,6 +784,7 @@ impl Shell {
             (engine.image(), snapshots.keep_events_ms())
         };
         let cutoff_at_ms = self.clock.wall_now_ms().saturating_sub(keep_events_ms);
+        let started_ms = now_ms;
         let store = self.store.clone();
         // Why weak: a snapshot being written must not keep a stopped node's shell alive.
         let shell = Arc::downgrade(self);
@@ -814,6 +815,7 @@ impl Shell {
                         agents = written.agents,
                         bytes = written.bytes,
                         compacted,
+                        took_ms = now_ms.saturating_sub(started_ms),
                         "snapshot written"
                     );
                     shell.metrics.snapshot_written(written.seq);

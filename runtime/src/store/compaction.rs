@@ -6,7 +6,7 @@
 //! first event too new (or at the snapshot) stops it, so a clock that went back keeps more,
 //! never less. The event at the snapshot's seq always stays, so the log's head is never lost.
 
-use redb::{Durability, ReadableDatabase, ReadableTable};
+use redb::{ReadableDatabase, ReadableTable};
 
 use super::{Store, StoreError, EVENTS};
 
@@ -23,17 +23,16 @@ struct Instant {
 
 impl Store {
     /// Deletes the events the current snapshot holds whose `at_ms` is before `cutoff_at_ms`,
-    /// oldest first, [`COMPACT_BATCH_EVENTS`] per transaction; answers how many went. Not
-    /// durable on its own: a crash may bring some back, to be compacted again.
+    /// oldest first, [`COMPACT_BATCH_EVENTS`] per transaction; answers how many went. Each
+    /// transaction is durable on its own (ADR 0028); a crash before one commits leaves its
+    /// events, to be compacted again.
     pub fn compact(&self, cutoff_at_ms: u64) -> Result<u64, StoreError> {
         let Some(snapshot_seq) = self.current_snapshot_seq()? else {
             return Ok(0);
         };
         let mut deleted = 0_u64;
         loop {
-            let mut tx = self.begin_background_write()?;
-            tx.set_durability(Durability::None)
-                .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+            let tx = self.begin_background_write()?;
             let batch = {
                 let mut events = tx.open_table(EVENTS).map_err(redb::Error::from)?;
                 let mut old = Vec::new();

@@ -5,15 +5,16 @@
 //! its agents refer to in [`SNAPSHOT_SPECS`] (format 6), all keyed by `seq`, and a manifest in
 //! [`SNAPSHOTS`]. The agents are written [`SNAPSHOT_CHUNK_AGENTS`] to a transaction (with the
 //! specs they are the first to have), so the writer's group commits go on between chunks (redb
-//! has one writer at a time), and without an fsync of their own: only the manifest's
-//! transaction is durable, and it makes durable every chunk before it. A snapshot is current
-//! once its manifest commits; a power cut before that leaves the previous one current, and
-//! whatever chunks of the new one reached the disk are removed by [`Store::prune_snapshots`],
-//! like the previous snapshot's records once a newer one is current.
+//! has one writer at a time). Each chunk's transaction is durable on its own (ADR 0028): a
+//! chunk left to the log's next checkpoint made that checkpoint sync every chunk written since
+//! the last one, tens of megabytes, with redb's write lock held and the writer waiting. A
+//! snapshot is current once its manifest commits; a power cut before that leaves the previous
+//! one current, and whatever chunks of the new one reached the disk are removed by
+//! [`Store::prune_snapshots`], like the previous snapshot's records once a newer one is current.
 
 use std::sync::Arc;
 
-use redb::{Durability, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::record::current::manifest::SnapshotManifest;
 use super::record::{self, RecordError};
@@ -38,11 +39,13 @@ pub(super) const SNAPSHOT_AGENTS: TableDefinition<(u64, u64), &[u8]> =
 pub(super) const SNAPSHOT_SPECS: TableDefinition<(u64, u32), &[u8]> =
     TableDefinition::new("snapshot_specs");
 
-/// Agents one snapshot transaction writes. Why this size: writing a chunk takes a few
-/// milliseconds (it is encoded before the transaction), so a group commit waiting for redb's
-/// write lock behind it waits that long at most (the store's turns let it go before the next
-/// chunk), and a million agents still take only a thousand transactions.
-pub const SNAPSHOT_CHUNK_AGENTS: usize = 1_000;
+/// Agents one snapshot transaction writes. A group commit waiting for redb's write lock waits
+/// behind one chunk at most (the store's turns let it go before the next), and a chunk holds the
+/// lock while it inserts and syncs its records (about 66 KB here for 100 agents that have run a
+/// few times). Why 100, not 1,000 as it was: with durable chunks, 1,000 made the `timers`
+/// benchmark's p99 19 ms, 250 made it 11 ms and 100 made it 6 ms (docs/benchmarks.md, "Timer
+/// lateness"); a million agents take 10,000 transactions, each one sync.
+pub const SNAPSHOT_CHUNK_AGENTS: usize = 100;
 
 /// Stale snapshot records one pruning transaction deletes, at most (same reason). Why not
 /// 5,000 as it was: at 100,000 agents a transaction of 5,000 deletions held the commits behind
@@ -94,12 +97,10 @@ impl Store {
                     (state.agent().id.0, record)
                 })
                 .collect();
-            let mut tx = self.begin_background_write()?;
-            tx.set_durability(Durability::None)
-                .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+            let tx = self.begin_background_write()?;
             {
                 // A chunk's new specs go in its own transaction, before any record that refers
-                // to them is current: the manifest makes both durable at once.
+                // to them is current: the chunk's commit makes both durable at once.
                 let mut table = tx.open_table(SNAPSHOT_SPECS).map_err(redb::Error::from)?;
                 for (number, spec) in &new_specs {
                     bytes += spec.len() as u64;
@@ -158,12 +159,11 @@ impl Store {
 
     /// Deletes up to [`SNAPSHOT_PRUNE_BATCH`] records of snapshots that are not current (the
     /// previous snapshot, or the chunks of one a power cut interrupted); answers whether some
-    /// may remain. Not durable on its own: a crash may bring them back, to be pruned again.
+    /// may remain. Durable on its own (ADR 0028), so no later commit of the log's pays its sync;
+    /// a crash before it commits leaves them, to be pruned again.
     pub fn prune_snapshots(&self) -> Result<bool, StoreError> {
         let current = self.current_snapshot_seq()?;
-        let mut tx = self.begin_background_write()?;
-        tx.set_durability(Durability::None)
-            .map_err(|error| StoreError::Storage(redb::Error::from(error)))?;
+        let tx = self.begin_background_write()?;
         let mut budget = SNAPSHOT_PRUNE_BATCH;
         {
             // Stale records sort before the current snapshot's (older snapshots) or after them
@@ -308,8 +308,14 @@ where
     Ok(stale.len())
 }
 
+/// Records one transaction of a backup's snapshot copy writes. Why not
+/// [`SNAPSHOT_CHUNK_AGENTS`]: the copy is a database of its own that no commit of the log waits
+/// for, so its chunk bounds only the memory a transaction holds, and fewer chunks mean fewer
+/// syncs (a million agents in a thousand).
+pub const BACKUP_COPY_CHUNK_RECORDS: usize = 1_000;
+
 /// Copies the snapshot current in `from` (one read transaction's view) into `copy`, its specs
-/// and agents [`SNAPSHOT_CHUNK_AGENTS`] per transaction and its manifest last, so the copy holds it whole
+/// and agents [`BACKUP_COPY_CHUNK_RECORDS`] per transaction and its manifest last, so the copy holds it whole
 /// or not at all (a backup of a compacted log needs it to recover).
 pub(super) fn copy_current_snapshot(
     from: &redb::ReadTransaction,
@@ -347,7 +353,7 @@ pub(super) fn copy_current_snapshot(
 }
 
 /// Copies the records of `table` (keyed by snapshot seq and a number) of the snapshot at `seq`
-/// from `from` into `copy`, [`SNAPSHOT_CHUNK_AGENTS`] per transaction.
+/// from `from` into `copy`, [`BACKUP_COPY_CHUNK_RECORDS`] per transaction.
 fn copy_numbered<N>(
     from: &redb::ReadTransaction,
     copy: &redb::Database,
@@ -366,7 +372,7 @@ where
         let tx = copy.begin_write().map_err(redb::Error::from)?;
         {
             let mut copied = tx.open_table(table).map_err(redb::Error::from)?;
-            for row in rows.by_ref().take(SNAPSHOT_CHUNK_AGENTS) {
+            for row in rows.by_ref().take(BACKUP_COPY_CHUNK_RECORDS) {
                 let (key, bytes) = row.map_err(redb::Error::from)?;
                 copied
                     .insert(key.value(), bytes.value())
