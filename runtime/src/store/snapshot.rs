@@ -636,6 +636,29 @@ mod tests {
         ));
     }
 
+    /// Fleets of one chunk and one agent more, of the snapshot's chunk and of a backup's copy:
+    /// every agent is written, copied and recovered.
+    #[test]
+    fn a_snapshot_and_its_backup_copy_hold_every_agent_across_their_chunk_boundaries() {
+        for agents in [
+            SNAPSHOT_CHUNK_AGENTS,
+            SNAPSHOT_CHUNK_AGENTS + 1,
+            BACKUP_COPY_CHUNK_RECORDS,
+            BACKUP_COPY_CHUNK_RECORDS + 1,
+        ] {
+            let path = fresh(&format!("chunks-{agents}"));
+            let mut node = Node::open(&path);
+            node.fleet(agents as u64);
+            assert_eq!(node.snapshot().agents, agents as u64);
+            assert_eq!(rows(&node.store, SNAPSHOT_AGENTS), agents);
+            let backup = node.store.backup().unwrap();
+            let copy = Store::open(StorageLocation::File(backup.path)).unwrap();
+            assert_eq!(rows(&copy, SNAPSHOT_AGENTS), agents, "{agents} agents");
+            assert_eq!(copy.recover().unwrap(), node.engine, "{agents} agents");
+            assert_eq!(node.store.recover().unwrap(), node.engine);
+        }
+    }
+
     #[test]
     fn a_newer_snapshot_replaces_the_older_and_its_records_are_pruned() {
         let path = fresh("prune");
