@@ -41,9 +41,14 @@ pub struct SnapshotSeen {
 }
 
 impl SnapshotSeen {
+    /// When the node started writing this snapshot, in Unix milliseconds.
+    pub fn started_at_ms(&self) -> u64 {
+        self.ended_at_ms.saturating_sub(self.took_ms)
+    }
+
     /// Whether the node was writing this snapshot at the wall instant `at_ms`.
     pub fn covers(&self, at_ms: u64) -> bool {
-        (self.ended_at_ms.saturating_sub(self.took_ms)..=self.ended_at_ms).contains(&at_ms)
+        (self.started_at_ms()..=self.ended_at_ms).contains(&at_ms)
     }
 }
 

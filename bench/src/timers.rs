@@ -111,7 +111,7 @@ fn snapshot_split(each: &[(u64, u64)], snapshots: &[SnapshotSeen]) -> String {
     };
     let in_window: Vec<&SnapshotSeen> = snapshots
         .iter()
-        .filter(|seen| seen.ended_at_ms >= first && seen.ended_at_ms - seen.took_ms <= last)
+        .filter(|seen| seen.ended_at_ms >= first && seen.started_at_ms() <= last)
         .collect();
     let (mut during, mut rest) = (Latencies::default(), Latencies::default());
     let (mut late_during, mut late_rest) = (0_usize, 0_usize);
