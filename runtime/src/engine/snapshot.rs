@@ -224,7 +224,10 @@ impl Derived {
             std::mem::take(&mut self.tokens),
             std::mem::take(&mut self.names),
         );
-        let sort_tokens = |tokens| sort_by_text(tokens, |(hash, _): &(TokenHash, _)| ("", &hash.0));
+        let sort_tokens = |mut tokens: Vec<(TokenHash, Principal)>| {
+            tokens.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            tokens
+        };
         let sort_names = |names| {
             sort_by_text(names, |((tenant, name), _): &((TenantName, String), _)| {
                 (tenant.as_str(), name.as_str())

@@ -659,7 +659,7 @@ fn state_of(engine: &Engine) -> serde_json::Value {
             json!({
                 "agent": state.agent(),
                 // Not in the agent's view (which never shows it): which token it answers to.
-                "token_hash": state.agent().token_hash.0,
+                "token_hash": state.agent().token_hash.to_hex(),
                 "runs": state.runs().collect::<Vec<_>>(),
                 "active_run": state.active_run(),
                 "queued_runs": state.queued_runs().collect::<Vec<_>>(),
@@ -683,8 +683,8 @@ fn state_of(engine: &Engine) -> serde_json::Value {
             json!({
                 "name": tenant.name,
                 "budget": tenant.daily_budget_usd,
-                "operator_token_hash": tenant.operator_token_hash.0,
-                "configured_token_hash": tenant.configured_token_hash.0,
+                "operator_token_hash": tenant.operator_token_hash.to_hex(),
+                "configured_token_hash": tenant.configured_token_hash.to_hex(),
             })
         })
         .collect();

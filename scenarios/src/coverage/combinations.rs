@@ -177,7 +177,7 @@ mod tests {
                 agent: AGENT,
                 name: "a".into(),
                 spec: Box::new(spec),
-                token_hash: TokenHash(String::new()),
+                token_hash: TokenHash::default(),
                 first_fire_at_ms: None,
             },
         )

@@ -191,7 +191,7 @@ impl EdgesOracle {
             }
             EventKind::AgentTokenRotated { agent, token_hash } => {
                 self.rotations
-                    .insert(event.seq, (agent.0, token_hash.0.clone()));
+                    .insert(event.seq, (agent.0, token_hash.to_hex()));
             }
             EventKind::AgentResumed { agent } => {
                 let state = self.pause_states.remove(&agent.0).unwrap_or_default();
@@ -1452,32 +1452,40 @@ mod tests {
     fn a_rotation_answered_otherwise_than_committed_or_a_token_misjudged_is_reported() {
         let mut oracle = oracle_with_agent();
         oracle.ids.insert("edge-1".into(), 7);
+        let hex = |token: &str| vigil::engine::tenant::TokenHash::of(token).to_hex();
+        let (aa, bb, cc) = (hex("a"), hex("b"), hex("c"));
         let rotated = |seq, agent, hash: &str| Event {
             seq,
             at_ms: 10_000,
             tenant: "default".into(),
             kind: EventKind::AgentTokenRotated {
                 agent: vigil::engine::agent::AgentId(agent),
-                token_hash: vigil::engine::tenant::TokenHash(hash.into()),
+                token_hash: vigil::engine::tenant::TokenHash::from_hex(hash).expect("a hash's hex"),
             },
         };
-        oracle.committed(&rotated(3, 7, "aa"));
-        oracle.committed(&rotated(4, 8, "bb"));
+        oracle.committed(&rotated(3, 7, &aa));
+        oracle.committed(&rotated(4, 8, &bb));
         // Another seq, another agent's rotation, another hash: each is reported.
-        for (seq, hash) in [(2, "aa"), (4, "bb"), (3, "bb")] {
+        for (seq, hash) in [(2, &aa), (4, &bb), (3, &bb)] {
             let error = oracle.token_rotated("edge-1", seq, hash).unwrap_err();
             assert_eq!(error.invariant, "token_rotation_as_answered");
         }
         oracle
-            .token_rotated("edge-1", 3, "aa")
+            .token_rotated("edge-1", 3, &aa)
             .expect("the rotation committed at the answer's seq");
-        oracle.token_used("edge-1", "aa", 200).expect("the newest token reads");
-        let refused = oracle.token_used("edge-1", "aa", 401).unwrap_err();
+        oracle
+            .token_used("edge-1", &aa, 200)
+            .expect("the newest token reads");
+        let refused = oracle.token_used("edge-1", &aa, 401).unwrap_err();
         assert_eq!(refused.invariant, "token_rotation_as_answered");
-        oracle.committed(&rotated(5, 7, "cc"));
-        oracle.token_rotated("edge-1", 5, "cc").expect("the second rotation");
-        oracle.token_used("edge-1", "aa", 401).expect("the replaced token is refused");
-        let kept = oracle.token_used("edge-1", "aa", 200).unwrap_err();
+        oracle.committed(&rotated(5, 7, &cc));
+        oracle
+            .token_rotated("edge-1", 5, &cc)
+            .expect("the second rotation");
+        oracle
+            .token_used("edge-1", &aa, 401)
+            .expect("the replaced token is refused");
+        let kept = oracle.token_used("edge-1", &aa, 200).unwrap_err();
         assert_eq!(kept.invariant, "token_rotation_as_answered");
     }
 }

@@ -325,7 +325,10 @@ pub fn decode_tenant(
     bytes: &[u8],
 ) -> Result<crate::engine::tenant::Tenant, RecordError> {
     let record: current::snapshot::TenantRecord = read_snapshot("tenant_snapshot", format, bytes)?;
-    Ok(record.into_engine())
+    record.into_engine().map_err(|problem| RecordError {
+        event_type: Some("tenant_snapshot".into()),
+        reason: format!("{}: {}", problem.field, problem.message),
+    })
 }
 
 /// A snapshot record of type `type_name` parsed from `bytes`, or why not (a format newer than

@@ -328,6 +328,16 @@ fn instant(field: &str, ms: u64) -> Result<u64, Problem> {
     Ok(ms)
 }
 
+/// The token hash a record holds as hex.
+pub(crate) fn token_hash(field: &str, hex: &str) -> Result<TokenHash, Problem> {
+    TokenHash::from_hex(hex).ok_or_else(|| {
+        Problem::new(
+            field,
+            "a token hash is 64 lowercase hex characters (SHA-256 of the token)",
+        )
+    })
+}
+
 fn optional_instant(field: &str, ms: Option<u64>) -> Result<Option<u64>, Problem> {
     ms.map(|ms| instant(field, ms)).transpose()
 }
@@ -402,13 +412,13 @@ fn tenant_record(kind: &EventKind) -> KindRecord {
         EventKind::TenantCreated {
             operator_token_hash,
         } => KindRecord::TenantCreated {
-            operator_token_hash: operator_token_hash.0.clone(),
+            operator_token_hash: operator_token_hash.to_hex(),
         },
         EventKind::OperatorTokenSet {
             operator_token_hash,
             by,
         } => KindRecord::OperatorTokenSet {
-            operator_token_hash: operator_token_hash.0.clone(),
+            operator_token_hash: operator_token_hash.to_hex(),
             by: (*by).into(),
         },
         EventKind::TenantBudgetSet { daily_budget_usd } => KindRecord::TenantBudgetSet {
@@ -431,7 +441,7 @@ fn agent_record(kind: &EventKind) -> KindRecord {
             agent: agent.0,
             name: name.clone(),
             spec: Box::new(spec.as_ref().into()),
-            token_hash: token_hash.0.clone(),
+            token_hash: token_hash.to_hex(),
             first_fire_at_ms: *first_fire_at_ms,
         },
         EventKind::AgentPaused {
@@ -476,7 +486,7 @@ fn agent_record(kind: &EventKind) -> KindRecord {
         },
         EventKind::AgentTokenRotated { agent, token_hash } => KindRecord::AgentTokenRotated {
             agent: agent.0,
-            token_hash: token_hash.0.clone(),
+            token_hash: token_hash.to_hex(),
         },
         EventKind::AgentUpdated {
             agent,
@@ -729,13 +739,13 @@ fn tenant_event(record: KindRecord) -> Result<EventKind, Problem> {
         KindRecord::TenantCreated {
             operator_token_hash,
         } => EventKind::TenantCreated {
-            operator_token_hash: TokenHash(operator_token_hash),
+            operator_token_hash: token_hash("operator_token_hash", &operator_token_hash)?,
         },
         KindRecord::OperatorTokenSet {
             operator_token_hash,
             by,
         } => EventKind::OperatorTokenSet {
-            operator_token_hash: TokenHash(operator_token_hash),
+            operator_token_hash: token_hash("operator_token_hash", &operator_token_hash)?,
             by: by.into(),
         },
         KindRecord::TenantBudgetSet { daily_budget_usd } => EventKind::TenantBudgetSet {
@@ -764,7 +774,7 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
                 spec.into_engine()
                     .map_err(|(field, message)| Problem::new(field, message))?,
             ),
-            token_hash: TokenHash(token_hash),
+            token_hash: self::token_hash("token_hash", &token_hash)?,
             first_fire_at_ms: optional_instant("first_fire_at_ms", first_fire_at_ms)?,
         },
         KindRecord::AgentPaused {
@@ -813,7 +823,7 @@ fn agent_event(record: KindRecord) -> Result<EventKind, Problem> {
         },
         KindRecord::AgentTokenRotated { agent, token_hash } => EventKind::AgentTokenRotated {
             agent: AgentId(agent),
-            token_hash: TokenHash(token_hash),
+            token_hash: self::token_hash("token_hash", &token_hash)?,
         },
         KindRecord::AgentUpdated {
             agent,

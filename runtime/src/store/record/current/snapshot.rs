@@ -32,7 +32,7 @@ use super::values::{
     AgentErrorReason, AgentStatus, ErrorClass, HistoryMessage, LivenessStatus, PausedBy, Priority,
     RefusalReason, RunReport, RunStatus, StopReason, Usage, WakeupSource,
 };
-use super::{instant, optional_instant, Problem};
+use super::{instant, optional_instant, token_hash, Problem};
 use crate::engine::agent::{self, AgentId};
 use crate::engine::agent_state::{self, RestoreError};
 use crate::engine::coordinator::Coordinator;
@@ -41,7 +41,7 @@ use crate::engine::history::{self, History};
 use crate::engine::run::{self, RunId};
 use crate::engine::session::{Sessions, TaskSession};
 use crate::engine::predicate::Heartbeats;
-use crate::engine::tenant::{self, TokenHash};
+use crate::engine::tenant;
 use crate::engine::usage::{self, MicroUsd};
 use crate::engine::wakeup::{self, WakeupId};
 use crate::engine::{agent_error, breaker, liveness};
@@ -415,7 +415,7 @@ impl From<&agent_state::AgentState> for AgentRecord {
             spec: Some((&**spec).into()),
             spec_ref: None,
             status: (*status).into(),
-            token_hash: token_hash.0.clone(),
+            token_hash: token_hash.to_hex(),
             created_at_ms: *created_at_ms,
             next_fire_at_ms: *next_fire_at_ms,
             timer_fires: *timer_fires,
@@ -639,8 +639,8 @@ impl From<&tenant::Tenant> for TenantRecord {
         } = tenant;
         TenantRecord {
             name: name.clone(),
-            operator_token_hash: operator_token_hash.0.clone(),
-            configured_token_hash: configured_token_hash.0.clone(),
+            operator_token_hash: operator_token_hash.to_hex(),
+            configured_token_hash: configured_token_hash.to_hex(),
             daily_budget_micro_usd: daily_budget_usd.map(|b| b.0),
             day_spend: day_spend.into(),
         }
@@ -730,7 +730,7 @@ impl<S> AgentRecord<S> {
             name: self.name,
             spec,
             status: self.status.into(),
-            token_hash: TokenHash(self.token_hash),
+            token_hash: token_hash("token_hash", &self.token_hash)?,
             created_at_ms: instant("created_at_ms", self.created_at_ms)?,
             next_fire_at_ms: optional_instant("next_fire_at_ms", self.next_fire_at_ms)?,
             timer_fires: self.timer_fires,
@@ -954,13 +954,16 @@ impl KeyRecord {
 
 impl TenantRecord {
     /// The engine's tenant.
-    pub fn into_engine(self) -> tenant::Tenant {
-        tenant::Tenant {
+    pub fn into_engine(self) -> Result<tenant::Tenant, Problem> {
+        Ok(tenant::Tenant {
             name: self.name,
-            operator_token_hash: TokenHash(self.operator_token_hash),
-            configured_token_hash: TokenHash(self.configured_token_hash),
+            operator_token_hash: token_hash("operator_token_hash", &self.operator_token_hash)?,
+            configured_token_hash: token_hash(
+                "configured_token_hash",
+                &self.configured_token_hash,
+            )?,
             daily_budget_usd: self.daily_budget_micro_usd.map(MicroUsd),
             day_spend: self.day_spend.into(),
-        }
+        })
     }
 }
