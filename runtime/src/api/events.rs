@@ -214,9 +214,9 @@ pub(super) fn scan_visible<T>(
 /// Whether `principal` may see `event`.
 fn sees(principal: &Principal, event: &Event) -> bool {
     match principal {
-        Principal::Operator { tenant } => event.tenant == *tenant,
+        Principal::Operator { tenant } => *event.tenant == **tenant,
         Principal::Agent { tenant, agent } => {
-            event.tenant == *tenant && event.kind.agent() == Some(*agent)
+            *event.tenant == **tenant && event.kind.agent() == Some(*agent)
         }
     }
 }

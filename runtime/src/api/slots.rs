@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use crate::engine::agent::AgentId;
-use crate::engine::tenant::Principal;
+use crate::engine::tenant::{Principal, TenantHandle};
 
 /// The caps of one kind of slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,12 +39,12 @@ pub enum SlotRefusal {
 }
 
 /// One holder of slots: a tenant's operator, or one agent.
-type Holder = (String, Option<AgentId>);
+type Holder = (TenantHandle, Option<AgentId>);
 
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
-    by_tenant: BTreeMap<String, usize>,
+    by_tenant: BTreeMap<TenantHandle, usize>,
     by_holder: BTreeMap<Holder, usize>,
 }
 
@@ -137,8 +137,8 @@ fn decrement<K: Ord + Clone>(map: &mut BTreeMap<K, usize>, key: &K) {
 
 fn holder_of(principal: &Principal) -> Holder {
     match principal {
-        Principal::Operator { tenant } => (tenant.to_string(), None),
-        Principal::Agent { tenant, agent } => (tenant.to_string(), Some(*agent)),
+        Principal::Operator { tenant } => (tenant.clone(), None),
+        Principal::Agent { tenant, agent } => (tenant.clone(), Some(*agent)),
     }
 }
 

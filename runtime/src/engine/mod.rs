@@ -51,7 +51,7 @@ use node_bounds::{NodeBounds, NodeLimits};
 use pulse_report::PulseReport;
 use run::{Run, RunEnd, RunId, RunStatus};
 use tenant::{
-    validate_name, Principal, Tenant, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
+    validate_name, Principal, Tenant, TenantHandle, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
 };
 use wakeup::{WakeupRecord, WakeupRequest, IDEMPOTENCY_KEYS_PER_AGENT_MAX};
 
@@ -347,6 +347,14 @@ impl Engine {
     /// Who a token hash belongs to.
     pub fn principal(&self, token_hash: &TokenHash) -> Option<&Principal> {
         self.tokens.get(token_hash)
+    }
+
+    /// The shared name of tenant `name`: its operator's, which every tenant has.
+    fn tenant_handle(&self, name: &str) -> TenantHandle {
+        self.tenants
+            .get(name)
+            .and_then(|tenant| self.tokens.get(&tenant.operator_token_hash))
+            .map_or_else(|| name.into(), |p| p.tenant_handle().clone())
     }
 
     /// How many agents the engine holds.
@@ -732,7 +740,7 @@ impl Engine {
         validate_name("tenant", tenant, TENANT_NAME_CHARS_MAX).map_err(Refusal::InvalidField)?;
         let holder = self.tokens.get(operator_token_hash);
         let wanted = Principal::Operator {
-            tenant: tenant.to_string(),
+            tenant: tenant.into(),
         };
         if holder.is_some_and(|p| *p != wanted) {
             return Err(Refusal::TokenInUse);
@@ -891,7 +899,7 @@ impl Engine {
                 self.tokens.insert(
                     operator_token_hash.clone(),
                     Principal::Operator {
-                        tenant: event.tenant.clone(),
+                        tenant: event.tenant.as_str().into(),
                     },
                 );
             }
@@ -903,16 +911,17 @@ impl Engine {
                     .tenants
                     .get_mut(&event.tenant)
                     .expect("token set for a known tenant");
-                self.tokens.remove(&tenant.operator_token_hash);
+                let handle = self
+                    .tokens
+                    .remove(&tenant.operator_token_hash)
+                    .map_or_else(|| event.tenant.as_str().into(), |p| p.tenant_handle().clone());
                 tenant.operator_token_hash = operator_token_hash.clone();
                 if *by == tenant::TokenSetBy::Configuration {
                     tenant.configured_token_hash = operator_token_hash.clone();
                 }
                 self.tokens.insert(
                     operator_token_hash.clone(),
-                    Principal::Operator {
-                        tenant: event.tenant.clone(),
-                    },
+                    Principal::Operator { tenant: handle },
                 );
             }
             EventKind::TenantBudgetSet { daily_budget_usd } => {
@@ -973,7 +982,7 @@ impl Engine {
                 self.tokens.insert(
                     token_hash.clone(),
                     Principal::Agent {
-                        tenant: event.tenant.clone(),
+                        tenant: self.tenant_handle(&event.tenant),
                         agent: *agent,
                     },
                 );
@@ -991,11 +1000,14 @@ impl Engine {
                 );
                 let old =
                     std::mem::replace(&mut state.coordinator.agent.token_hash, token_hash.clone());
-                self.tokens.remove(&old);
+                let handle = self
+                    .tokens
+                    .remove(&old)
+                    .map_or_else(|| self.tenant_handle(&event.tenant), |p| p.tenant_handle().clone());
                 self.tokens.insert(
                     token_hash.clone(),
                     Principal::Agent {
-                        tenant: event.tenant.clone(),
+                        tenant: handle,
                         agent: *agent,
                     },
                 );

@@ -16,7 +16,7 @@ use super::due_index::{Deadlines, DueIndex};
 use super::node_bounds::{FinishedAt, NodeBounds, NodeLimits};
 use super::predicate::HeartbeatId;
 use super::run::RunId;
-use super::tenant::{Principal, Tenant, TenantName, TokenHash};
+use super::tenant::{Principal, Tenant, TenantHandle, TenantName, TokenHash};
 use super::Engine;
 
 /// The engine's durable state right after the event numbered `seq`.
@@ -87,13 +87,18 @@ impl Engine {
             let id = pair[1].agent().id;
             return Err(fail(format!("agent {id} appears twice or out of id order")));
         }
+        // One shared name per tenant, for its operator's principal and every agent's.
+        let handles: BTreeMap<TenantName, TenantHandle> = tenants
+            .keys()
+            .map(|name| (name.clone(), TenantHandle::from(name.as_str())))
+            .collect();
         let mut derived =
-            Derived::of_agents(&image.agents, image.next_agent, &tenants).map_err(fail)?;
+            Derived::of_agents(&image.agents, image.next_agent, &handles).map_err(fail)?;
         derived.tokens.extend(image.tenants.iter().map(|tenant| {
             (
                 tenant.operator_token_hash.clone(),
                 Principal::Operator {
-                    tenant: tenant.name.clone(),
+                    tenant: handles[&tenant.name].clone(),
                 },
             )
         }));
@@ -136,7 +141,7 @@ impl Derived {
     fn of_agents(
         agents: &[Arc<AgentState>],
         next_agent: u64,
-        tenants: &BTreeMap<TenantName, Tenant>,
+        tenants: &BTreeMap<TenantName, TenantHandle>,
     ) -> Result<Derived, String> {
         let gather = |part: &[Arc<AgentState>]| {
             let mut derived = Derived::default();
@@ -172,7 +177,7 @@ impl Derived {
         &mut self,
         state: &AgentState,
         next_agent: u64,
-        tenants: &BTreeMap<TenantName, Tenant>,
+        tenants: &BTreeMap<TenantName, TenantHandle>,
     ) -> Result<(), String> {
         let agent = state.agent();
         let id = agent.id;
@@ -181,16 +186,16 @@ impl Derived {
                 "agent {id} is at or past the next agent id {next_agent}"
             ));
         }
-        if !tenants.contains_key(&agent.tenant) {
+        let Some(tenant) = tenants.get(&agent.tenant) else {
             return Err(format!(
                 "agent {id} is in tenant {}, which the snapshot lacks",
                 agent.tenant
             ));
-        }
+        };
         self.tokens.push((
             agent.token_hash.clone(),
             Principal::Agent {
-                tenant: agent.tenant.clone(),
+                tenant: tenant.clone(),
                 agent: id,
             },
         ));

@@ -102,18 +102,28 @@ pub enum TokenSetBy {
     Operator,
 }
 
+/// A tenant's name shared by every token of the tenant. Why shared: every request copies its
+/// caller's principal (and the request slots count by tenant), and a `String` each was an
+/// allocation per request and a copy of the name per agent.
+pub type TenantHandle = std::sync::Arc<str>;
+
 /// Who is calling, as established by a token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Principal {
     /// Operates every agent of one tenant.
-    Operator { tenant: TenantName },
+    Operator { tenant: TenantHandle },
     /// Acts only on itself.
-    Agent { tenant: TenantName, agent: AgentId },
+    Agent { tenant: TenantHandle, agent: AgentId },
 }
 
 impl Principal {
     /// The tenant whose data this caller may see.
     pub fn tenant(&self) -> &str {
+        self.tenant_handle()
+    }
+
+    /// [`Principal::tenant`], shared.
+    pub fn tenant_handle(&self) -> &TenantHandle {
         match self {
             Principal::Operator { tenant } | Principal::Agent { tenant, .. } => tenant,
         }
