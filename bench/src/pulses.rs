@@ -65,28 +65,31 @@ pub async fn run(
          {agents} agents in {} tenants, each brought online by a first pulse before the clock starts. \
          Single: `POST /v1/agents/{{id}}/pulse` with the agent's own token, each client round robin over its share of the agents. \
          Batched: `POST /v1/pulses` with a tenant's operator token, up to {BATCH_AGENTS_MAX} of its agents per batch, client `c` of `n` pulsing in turn for tenants `c`, `c + n`, ... (or `c mod {}` when the clients outnumber the tenants), each body encoded once. \
-         Each client is one keep-alive connection sending one request at a time for {seconds} s. Latencies p50 / p99 / max in ms, per request.\n",
+         Each client is one keep-alive connection sending one request at a time for {seconds} s. Latencies p50 / p99 / max in ms, per request. \
+         Ceiling: `GET /v1/health` (no token, no body, a few bytes of JSON) the same way, after the pulses at each client count: what the HTTP stack, the kernel's loopback and this load generator allow on these cores, with no work behind the request.\n",
         clients.iter().map(usize::to_string).collect::<Vec<_>>().join(","),
         tenants.len(),
         tenants.len(),
         tenants.len(),
     );
-    println!("| clients | single pulses/s | single latency | batched pulses/s | batches/s | batch latency | other answers |");
-    println!("|---:|---:|---|---:|---:|---|---|");
+    println!("| clients | single pulses/s | single latency | batched pulses/s | batches/s | batch latency | ceiling: health/s | other answers |");
+    println!("|---:|---:|---|---:|---:|---|---:|---|");
     for &count in clients {
         let single = single_pulses(&node, &tenants, count, length).await?;
         let batched = batched_pulses(&node, &tenants, count, length).await?;
+        let ceiling = health_reads(&node, count, length).await?;
         let mut others = single.others.clone();
-        for (status, n) in &batched.others {
+        for (status, n) in batched.others.iter().chain(&ceiling.others) {
             *others.entry(*status).or_default() += n;
         }
         println!(
-            "| {count} | {:.0} | {} | {:.0} | {:.0} | {} | {} |",
+            "| {count} | {:.0} | {} | {:.0} | {:.0} | {} | {:.0} | {} |",
             single.per_second(),
             single.latency.summary(),
             batched.per_second(),
             batched.latency.count() as f64 / batched.seconds,
             batched.latency.summary(),
+            ceiling.latency.count() as f64 / ceiling.seconds,
             crate::others_text(&others),
         );
     }
@@ -230,11 +233,30 @@ async fn single_pulses(
             .collect();
         let requests = mine
             .into_iter()
-            .map(|(id, token)| (format!("/v1/agents/{id}/pulse"), token, Bytes::new(), 1))
+            .map(|(id, token)| Request {
+                method: Method::POST,
+                path: format!("/v1/agents/{id}/pulse"),
+                token,
+                body: Bytes::new(),
+                pulses: 1,
+            })
             .collect();
         work.push(requests);
     }
     drive(node, work, length).await
+}
+
+/// `clients` connections reading `/v1/health` back to back for `length`: the most requests
+/// this stack answers on these cores (counted as one "pulse" each).
+async fn health_reads(node: &Node, clients: usize, length: Duration) -> anyhow::Result<Phase> {
+    let read = Request {
+        method: Method::GET,
+        path: "/v1/health".into(),
+        token: String::new(),
+        body: Bytes::new(),
+        pulses: 1,
+    };
+    drive(node, vec![vec![read]; clients], length).await
 }
 
 /// `clients` connections sending batches back to back for `length`, each for its share of the
@@ -252,12 +274,13 @@ async fn batched_pulses(
                 let tenant = &tenants[t];
                 tenant.agents.chunks(BATCH_AGENTS_MAX).map(|chunk| {
                     let ids: Vec<u64> = chunk.iter().map(|(id, _)| *id).collect();
-                    (
-                        "/v1/pulses".to_string(),
-                        tenant.token.clone(),
-                        Bytes::from(json!({ "agents": ids }).to_string()),
-                        chunk.len(),
-                    )
+                    Request {
+                        method: Method::POST,
+                        path: "/v1/pulses".to_string(),
+                        token: tenant.token.clone(),
+                        body: Bytes::from(json!({ "agents": ids }).to_string()),
+                        pulses: chunk.len(),
+                    }
                 })
             })
             .collect();
@@ -276,8 +299,18 @@ fn my_tenants(client: usize, clients: usize, tenants: usize) -> impl Iterator<It
     (first..tenants).step_by(clients.min(tenants))
 }
 
-/// One request of a client's round: path, token, body (encoded once), pulses it carries.
-type Request = (String, String, Bytes, usize);
+/// One request of a client's round.
+#[derive(Clone)]
+struct Request {
+    method: Method,
+    path: String,
+    /// Sent as a bearer token unless empty.
+    token: String,
+    /// Encoded once, sent every time.
+    body: Bytes,
+    /// Pulses it carries.
+    pulses: usize,
+}
 
 /// One connection per entry of `work`, each cycling through its requests for `length`.
 async fn drive(node: &Node, work: Vec<Vec<Request>>, length: Duration) -> anyhow::Result<Phase> {
@@ -293,14 +326,19 @@ async fn drive(node: &Node, work: Vec<Vec<Request>>, length: Duration) -> anyhow
             let mut phase = Phase::default();
             let mut next = 0;
             while Instant::now() < until {
-                let (path, token, body, pulses) = &requests[next % requests.len()];
+                let request = &requests[next % requests.len()];
                 next += 1;
                 let answer = connection
-                    .send_bytes(Method::POST, path, token, body.clone())
+                    .send_bytes(
+                        request.method.clone(),
+                        &request.path,
+                        &request.token,
+                        request.body.clone(),
+                    )
                     .await?;
                 if answer.status == StatusCode::OK {
                     phase.latency.record(answer.took);
-                    phase.pulses += pulses;
+                    phase.pulses += request.pulses;
                 } else {
                     *phase.others.entry(answer.status.as_u16()).or_default() += 1;
                     if let Some(wait) = answer.retry_after_s {
