@@ -13,6 +13,15 @@
 //! glibc's default after, when the node's memory returns to following its fleet
 //! (docs/benchmarks.md).
 //!
+//! Once the node serves, each arena keeps up to [`SERVING_TRIM_THRESHOLD_BYTES`] free at its top
+//! ([`keep_free_tops`]). Why: setting any of malloc's thresholds (the pad above) turns off
+//! glibc's own adjustment of them, so its trim threshold stayed at 128 KiB, and a request that
+//! allocates a few hundred KiB (a batch of a thousand pulses: its entries, its reports, its
+//! answer) grew its worker's heap and shrank it again when freed: an `madvise` per request,
+//! whose TLB shootdown interrupts the other core, and page faults to grow again. That was a
+//! tenth of the node's samples in the `pulses` benchmark's batch phase (`perf record
+//! --call-graph dwarf`: `heap_trim`, `shrink_heap`, `smp_call_function_many_cond`).
+//!
 //! Nothing here reaches behaviour: only how malloc asks the kernel for memory. Other platforms,
 //! other C libraries and the simulator do nothing; so does a node whose operator set the pad
 //! themselves (`MALLOC_TOP_PAD_`, or `top_pad` in `GLIBC_TUNABLES`), whose choice stands.
@@ -26,6 +35,12 @@ pub const BULK_TOP_PAD_BYTES: usize = 64 * 1024 * 1024;
 /// glibc's default pad (`DEFAULT_TOP_PAD`, 128 KiB), put back when [`BulkGrowth`] ends.
 pub const GLIBC_TOP_PAD_BYTES: usize = 128 * 1024;
 
+/// Free memory an arena keeps at its top once the node serves (`M_TRIM_THRESHOLD`; glibc's
+/// default is 128 KiB): a few requests' worth on each thread, so their allocations reuse it
+/// instead of returning it to the kernel and faulting it back. At most this much per arena
+/// (glibc makes up to eight per core) stays resident beyond what the node holds.
+pub const SERVING_TRIM_THRESHOLD_BYTES: usize = 4 * 1024 * 1024;
+
 /// While held, new heaps are made writable whole ([`BULK_TOP_PAD_BYTES`]); dropped, glibc's
 /// default pad is back.
 #[must_use = "the pad is put back when this is dropped"]
@@ -36,10 +51,7 @@ pub struct BulkGrowth {
 impl BulkGrowth {
     /// Sets the pad, unless the operator set one or the platform has no such pad.
     pub fn begin() -> BulkGrowth {
-        let chosen = operator_chose_pad(
-            std::env::var_os("MALLOC_TOP_PAD_").as_deref(),
-            std::env::var_os("GLIBC_TUNABLES").as_deref(),
-        );
+        let chosen = operator_chose("top_pad");
         BulkGrowth {
             set: !chosen && set_top_pad(BULK_TOP_PAD_BYTES),
         }
@@ -54,32 +66,68 @@ impl Drop for BulkGrowth {
     }
 }
 
-/// Whether the environment sets glibc's pad (`MALLOC_TOP_PAD_`, or a `glibc.malloc.top_pad`
-/// tunable among the colon-separated `GLIBC_TUNABLES`).
-fn operator_chose_pad(malloc_top_pad: Option<&OsStr>, tunables: Option<&OsStr>) -> bool {
-    malloc_top_pad.is_some()
+/// Sets the trim threshold for serving ([`SERVING_TRIM_THRESHOLD_BYTES`]), unless the operator
+/// set one (`MALLOC_TRIM_THRESHOLD_`, or `trim_threshold` in `GLIBC_TUNABLES`) or the platform
+/// has no such threshold; whether it took.
+pub fn keep_free_tops() -> bool {
+    !operator_chose("trim_threshold")
+        && set_parameter(M_TRIM_THRESHOLD, SERVING_TRIM_THRESHOLD_BYTES)
+}
+
+/// Whether the environment sets glibc's malloc parameter `name` (`top_pad`: `MALLOC_TOP_PAD_`,
+/// or a `glibc.malloc.top_pad` tunable among the colon-separated `GLIBC_TUNABLES`).
+fn operator_chose(name: &str) -> bool {
+    let variable = format!("MALLOC_{}_", name.to_uppercase());
+    chose_in(
+        name,
+        std::env::var_os(variable).as_deref(),
+        std::env::var_os("GLIBC_TUNABLES").as_deref(),
+    )
+}
+
+/// [`operator_chose`] for the values given: the variable's, and `GLIBC_TUNABLES`'.
+fn chose_in(name: &str, variable: Option<&OsStr>, tunables: Option<&OsStr>) -> bool {
+    let prefix = format!("glibc.malloc.{name}=");
+    variable.is_some()
         || tunables.is_some_and(|tunables| {
             tunables
                 .to_string_lossy()
                 .split(':')
-                .any(|tunable| tunable.starts_with("glibc.malloc.top_pad="))
+                .any(|tunable| tunable.starts_with(&prefix))
         })
 }
 
 /// Sets glibc's `M_TOP_PAD` to `bytes`; whether it took.
-#[cfg(all(target_os = "linux", target_env = "gnu", not(madsim)))]
 fn set_top_pad(bytes: usize) -> bool {
+    set_parameter(M_TOP_PAD, bytes)
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(madsim))))]
+use self::elsewhere::{M_TOP_PAD, M_TRIM_THRESHOLD};
+#[cfg(all(target_os = "linux", target_env = "gnu", not(madsim)))]
+use libc::{M_TOP_PAD, M_TRIM_THRESHOLD};
+
+/// Sets malloc's parameter `parameter` to `bytes`; whether it took.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(madsim)))]
+fn set_parameter(parameter: libc::c_int, bytes: usize) -> bool {
     let Ok(bytes) = libc::c_int::try_from(bytes) else {
         return false;
     };
     // SAFETY: `mallopt` only sets one of malloc's parameters, under malloc's own locks; any
     // thread may call it at any time.
-    unsafe { libc::mallopt(libc::M_TOP_PAD, bytes) == 1 }
+    unsafe { libc::mallopt(parameter, bytes) == 1 }
 }
 
 #[cfg(not(all(target_os = "linux", target_env = "gnu", not(madsim))))]
-fn set_top_pad(_bytes: usize) -> bool {
+fn set_parameter(_parameter: i32, _bytes: usize) -> bool {
     false
+}
+
+/// Where there is no glibc: names for its parameters, which nothing sets.
+#[cfg(not(all(target_os = "linux", target_env = "gnu", not(madsim))))]
+mod elsewhere {
+    pub const M_TOP_PAD: i32 = 0;
+    pub const M_TRIM_THRESHOLD: i32 = 0;
 }
 
 #[cfg(test)]
@@ -89,7 +137,11 @@ mod tests {
     #[test]
     fn an_operator_setting_of_the_pad_stands() {
         let chose = |malloc_top_pad: Option<&str>, tunables: Option<&str>| {
-            operator_chose_pad(malloc_top_pad.map(OsStr::new), tunables.map(OsStr::new))
+            chose_in(
+                "top_pad",
+                malloc_top_pad.map(OsStr::new),
+                tunables.map(OsStr::new),
+            )
         };
         assert!(!chose(None, None));
         assert!(chose(Some("1048576"), None));
@@ -100,6 +152,12 @@ mod tests {
         ));
         assert!(!chose(None, Some("glibc.malloc.arena_max=2")));
         assert!(!chose(None, Some("glibc.malloc.top_padding=1")));
+        assert!(!chose(None, Some("glibc.malloc.trim_threshold=1")));
+        assert!(chose_in(
+            "trim_threshold",
+            None,
+            Some(OsStr::new("glibc.malloc.trim_threshold=1"))
+        ));
     }
 
     /// The pad is set and put back through glibc itself (`mallopt` answers 1 when it took).
@@ -112,5 +170,9 @@ mod tests {
             !set_top_pad(usize::MAX),
             "a pad past a C int is refused here"
         );
+        assert!(set_parameter(
+            M_TRIM_THRESHOLD,
+            SERVING_TRIM_THRESHOLD_BYTES
+        ));
     }
 }

@@ -363,6 +363,7 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     })
     .await
     .expect("recovery does not panic")?;
+    crate::heap::keep_free_tops();
     if let Some(watch) = &config.on_replayed {
         watch.done();
     }
