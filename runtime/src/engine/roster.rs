@@ -1,11 +1,11 @@
 //! The pulse roster: what a pulse needs to know of each agent (its tenant, whether it is
-//! terminated or online, its detector's floor), in one dense table indexed by agent id.
+//! terminated or online, its detector's floor and threshold), in one dense table indexed by agent id.
 //!
 //! Why a table of its own: a host's batch names up to `PULSE_BATCH_MAX` agents, and each one
 //! looked up in the agents' B-tree and then in its `AgentState` (over a kilobyte, the tenant a
 //! string behind another pointer) missed the cache two or three times; a profile of batched
 //! pulses spent about two thirds of the node's time on those and the pulse book's look-ups. Ids are dense (one past the
-//! highest ever created, never reused), so a vector indexed by id holds every card in 16 bytes,
+//! highest ever created, never reused), so a vector indexed by id holds every card in 24 bytes,
 //! a batch of neighbouring ids reads a few consecutive cache lines, and a look-up is one load.
 //!
 //! Derived, like the name and token indexes: [`Engine::apply`](super::Engine::apply) refreshes
@@ -35,6 +35,10 @@ pub struct PulseCard {
     /// Its detector's floor (`LivenessPolicy::floor_ms`): a pulse's next deadline is this after
     /// the pulse.
     pub floor_ms: u64,
+    /// Its fixed threshold (`LivenessPolicy::threshold_ms`): silent this long after a pulse, it
+    /// is offline. With the floor, what a single pulse's answer says of its deadlines, so that
+    /// answer needs no look-up of the agent's whole state.
+    pub threshold_ms: u64,
 }
 
 impl PulseCard {
@@ -45,6 +49,7 @@ impl PulseCard {
             terminated: agent.status == AgentStatus::Terminated,
             online: agent.liveness.status == LivenessStatus::Online,
             floor_ms: agent.spec.liveness.floor_ms(),
+            threshold_ms: agent.spec.liveness.threshold_ms(),
         }
     }
 }
@@ -144,6 +149,7 @@ mod tests {
             terminated: false,
             online: true,
             floor_ms: 30_000,
+            threshold_ms: 90_000,
         };
         roster.cards.insert(AgentId(1), card(TenantRank(0)));
         roster.cards.insert(AgentId(2), card(TenantRank(1)));
@@ -170,6 +176,7 @@ mod tests {
             terminated: true,
             online: false,
             floor_ms: 1,
+            threshold_ms: 3,
         };
         roster.cards.insert(AgentId(1), card);
         roster.refresh(AgentId(1), None);

@@ -70,6 +70,31 @@ impl TokenHash {
     }
 }
 
+/// Builds [`DigestHasher`]s: for hash maps keyed by [`TokenHash`].
+pub type TokenHashState = std::hash::BuildHasherDefault<DigestHasher>;
+
+/// A hasher for keys that are digests already (a [`TokenHash`] is SHA-256, uniform in every
+/// bit): it folds their words together, with nothing to seed. Why not the standard library's
+/// SipHash: that costs more than the look-up it serves and its seed is the OS's randomness,
+/// which must not reach behaviour; the keys are hashes of tokens the node made, so no client
+/// can choose them to collide.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DigestHasher(u64);
+
+impl std::hash::Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.0 = self.0.rotate_left(23) ^ u64::from_le_bytes(word);
+        }
+    }
+}
+
 impl std::fmt::Debug for TokenHash {
     /// `TokenHash("<hex>")`, as when the hash was its hex text.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -113,7 +138,10 @@ pub enum Principal {
     /// Operates every agent of one tenant.
     Operator { tenant: TenantHandle },
     /// Acts only on itself.
-    Agent { tenant: TenantHandle, agent: AgentId },
+    Agent {
+        tenant: TenantHandle,
+        agent: AgentId,
+    },
 }
 
 impl Principal {
@@ -205,6 +233,18 @@ mod tests {
         assert_eq!(serde_json::from_str::<TokenHash>(&json).unwrap(), hash);
         assert!(serde_json::from_str::<TokenHash>("\"abc\"").is_err());
         assert_eq!(format!("{hash:?}"), format!("TokenHash({hex:?})"));
+    }
+
+    #[test]
+    fn token_hashes_hash_apart() {
+        use std::hash::BuildHasher;
+        let state = TokenHashState::default();
+        let hashes: std::collections::BTreeSet<u64> = (0..10_000)
+            .map(|i| state.hash_one(TokenHash::of(&i.to_string())))
+            .collect();
+        assert_eq!(hashes.len(), 10_000, "no two of 10,000 tokens share a hash");
+        let low_bits: std::collections::BTreeSet<u64> = hashes.iter().map(|h| h & 0xff).collect();
+        assert_eq!(low_bits.len(), 256, "every bucket of 256 is used");
     }
 
     #[test]
