@@ -285,4 +285,22 @@ mod tests {
             "token 2 is kept"
         );
     }
+
+    #[test]
+    fn of_equally_old_buckets_the_least_token_makes_room() {
+        let limits = RateLimits::with_tokens_max(2);
+        let mut two = [TokenHash::of("token-a"), TokenHash::of("token-b")];
+        two.sort();
+        let [least, other] = two;
+        for token in [&other, &least] {
+            for _ in 0..REQUEST_BURST_PER_TOKEN {
+                limits.charge(token, 0).unwrap();
+            }
+        }
+        // Both empty, both charged last at 0: the least token's bucket goes, whatever the
+        // order they were charged in or the map keeps them in.
+        limits.charge(&TokenHash::of("token-c"), 0).unwrap();
+        assert!(limits.charge(&other, 0).is_err(), "the other bucket is kept, empty");
+        assert!(limits.charge(&least, 0).is_ok(), "the least starts again, full");
+    }
 }
