@@ -300,7 +300,13 @@ mod tests {
         // Both empty, both charged last at 0: the least token's bucket goes, whatever the
         // order they were charged in or the map keeps them in.
         limits.charge(&TokenHash::of("token-c"), 0).unwrap();
-        assert!(limits.charge(&other, 0).is_err(), "the other bucket is kept, empty");
-        assert!(limits.charge(&least, 0).is_ok(), "the least starts again, full");
+        assert!(
+            limits.charge(&other, 0).is_err(),
+            "the other bucket is kept, empty"
+        );
+        assert!(
+            limits.charge(&least, 0).is_ok(),
+            "the least starts again, full"
+        );
     }
 }
