@@ -51,7 +51,8 @@ use node_bounds::{NodeBounds, NodeLimits};
 use pulse_report::PulseReport;
 use run::{Run, RunEnd, RunId, RunStatus};
 use tenant::{
-    validate_name, Principal, Tenant, TenantHandle, TenantName, TokenHash, TENANTS_MAX, TENANT_NAME_CHARS_MAX,
+    validate_name, Principal, Tenant, TenantHandle, TenantName, TokenHash, TENANTS_MAX,
+    TENANT_NAME_CHARS_MAX,
 };
 use wakeup::{WakeupRecord, WakeupRequest, IDEMPOTENCY_KEYS_PER_AGENT_MAX};
 
@@ -911,10 +912,10 @@ impl Engine {
                     .tenants
                     .get_mut(&event.tenant)
                     .expect("token set for a known tenant");
-                let handle = self
-                    .tokens
-                    .remove(&tenant.operator_token_hash)
-                    .map_or_else(|| event.tenant.as_str().into(), |p| p.tenant_handle().clone());
+                let handle = self.tokens.remove(&tenant.operator_token_hash).map_or_else(
+                    || event.tenant.as_str().into(),
+                    |p| p.tenant_handle().clone(),
+                );
                 tenant.operator_token_hash = operator_token_hash.clone();
                 if *by == tenant::TokenSetBy::Configuration {
                     tenant.configured_token_hash = operator_token_hash.clone();
@@ -1000,10 +1001,10 @@ impl Engine {
                 );
                 let old =
                     std::mem::replace(&mut state.coordinator.agent.token_hash, token_hash.clone());
-                let handle = self
-                    .tokens
-                    .remove(&old)
-                    .map_or_else(|| self.tenant_handle(&event.tenant), |p| p.tenant_handle().clone());
+                let handle = self.tokens.remove(&old).map_or_else(
+                    || self.tenant_handle(&event.tenant),
+                    |p| p.tenant_handle().clone(),
+                );
                 self.tokens.insert(
                     token_hash.clone(),
                     Principal::Agent {
