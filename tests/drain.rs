@@ -145,3 +145,26 @@ async fn the_drain_grace_is_refused_past_its_limit_and_taken_at_it() {
     let data_dir = fresh_data_dir("drain-grace-max");
     Serve::start_with(&data_dir, &["--drain-grace-s", &at_limit]).await;
 }
+
+/// `--workers` (not a drain setting, but a `serve` flag checked at its bounds the same way):
+/// 0 and one past the limit are refused naming the flag; 1 and the limit start a node that
+/// serves.
+#[tokio::test]
+async fn the_worker_count_is_refused_outside_its_bounds_and_taken_at_them() {
+    for refused in ["0".to_string(), (vigil::node::WORKERS_MAX + 1).to_string()] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_vigil"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--workers", &refused])
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "--workers {refused} was taken");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains("--workers"), "{stderr}");
+    }
+    for taken in ["1".to_string(), vigil::node::WORKERS_MAX.to_string()] {
+        let data_dir = fresh_data_dir(&format!("workers-{taken}"));
+        let node =
+            Serve::start_with(&data_dir, &["--drain-grace-s", "0", "--workers", &taken]).await;
+        let health = get(&node.api, "/v1/health").await;
+        assert_eq!(health["status"], "ok", "--workers {taken}: {health}");
+    }
+}

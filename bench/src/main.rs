@@ -517,7 +517,13 @@ pub(crate) fn machine_line() -> String {
     } else {
         " with uncommitted changes"
     };
+    // The node started by the bench inherits its environment, so `VIGIL_WORKERS` set for the
+    // bench sets the node's worker threads (`vigil serve --workers`).
+    let workers = match std::env::var("VIGIL_WORKERS") {
+        Ok(workers) => format!("{workers} worker threads (`VIGIL_WORKERS`)"),
+        Err(_) => "a worker thread per core".to_string(),
+    };
     format!(
-        "Machine: {cores} cores ({model}), {memory} memory, Linux {kernel}; measured {date} at commit {commit}{dirty}."
+        "Machine: {cores} cores ({model}), {memory} memory, Linux {kernel}; measured {date} at commit {commit}{dirty}; the node ran {workers}."
     )
 }

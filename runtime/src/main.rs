@@ -155,6 +155,17 @@ struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(0..=vigil::node::DRAIN_GRACE_MAX_S)
     )]
     drain_grace_s: u64,
+    /// Async worker threads: the API's connections, the runs, the timers (default: one per CPU
+    /// core). The writer, fsyncs and file I/O have threads of their own beside these. On a small
+    /// machine shared with other busy processes, fewer can serve more; docs/operations.md,
+    /// "Worker threads", has the measurements.
+    #[arg(
+        long,
+        env = "VIGIL_WORKERS",
+        value_name = "THREADS",
+        value_parser = clap::value_parser!(u64).range(1..=vigil::node::WORKERS_MAX)
+    )]
+    workers: Option<u64>,
 }
 
 /// Where the node is and how to authenticate; accepted before or after the subcommand.
@@ -399,10 +410,16 @@ enum EventsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let CliCommand::Serve(ServeArgs {
+        workers: Some(workers),
+        ..
+    }) = &cli.command
     {
+        // At most `WORKERS_MAX` (the argument's parser holds it), so it fits.
+        builder.worker_threads(usize::try_from(*workers).expect("at most WORKERS_MAX"));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("error: could not start the async runtime: {error}");
@@ -703,6 +720,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
         operator_token_file,
         config,
         drain_grace_s,
+        workers: _,
     } = args;
     if token_on_command_line(std::env::args_os()) {
         eprintln!(

@@ -43,6 +43,9 @@ pub const WALL_RECHECK_MS: u64 = 1_000;
 pub const DRAIN_GRACE_DEFAULT_S: u64 = 25;
 /// Longest drain grace accepted.
 pub const DRAIN_GRACE_MAX_S: u64 = 24 * 60 * 60;
+/// Most async worker threads `vigil serve --workers` accepts (the default is one per CPU core).
+/// Past this, threads only add switching: the node's work is a single writer and short requests.
+pub const WORKERS_MAX: u64 = 256;
 /// How often a draining node looks whether its runs have ended.
 pub const DRAIN_POLL_MS: u64 = 50;
 

@@ -106,10 +106,13 @@ pub struct Shell {
     pub(crate) executor: Executor,
     /// Wakes the timer loop when the schedule may have changed.
     pub(crate) schedule_changed: tokio::sync::Notify,
-    /// The durable log head (the engine may be one batch ahead while it is written).
-    head: tokio::sync::watch::Sender<u64>,
-    /// Wakes every live reader of the event stream when the head moves. A `Notify`, not
-    /// receivers of `head`: a watch channel with several waiters wakes them in an order drawn
+    /// The durable log head (the engine may be one batch ahead while it is written). An atomic,
+    /// read with one load: every pulse and page reads it, and the watch channel it was took a
+    /// lock whose cache line went back and forth between the cores under load (a read-modify-
+    /// write per read); only the writer's commit stores it.
+    head: std::sync::atomic::AtomicU64,
+    /// Wakes every live reader of the event stream when the head moves. A `Notify`, not a
+    /// watch channel of the head: one with several waiters wakes them in an order drawn
     /// from tokio's thread-local random numbers, which differ between runs of a seed in the
     /// simulator; `notify_waiters` wakes them in the order they waited.
     head_moved: tokio::sync::Notify,
@@ -156,7 +159,7 @@ impl Shell {
         services: RunServices,
         transcripts: SharedTranscriptStore,
     ) -> Arc<Self> {
-        let head = tokio::sync::watch::Sender::new(engine.last_seq());
+        let head = std::sync::atomic::AtomicU64::new(engine.last_seq());
         // The previous process's pulses are gone: every agent the log says is online gets a
         // whole threshold from now before it can be found silent.
         let mut pulses = PulseBook::new();
@@ -627,7 +630,9 @@ impl Shell {
 
     /// Seq of the last durable event.
     pub fn head_seq(&self) -> u64 {
-        *self.head.borrow()
+        // Acquire pairs with the commit's release: a reader that sees a head sees the tail
+        // pushed before it.
+        self.head.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Notified whenever the log head moves (register with `Notified::enable` before reading
@@ -946,7 +951,7 @@ impl Shell {
             .lock()
             .expect("event tail lock")
             .push(events, &sizes);
-        self.head.send_replace(head);
+        self.head.store(head, std::sync::atomic::Ordering::Release);
         self.head_moved.notify_waiters();
         self.schedule_changed.notify_one();
         Ok(())
