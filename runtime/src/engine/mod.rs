@@ -39,7 +39,7 @@ pub mod usage;
 pub mod tool_spec;
 pub mod wakeup;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use agent::{Agent, AgentId, AgentSpec, AgentStatus, FieldError, AGENTS_MAX};
@@ -51,8 +51,8 @@ use node_bounds::{NodeBounds, NodeLimits};
 use pulse_report::PulseReport;
 use run::{Run, RunEnd, RunId, RunStatus};
 use tenant::{
-    validate_name, Principal, Tenant, TenantHandle, TenantName, TokenHash, TokenHashState,
-    TENANTS_MAX, TENANT_NAME_CHARS_MAX,
+    validate_name, Principal, Tenant, TenantHandle, TenantName, TokenHash, TENANTS_MAX,
+    TENANT_NAME_CHARS_MAX,
 };
 use wakeup::{WakeupRecord, WakeupRequest, IDEMPOTENCY_KEYS_PER_AGENT_MAX};
 
@@ -250,12 +250,7 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Engine {
     tenants: BTreeMap<TenantName, Tenant>,
-    /// Whose each token is, by its hash. A hash map (on the digest's own bits, no seed): every
-    /// request looks its token up here under the engine's lock, and at 64,000 agents the
-    /// B-tree it was walked sixteen keys on as many cache lines, 6 % of a single pulse's
-    /// profile. Nothing iterates it (a snapshot derives it from the tenants and agents, in
-    /// their order), so its order reaches no behaviour; equality does not depend on order.
-    tokens: HashMap<TokenHash, Principal, TokenHashState>,
+    tokens: BTreeMap<TokenHash, Principal>,
     /// Behind a pointer: an `AgentState` is over a kilobyte, and a B-tree node holds 11 values
     /// inline while sequential ids leave nodes about half full: inline, the map spent about
     /// 2 KB of node space per agent; behind a pointer, a few words. Shared (`Arc`), so that a
@@ -289,7 +284,7 @@ impl Default for Engine {
     fn default() -> Self {
         Engine {
             tenants: BTreeMap::new(),
-            tokens: HashMap::default(),
+            tokens: BTreeMap::new(),
             agents: BTreeMap::new(),
             names: BTreeMap::new(),
             heartbeat_owners: BTreeMap::new(),
