@@ -108,8 +108,8 @@ pub struct Shell {
     pub(crate) schedule_changed: tokio::sync::Notify,
     /// The durable log head (the engine may be one batch ahead while it is written). An atomic,
     /// read with one load: every pulse and page reads it, and the watch channel it was took a
-    /// lock whose cache line went back and forth between the cores under load (a read-modify-
-    /// write per read); only the writer's commit stores it.
+    /// read lock for each read (a write to a line every core shares); only the writer's commit
+    /// stores it.
     head: std::sync::atomic::AtomicU64,
     /// Wakes every live reader of the event stream when the head moves. A `Notify`, not a
     /// watch channel of the head: one with several waiters wakes them in an order drawn
