@@ -143,6 +143,7 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(node::DRAIN_GRACE_DEFAULT_S),
         limit!(node::DRAIN_GRACE_MAX_S),
         limit!(node::DRAIN_POLL_MS),
+        limit!(node::WORKERS_MAX),
         limit!(io::entropy::TOKEN_BYTES),
         limit!(fleet::OPERATOR_TOKEN_CHARS_MIN),
         limit!(fleet::FLEET_FILE_BYTES_MAX),
