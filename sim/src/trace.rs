@@ -7,7 +7,7 @@ use std::fmt;
 
 use serde::{Serialize, Serializer};
 use vigil::engine::event::Event;
-use vigil_faults::stream::{fnv1a64, fnv1a64_extend, FNV1A64_OFFSET_BASIS};
+use vigil_faults::stream::fnv1a64;
 use vigil_faults::Fault;
 
 /// One line of the trace.
@@ -627,26 +627,19 @@ impl fmt::Display for Divergence {
 }
 
 /// A stable digest of one runtime event: equal events, equal digests, on any build. The
-/// event's compact JSON is hashed as it is written, never held: every committed event is
-/// digested, and building its text was most of what a digest cost.
+/// event's compact JSON is written into one buffer per thread, reused, and hashed whole: every
+/// committed event is digested (and every event a recovery reads), and a fresh text for each, or
+/// hashing each piece as serde_json wrote it (millions of calls a fleet-day), was most of what
+/// a digest cost.
 pub fn event_digest(event: &Event) -> u64 {
-    let mut hasher = FnvWriter(FNV1A64_OFFSET_BASIS);
-    serde_json::to_writer(&mut hasher, event).expect("events always serialize");
-    hasher.0
-}
-
-/// Hashes what is written to it: the [`fnv1a64`] of the whole text.
-struct FnvWriter(u64);
-
-impl std::io::Write for FnvWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 = fnv1a64_extend(self.0, bytes);
-        Ok(bytes.len())
+    thread_local! {
+        static TEXT: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    TEXT.with_borrow_mut(|text| {
+        text.clear();
+        serde_json::to_writer(&mut *text, event).expect("events always serialize");
+        fnv1a64(text)
+    })
 }
 
 /// The digest of an event from its JSON as the node sent it (`GET /v1/events`), which the
