@@ -14,18 +14,23 @@ const ANSWER_BYTES_INITIAL: usize = 1_024;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Json<T>(pub T);
 
+/// A 200 answer of JSON text already written (`bytes` must be one JSON value).
+pub fn written(bytes: Vec<u8>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
+}
+
 impl<T: Serialize> IntoResponse for Json<T> {
     fn into_response(self) -> Response {
         let mut bytes = Vec::with_capacity(ANSWER_BYTES_INITIAL);
         match serde_json::to_writer(&mut bytes, &self.0) {
-            Ok(()) => (
-                [(
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                )],
-                bytes,
-            )
-                .into_response(),
+            Ok(()) => written(bytes),
             // What axum answers too: a value that cannot be written is the server's fault.
             Err(error) => (
                 StatusCode::INTERNAL_SERVER_ERROR,
