@@ -113,8 +113,17 @@ pub struct Coverage {
 
 impl Coverage {
     fn count(&mut self, key: &'static str) {
+        self.count_times(key, 1);
+    }
+
+    /// Counts `key` `times` times at once (none: nothing recorded, as for no `count`). Why:
+    /// a fleet-day's trace answers 640,000 pulses, and counting each one on its own was 2 % of
+    /// the seed (callgrind).
+    fn count_times(&mut self, key: &'static str, times: u64) {
         debug_assert!(PRECONDITIONS.iter().any(|p| p.key == key), "{key}");
-        *self.preconditions.entry(key).or_default() += 1;
+        if times > 0 {
+            *self.preconditions.entry(key).or_default() += times;
+        }
     }
 }
 
@@ -196,7 +205,7 @@ pub fn of_trace(records: &[TraceRecord]) -> Coverage {
             TraceEvent::AckedWakeup { replayed: true, .. } => coverage.count("key_replayed"),
             TraceEvent::AckedPulse { .. } => coverage.count("pulse_answered"),
             TraceEvent::AckedPulses { agents, .. } => {
-                agents.iter().for_each(|_| coverage.count("pulse_answered"))
+                coverage.count_times("pulse_answered", agents.len() as u64)
             }
             TraceEvent::ModelCallServed {
                 run,
