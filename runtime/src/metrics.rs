@@ -35,6 +35,9 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 
 /// Buckets of a group commit's duration, in seconds: 0.25 ms to about 4 s, doubling.
 const COMMIT_SECONDS_BUCKETS: (f64, f64, u16) = (0.000_25, 2.0, 15);
+
+/// Buckets of a wait for the engine's lock, in seconds: 10 µs to about 0.3 s, doubling.
+const LOCK_WAIT_SECONDS_BUCKETS: (f64, f64, u16) = (0.000_01, 2.0, 16);
 /// Buckets of a group commit's size (commands, events): 1 to 4,096, doubling.
 const BATCH_SIZE_BUCKETS: (f64, f64, u16) = (1.0, 2.0, 13);
 
@@ -103,6 +106,7 @@ pub struct Metrics {
     events: Counter,
     pulses: Counter,
     commit_seconds: Histogram,
+    engine_lock_wait_seconds: Histogram,
     commit_commands: Histogram,
     commit_events: Histogram,
     agents: Family<AgentLabels, Gauge>,
@@ -151,6 +155,7 @@ impl Metrics {
             events: Counter::default(),
             pulses: Counter::default(),
             commit_seconds: histogram(COMMIT_SECONDS_BUCKETS),
+            engine_lock_wait_seconds: histogram(LOCK_WAIT_SECONDS_BUCKETS),
             commit_commands: histogram(BATCH_SIZE_BUCKETS),
             commit_events: histogram(BATCH_SIZE_BUCKETS),
             agents: Family::default(),
@@ -206,6 +211,11 @@ impl Metrics {
             "commit_seconds",
             "Duration of a group commit: the durable write of one batch",
             self.commit_seconds.clone(),
+        );
+        r.register(
+            "engine_lock_wait_seconds",
+            "Waits for the engine's lock: each acquisition that found it held, for how long (ADR 0030)",
+            self.engine_lock_wait_seconds.clone(),
         );
         r.register(
             "commit_commands",
@@ -378,6 +388,11 @@ impl Metrics {
     /// Counts `agents` pulses taken.
     pub fn pulsed(&self, agents: usize) {
         self.pulses.inc_by(agents as u64);
+    }
+
+    /// Records one wait for the engine's lock, of `seconds`.
+    pub fn engine_lock_waited(&self, seconds: f64) {
+        self.engine_lock_wait_seconds.observe(seconds);
     }
 
     /// Records one group commit: `commands` decided, `events` written in `seconds`.

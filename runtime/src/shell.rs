@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use crate::engine::agent::{AgentId, AgentSpec};
 use crate::engine::agent_update::SpecChange;
@@ -211,12 +212,24 @@ impl Shell {
 
     /// The engine, read-only, under the shell's lock. Keep the guard short. It may hold the
     /// decisions of the batch being written (ADR 0012).
+    ///
+    /// A wait for the lock is measured (`vigil_engine_lock_wait_seconds`), and one of
+    /// [`ENGINE_LOCK_WAIT_LOGGED_MS`] or more logged at debug with the waiting call's place:
+    /// a request that waits for a writer stalled mid-decision is the reads' tail (ADR 0030).
+    /// An acquisition that does not wait reads no clock.
+    #[track_caller]
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
-        // A panic while holding the lock means an engine invariant broke; nothing after it can
-        // be trusted, so every later caller fails loudly too.
-        self.engine
-            .lock()
-            .expect("engine lock poisoned by an earlier invariant failure")
+        let at = std::panic::Location::caller();
+        lock_timed(&self.engine, &self.clock, |waited| {
+            self.metrics.engine_lock_waited(waited.as_secs_f64());
+            if waited >= Duration::from_millis(ENGINE_LOCK_WAIT_LOGGED_MS) {
+                tracing::debug!(
+                    waited_us = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX),
+                    at = %format_args!("{}:{}", at.file(), at.line()),
+                    "waited for the engine's lock"
+                );
+            }
+        })
     }
 
     /// The node's clock.
@@ -841,6 +854,32 @@ impl Shell {
     }
 }
 
+/// A wait for the engine's lock this long or longer is logged (debug), with where it waited.
+pub const ENGINE_LOCK_WAIT_LOGGED_MS: u64 = 1;
+
+/// `lock`'s guard; when another holder made the caller wait, `waited` is told for how long, on
+/// `clock`. Why `try_lock` first: the uncontended acquisition, nearly all of them, stays one
+/// atomic operation with no clock read (and under the simulator, one thread, it never waits).
+fn lock_timed<'a, T>(
+    lock: &'a Mutex<T>,
+    clock: &SharedClock,
+    waited: impl FnOnce(Duration),
+) -> MutexGuard<'a, T> {
+    // A panic while holding the lock means an engine invariant broke; nothing after it can be
+    // trusted, so every later caller fails loudly too.
+    const POISONED: &str = "engine lock poisoned by an earlier invariant failure";
+    match lock.try_lock() {
+        Ok(guard) => guard,
+        Err(std::sync::TryLockError::Poisoned(_)) => panic!("{POISONED}"),
+        Err(std::sync::TryLockError::WouldBlock) => {
+            let asked = clock.mono_now();
+            let guard = lock.lock().expect(POISONED);
+            waited(clock.mono_now().saturating_sub(asked));
+            guard
+        }
+    }
+}
+
 /// The writer (ADR 0012): takes every command waiting, up to [`GROUP_COMMIT_COMMANDS_MAX`], and
 /// commits them as one batch; ends when the shell is gone.
 async fn write_loop(shell: Weak<Shell>, mut jobs: tokio::sync::mpsc::Receiver<Job>) {
@@ -1100,6 +1139,73 @@ mod tests {
             tenant: "default".into(),
             kind,
         }
+    }
+
+    /// A clock that counts its readings, each 5 ms after the one before, and at its first
+    /// reading tells `first_read` (the waiter has found the lock held).
+    struct CountingClock {
+        reads: std::sync::atomic::AtomicU64,
+        first_read: Mutex<Option<std::sync::mpsc::Sender<()>>>,
+    }
+
+    impl crate::io::clock::Clock for CountingClock {
+        fn wall_now_ms(&self) -> u64 {
+            0
+        }
+        fn mono_now(&self) -> Duration {
+            let n = self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Some(tell) = self.first_read.lock().unwrap().take() {
+                tell.send(()).unwrap();
+            }
+            Duration::from_millis(5 * n)
+        }
+    }
+
+    fn counting_clock(first_read: Option<std::sync::mpsc::Sender<()>>) -> Arc<CountingClock> {
+        Arc::new(CountingClock {
+            reads: 0.into(),
+            first_read: Mutex::new(first_read),
+        })
+    }
+
+    #[test]
+    fn a_free_lock_is_taken_with_no_clock_read_and_no_wait_told() {
+        let lock = Mutex::new(7);
+        let clock = counting_clock(None);
+        let shared: SharedClock = clock.clone();
+        let mut told = Vec::new();
+        let guard = lock_timed(&lock, &shared, |waited| told.push(waited));
+        assert_eq!(*guard, 7);
+        drop(guard);
+        assert!(told.is_empty());
+        assert_eq!(clock.reads.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_held_lock_is_waited_for_and_the_wait_told_once_on_the_clock() {
+        let lock = Arc::new(Mutex::new(0u32));
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (release_tx, release_rx) = std::sync::mpsc::channel();
+        let holder = {
+            let lock = lock.clone();
+            std::thread::spawn(move || {
+                let mut guard = lock.lock().unwrap();
+                held_tx.send(()).unwrap();
+                // Released only once the waiter has found the lock held and read the clock.
+                release_rx.recv().unwrap();
+                *guard = 1;
+            })
+        };
+        held_rx.recv().unwrap();
+        let clock = counting_clock(Some(release_tx));
+        let shared: SharedClock = clock.clone();
+        let mut told = Vec::new();
+        let guard = lock_timed(&lock, &shared, |waited| told.push(waited));
+        assert_eq!(*guard, 1, "the guard is taken after the holder's change");
+        drop(guard);
+        holder.join().unwrap();
+        assert_eq!(told, [Duration::from_millis(5)]);
+        assert_eq!(clock.reads.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]
