@@ -520,8 +520,7 @@ const LIVENESS_IDLE_WAIT_MS: u64 = 60 * 60 * 1_000;
 /// `WALL_RECHECK_MS`, because the wall clock may jump while it sleeps.
 async fn run_timers(shell: Arc<Shell>) {
     loop {
-        let now_ms = shell.clock().wall_now_ms();
-        let deadline_ms = shell.next_deadline_ms(now_ms);
+        let (now_ms, deadline_ms) = shell.timer_deadline().await;
         if deadline_ms.is_some_and(|d| d <= now_ms) {
             match shell.execute(Command::FireDueTimers, WhenFull::Wait).await {
                 Ok(decision) => {

@@ -636,9 +636,33 @@ impl Shell {
         self.engine().principal(&TokenHash::of(token)).cloned()
     }
 
-    /// The earliest wall time at which a timer is due.
-    pub fn next_deadline_ms(&self, now_ms: u64) -> Option<u64> {
-        self.engine().next_deadline_ms(now_ms)
+    /// The wall clock's now and the earliest wall time at which a timer is due, read once the
+    /// engine's lock is free.
+    ///
+    /// Why not [`Shell::engine`]: the timer loop asks after every commit, just when the writer
+    /// is deciding the next batch, and a worker blocked on the lock behind a writer stalled
+    /// mid-decision takes a second async worker out with the writer's own: on two cores, every
+    /// request then waited for the stall, lock or no lock (ADR 0030). So while the lock is held
+    /// the loop waits [`TIMER_LOCK_RETRY_MS`] on the timer, leaving its worker free, and tries
+    /// again. Under the simulator (one thread) the lock is never held when asked.
+    pub async fn timer_deadline(&self) -> (u64, Option<u64>) {
+        loop {
+            // The guard is gone before the await: the lock is never held across it.
+            let read = match self.engine.try_lock() {
+                Ok(engine) => {
+                    let now_ms = self.clock.wall_now_ms();
+                    Some((now_ms, engine.next_deadline_ms(now_ms)))
+                }
+                Err(std::sync::TryLockError::Poisoned(_)) => {
+                    panic!("engine lock poisoned by an earlier invariant failure")
+                }
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            };
+            match read {
+                Some(read) => return read,
+                None => tokio::time::sleep(Duration::from_millis(TIMER_LOCK_RETRY_MS)).await,
+            }
+        }
     }
 
     /// Seq of the last durable event.
@@ -853,6 +877,10 @@ impl Shell {
         });
     }
 }
+
+/// How long the timer loop waits on the timer before it asks again for the engine's lock, when
+/// it found it held ([`Shell::timer_deadline`]): at most this much added to a fire's lateness.
+pub const TIMER_LOCK_RETRY_MS: u64 = 1;
 
 /// A wait for the engine's lock this long or longer is logged (debug), with where it waited.
 pub const ENGINE_LOCK_WAIT_LOGGED_MS: u64 = 1;
