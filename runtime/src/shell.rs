@@ -215,7 +215,7 @@ impl Shell {
     ///
     /// A wait for the lock is measured (`vigil_engine_lock_wait_seconds`), and one of
     /// [`ENGINE_LOCK_WAIT_LOGGED_MS`] or more logged at debug with the waiting call's place:
-    /// a request that waits for a writer stalled mid-decision is the reads' tail (ADR 0030).
+    /// a request that waits for a writer stalled mid-decision is part of the reads' tail (ADR 0030).
     /// An acquisition that does not wait reads no clock.
     #[track_caller]
     pub fn engine(&self) -> MutexGuard<'_, Engine> {
@@ -653,9 +653,7 @@ impl Shell {
                     let now_ms = self.clock.wall_now_ms();
                     Some((now_ms, engine.next_deadline_ms(now_ms)))
                 }
-                Err(std::sync::TryLockError::Poisoned(_)) => {
-                    panic!("engine lock poisoned by an earlier invariant failure")
-                }
+                Err(std::sync::TryLockError::Poisoned(_)) => panic!("{ENGINE_POISONED}"),
                 Err(std::sync::TryLockError::WouldBlock) => None,
             };
             match read {
@@ -885,6 +883,10 @@ pub const TIMER_LOCK_RETRY_MS: u64 = 1;
 /// A wait for the engine's lock this long or longer is logged (debug), with where it waited.
 pub const ENGINE_LOCK_WAIT_LOGGED_MS: u64 = 1;
 
+/// A panic while holding the engine's lock means an engine invariant broke; nothing after it can
+/// be trusted, so every later caller fails loudly too.
+const ENGINE_POISONED: &str = "engine lock poisoned by an earlier invariant failure";
+
 /// `lock`'s guard; when another holder made the caller wait, `waited` is told for how long, on
 /// `clock`. Why `try_lock` first: the uncontended acquisition, nearly all of them, stays one
 /// atomic operation with no clock read (and under the simulator, one thread, it never waits).
@@ -893,15 +895,12 @@ fn lock_timed<'a, T>(
     clock: &SharedClock,
     waited: impl FnOnce(Duration),
 ) -> MutexGuard<'a, T> {
-    // A panic while holding the lock means an engine invariant broke; nothing after it can be
-    // trusted, so every later caller fails loudly too.
-    const POISONED: &str = "engine lock poisoned by an earlier invariant failure";
     match lock.try_lock() {
         Ok(guard) => guard,
-        Err(std::sync::TryLockError::Poisoned(_)) => panic!("{POISONED}"),
+        Err(std::sync::TryLockError::Poisoned(_)) => panic!("{ENGINE_POISONED}"),
         Err(std::sync::TryLockError::WouldBlock) => {
             let asked = clock.mono_now();
-            let guard = lock.lock().expect(POISONED);
+            let guard = lock.lock().expect(ENGINE_POISONED);
             waited(clock.mono_now().saturating_sub(asked));
             guard
         }
