@@ -216,6 +216,50 @@ async fn after_a_sigkill_the_restarted_node_kills_what_the_run_left_behind() {
     assert_eq!(ended["error_class"], "control_plane_restart", "{ended}");
 }
 
+/// `THP_enabled` of /proc/`pid`/status: whether the process may have transparent huge pages
+/// (`None` on a kernel that does not say).
+fn thp_enabled(pid: &str) -> Option<bool> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    thp_enabled_in(&status)
+}
+
+fn thp_enabled_in(text: &str) -> Option<bool> {
+    let line = text.lines().find(|l| l.starts_with("THP_enabled:"))?;
+    match line.trim_start_matches("THP_enabled:").trim() {
+        "0" => Some(false),
+        "1" => Some(true),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn the_node_runs_without_huge_pages_and_its_children_get_them_back() {
+    // ADR 0031. Only where huge pages can be told apart: a kernel that reports them, and a test
+    // process that has them (a parent that turned them off would pass that on to the node, which
+    // then rightly leaves its children so).
+    if thp_enabled("self") != Some(true) {
+        eprintln!("skipped: this process has no transparent huge pages to turn off (THP_enabled)");
+        return;
+    }
+    let data_dir = fresh_data_dir("huge_pages");
+    let serve = Serve::start(&data_dir).await;
+    let node = serve.pid().to_string();
+    assert_eq!(thp_enabled(&node), Some(false), "the node's own memory");
+
+    let api = &serve.api;
+    let agent = create(
+        api,
+        "pages",
+        json!({"command": "/bin/grep", "args": ["THP_enabled", "/proc/self/status"]}),
+    )
+    .await;
+    let id = wake(api, agent, "look").await;
+    assert_eq!(finished(api, id).await["status"], "succeeded");
+    let stdout = output(&log_entries(api, id).await, "stdout");
+    let child = thp_enabled_in(&stdout.join("\n"));
+    assert_eq!(child, Some(true), "the child's: {stdout:?}");
+}
+
 #[tokio::test]
 async fn a_child_that_writes_much_and_exits_at_once_loses_no_line() {
     let data_dir = fresh_data_dir("many");

@@ -17,6 +17,7 @@ pub mod fleet;
 pub mod fleet_plan;
 pub mod heartbeats;
 pub mod heap;
+pub mod huge_pages;
 pub mod io;
 #[cfg(test)]
 mod limits_doc;

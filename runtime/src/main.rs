@@ -410,6 +410,9 @@ enum EventsCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Before the runtime's threads allocate: the node's memory in 4 KiB pages (ADR 0031). Told
+    // in the log once logging is up.
+    let huge_pages = matches!(cli.command, CliCommand::Serve(_)).then(vigil::huge_pages::turn_off);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if let CliCommand::Serve(ServeArgs {
         workers: Some(workers),
@@ -429,6 +432,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         CliCommand::Serve(args) => {
             init_logging();
+            if let Some(huge_pages) = huge_pages {
+                tracing::debug!(?huge_pages, "transparent huge pages for the node's memory");
+            }
             runtime.block_on(serve(args))
         }
         CliCommand::Agent {

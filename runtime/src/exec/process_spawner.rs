@@ -107,7 +107,7 @@ async fn start(request: SpawnRequest) -> Result<TokioChild, SpawnError> {
     if let Some(cwd) = &request.cwd {
         command.current_dir(cwd);
     }
-    die_with_parent(&mut command);
+    set_up_child(&mut command);
     // Why on this (worker) thread: PR_SET_PDEATHSIG fires when the spawning thread ends, and a
     // blocking-pool thread ends when idle, which would kill the child.
     let mut child = match command.spawn() {
@@ -146,13 +146,13 @@ async fn start(request: SpawnRequest) -> Result<TokioChild, SpawnError> {
 }
 
 /// Linux: the child gets SIGKILL if the node dies (a node SIGKILLed never runs its guards;
-/// recovery finds what else of the group is left).
-fn die_with_parent(command: &mut tokio::process::Command) {
+/// recovery finds what else of the group is left), and the system's transparent huge pages.
+fn set_up_child(command: &mut tokio::process::Command) {
     #[cfg(target_os = "linux")]
     {
         let parent = std::process::id();
         // SAFETY: the closure runs between fork and exec and calls only async-signal-safe
-        // functions (prctl, getppid), allocating nothing.
+        // functions (prctl, getppid, an atomic load), allocating nothing.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -162,7 +162,8 @@ fn die_with_parent(command: &mut tokio::process::Command) {
                 if u32::try_from(libc::getppid()).ok() != Some(parent) {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
-                Ok(())
+                // The child gets the system's huge pages, not the node's 4 KiB ones (ADR 0031).
+                crate::huge_pages::restore_in_child()
             });
         }
     }
