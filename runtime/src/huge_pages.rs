@@ -3,18 +3,18 @@
 //!
 //! Why: mimalloc (the node's allocator, ADR 0029) asks the kernel for huge pages on its arenas
 //! (`madvise(MADV_HUGEPAGE)`). The first touch of such a page makes the kernel zero all 2 MiB of
-//! it at once, in the touching thread: on the 2-core machine of docs/benchmarks.md that is
-//! 0.3 ms per page, and a busy node touches several in a row as its heap grows. In a `perf`
-//! profile of the `wakeups` benchmark at one client, the kernel's page zeroing was 17 % of the
-//! node's samples, in bursts of milliseconds inside the writer's append, the engine's decisions
-//! (under the engine's lock) and the transcripts' threads; a read waiting behind one took 5 to
-//! 20 ms where an idle read takes under one. With ordinary 4 KiB pages the same zeroing is
-//! spread thin: one page at a time, microseconds each.
+//! it at once, in the touching thread: on the 2-core VM of docs/benchmarks.md that took 0.7 to
+//! 5 ms per page (3.5 µs per 4 KiB page), and a busy node touches several as its heap grows. In
+//! a `perf` profile of the `wakeups` benchmark at one client, the kernel's page zeroing was 17 %
+//! of the node's samples, in bursts of milliseconds inside the writer's append, the engine's
+//! decisions (under the engine's lock) and the transcripts' threads; a read waiting behind one
+//! took 5 to 20 ms where an idle read takes under one. With ordinary 4 KiB pages the same
+//! zeroing is spread thin: one page at a time, microseconds each.
 //!
 //! How: `prctl(PR_SET_THP_DISABLE)`, which the kernel checks at every fault, so it holds for
-//! memory mimalloc already reserved. It is inherited by children, so the process spawner turns
-//! it back off in each child between fork and exec ([`restore_in_child`]): an agent's process
-//! gets the system's setting, not the node's.
+//! memory mimalloc already reserved. The flag is inherited by children, so the process spawner
+//! clears it in each child between fork and exec ([`restore_in_child`]): an agent's process gets
+//! the system's setting, not the node's.
 //!
 //! Nothing here reaches behaviour: only the size of the pages the kernel hands out. An operator
 //! who wants huge pages sets `MIMALLOC_ALLOW_THP=1` (mimalloc's own option, [`OPERATOR_ENV`]),
