@@ -58,18 +58,12 @@ pub fn turn_off() -> HugePages {
 }
 
 /// In a child between fork and exec: turns huge pages back on if [`turn_off`] turned them off
-/// for the node. Async-signal-safe (an atomic load and `prctl`), allocates nothing.
-pub fn restore_in_child() -> std::io::Result<()> {
+/// for the node. Async-signal-safe (an atomic load and `prctl`), allocates nothing. Best effort:
+/// the size of a child's pages is never a reason to refuse its run.
+pub fn restore_in_child() {
     if TURNED_OFF_BY_US.load(Ordering::Relaxed) {
-        os::turn_on()?;
+        os::turn_on();
     }
-    Ok(())
-}
-
-/// Whether this process has huge pages turned off (`PR_GET_THP_DISABLE`); `None` where that
-/// cannot be asked.
-pub fn off_here() -> Option<bool> {
-    os::off_here()
 }
 
 #[cfg(all(target_os = "linux", not(madsim)))]
@@ -89,15 +83,12 @@ mod os {
         }
     }
 
-    pub(super) fn turn_on() -> std::io::Result<()> {
+    pub(super) fn turn_on() {
         // SAFETY: as above; async-signal-safe.
-        match unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) } {
-            0 => Ok(()),
-            _ => Err(std::io::Error::last_os_error()),
-        }
+        unsafe { libc::prctl(libc::PR_SET_THP_DISABLE, 0, 0, 0, 0) };
     }
 
-    pub(super) fn off_here() -> Option<bool> {
+    fn off_here() -> Option<bool> {
         // SAFETY: PR_GET_THP_DISABLE reads a flag of this process; no memory of ours.
         match unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) } {
             0 => Some(false),
@@ -115,11 +106,5 @@ mod os {
         HugePages::Unsupported
     }
 
-    pub(super) fn turn_on() -> std::io::Result<()> {
-        Ok(())
-    }
-
-    pub(super) fn off_here() -> Option<bool> {
-        None
-    }
+    pub(super) fn turn_on() {}
 }

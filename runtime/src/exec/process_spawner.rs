@@ -163,7 +163,8 @@ fn set_up_child(command: &mut tokio::process::Command) {
                     return Err(io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 // The child gets the system's huge pages, not the node's 4 KiB ones (ADR 0031).
-                crate::huge_pages::restore_in_child()
+                crate::huge_pages::restore_in_child();
+                Ok(())
             });
         }
     }
