@@ -68,6 +68,8 @@ fn constants() -> Vec<(&'static str, f64)> {
         limit!(transcript::TRANSCRIPT_RETENTION_DAYS_DEFAULT),
         limit!(transcript::TRANSCRIPT_PRUNE_INTERVAL_MS),
         limit!(transcript::TRANSCRIPT_IO_THREADS_MAX),
+        limit!(transcript::TRANSCRIPT_IO_THREADS_PER_CORE),
+        limit!(transcript::TRANSCRIPT_IO_THREADS_MIN),
         limit!(transcript::TRANSCRIPT_FIELD_BYTES_MAX),
         limit!(transcript::excerpt::FINAL_ANSWER_EXCERPT_BYTES_MAX),
         limit!(redact::SECRET_CHARS_MIN),

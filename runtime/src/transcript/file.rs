@@ -48,12 +48,23 @@ use crate::redact::Redactor;
 /// enough that a directory of a million-agent node holds about 4,000 files, and that runs of
 /// different agents rarely wait for one another's lock.
 pub const TRANSCRIPT_SHARDS: u64 = 256;
-/// Most transcript operations on tokio's blocking pool at once (16). Why: that pool also runs
-/// the writer's commits and the snapshots, and a busy fleet asks for thousands of transcript
-/// operations a second (each run appends and syncs). Unbounded, they filled the pool's threads
-/// and the event log's commits queued behind them. Past the bound, callers wait on a
-/// semaphore, holding no thread.
+/// Most transcript operations on tokio's blocking pool at once, whatever the cores (16). Why a
+/// bound: that pool also runs the writer's commits and the snapshots, and a busy fleet asks for
+/// thousands of transcript operations a second (each run appends and syncs). Unbounded, they
+/// filled the pool's threads and the event log's commits queued behind them. Past the bound
+/// ([`io_threads_at_once`]), callers wait on a semaphore, holding no thread.
 pub const TRANSCRIPT_IO_THREADS_MAX: usize = 16;
+/// Transcript operations at once per core of the machine (2), within
+/// [`TRANSCRIPT_IO_THREADS_MIN`] and [`TRANSCRIPT_IO_THREADS_MAX`]. Why per core: the
+/// filesystem's journal commit ends every sync waiting on it at once, and each thread it wakes
+/// takes a core before the async workers serving requests get one back. With 16 on 2 cores,
+/// 512 runs ending in the same second put a read's p99 under load at 2.4–7.5 ms (median of
+/// the runs 3.8), against 1.6–5.4 ms (2.7) with 4 (docs/benchmarks.md, "Runs that end
+/// together").
+pub const TRANSCRIPT_IO_THREADS_PER_CORE: usize = 2;
+/// The fewest transcript operations at once (4), on a machine of one or two cores: fewer would
+/// lose the journal's batching of several runs' syncs into one commit.
+pub const TRANSCRIPT_IO_THREADS_MIN: usize = 4;
 /// Mode of transcript directories: the owner only.
 const DIR_MODE: u32 = 0o700;
 /// Mode of transcript files: the owner only.
@@ -85,13 +96,28 @@ struct Inner {
     root: PathBuf,
     retention: Retention,
     shards: Vec<Mutex<Shard>>,
-    /// Permits for [`TRANSCRIPT_IO_THREADS_MAX`] operations on the blocking pool.
+    /// Permits for [`io_threads_at_once`] operations on the blocking pool.
     io_permits: Arc<tokio::sync::Semaphore>,
     /// Operations running on the blocking pool now, and the most there ever were.
     in_flight: std::sync::atomic::AtomicUsize,
     in_flight_peak: std::sync::atomic::AtomicUsize,
     /// Syncs of the root directory so far.
     root_syncs: std::sync::atomic::AtomicUsize,
+}
+
+/// How many transcript operations may run on the blocking pool at once on a machine of `cores`
+/// cores ([`TRANSCRIPT_IO_THREADS_PER_CORE`], within [`TRANSCRIPT_IO_THREADS_MIN`] and
+/// [`TRANSCRIPT_IO_THREADS_MAX`]).
+pub fn io_threads_at_once(cores: usize) -> usize {
+    cores
+        .saturating_mul(TRANSCRIPT_IO_THREADS_PER_CORE)
+        .clamp(TRANSCRIPT_IO_THREADS_MIN, TRANSCRIPT_IO_THREADS_MAX)
+}
+
+/// The cores this process may run on (1 when the system cannot tell). The simulator's nodes
+/// never use this store, so no simulated behaviour depends on the machine.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Transcripts in files (see the module documentation). Creates nothing until the first append.
@@ -112,7 +138,7 @@ impl FileTranscripts {
                 root: data_dir.join(TRANSCRIPTS_DIR),
                 retention,
                 shards: (0..TRANSCRIPT_SHARDS).map(|_| Mutex::default()).collect(),
-                io_permits: Arc::new(tokio::sync::Semaphore::new(TRANSCRIPT_IO_THREADS_MAX)),
+                io_permits: Arc::new(tokio::sync::Semaphore::new(io_threads_at_once(cores()))),
                 in_flight: Default::default(),
                 in_flight_peak: Default::default(),
                 root_syncs: Default::default(),
@@ -145,7 +171,7 @@ impl FileTranscripts {
         self.inner.root_syncs.load(Ordering::Relaxed)
     }
 
-    /// Runs `op` on the blocking pool, once one of [`TRANSCRIPT_IO_THREADS_MAX`] permits is free.
+    /// Runs `op` on the blocking pool, once one of [`io_threads_at_once`] permits is free.
     fn blocking<T: Send + 'static>(
         &self,
         op: impl FnOnce(&Inner) -> Result<T, TranscriptError> + Send + 'static,

@@ -497,11 +497,38 @@ async fn at_most_the_bound_of_operations_use_the_blocking_pool_at_once() {
         run.await.unwrap();
     }
     let peak = store.in_flight_peak();
+    let bound = io_threads_at_once(cores());
     assert!(
-        (1..=TRANSCRIPT_IO_THREADS_MAX).contains(&peak),
-        "{peak} operations at once"
+        (1..=bound).contains(&peak),
+        "{peak} operations at once, bound {bound}"
     );
     assert_eq!(total(&store, AgentId(255), 255).await, 3);
+}
+
+#[test]
+fn operations_at_once_follow_the_cores_within_their_bounds() {
+    let per_core = TRANSCRIPT_IO_THREADS_PER_CORE;
+    let first_above_min = TRANSCRIPT_IO_THREADS_MIN / per_core + 1;
+    let last_below_max = TRANSCRIPT_IO_THREADS_MAX / per_core;
+    assert_eq!(io_threads_at_once(0), TRANSCRIPT_IO_THREADS_MIN);
+    assert_eq!(io_threads_at_once(1), TRANSCRIPT_IO_THREADS_MIN);
+    assert_eq!(
+        io_threads_at_once(first_above_min - 1),
+        TRANSCRIPT_IO_THREADS_MIN
+    );
+    assert_eq!(
+        io_threads_at_once(first_above_min),
+        first_above_min * per_core
+    );
+    assert_eq!(
+        io_threads_at_once(last_below_max),
+        TRANSCRIPT_IO_THREADS_MAX
+    );
+    assert_eq!(
+        io_threads_at_once(last_below_max + 1),
+        TRANSCRIPT_IO_THREADS_MAX
+    );
+    assert_eq!(io_threads_at_once(usize::MAX), TRANSCRIPT_IO_THREADS_MAX);
 }
 
 #[tokio::test]
