@@ -6,14 +6,18 @@
 /// Threads one call uses, at most.
 pub const THREADS_MAX: usize = 8;
 
-/// The threads a call uses here: every core up to [`THREADS_MAX`], one under the simulator.
-pub fn threads() -> usize {
+/// The cores this process may run on: one under the simulator, whose world is a single thread,
+/// and where the system cannot tell.
+pub fn cores() -> usize {
     if cfg!(madsim) {
         return 1;
     }
-    std::thread::available_parallelism()
-        .map_or(1, usize::from)
-        .min(THREADS_MAX)
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// The threads a call uses here: every core up to [`THREADS_MAX`], one under the simulator.
+pub fn threads() -> usize {
+    cores().min(THREADS_MAX)
 }
 
 /// `work` applied to consecutive chunks of `items`, one chunk per thread, the results in the

@@ -114,12 +114,6 @@ pub fn io_threads_at_once(cores: usize) -> usize {
         .clamp(TRANSCRIPT_IO_THREADS_MIN, TRANSCRIPT_IO_THREADS_MAX)
 }
 
-/// The cores this process may run on (1 when the system cannot tell). The simulator's nodes
-/// never use this store, so no simulated behaviour depends on the machine.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Transcripts in files (see the module documentation). Creates nothing until the first append.
 #[derive(Clone)]
 pub struct FileTranscripts {
@@ -138,7 +132,9 @@ impl FileTranscripts {
                 root: data_dir.join(TRANSCRIPTS_DIR),
                 retention,
                 shards: (0..TRANSCRIPT_SHARDS).map(|_| Mutex::default()).collect(),
-                io_permits: Arc::new(tokio::sync::Semaphore::new(io_threads_at_once(cores()))),
+                io_permits: Arc::new(tokio::sync::Semaphore::new(io_threads_at_once(
+                    crate::parallel::cores(),
+                ))),
                 in_flight: Default::default(),
                 in_flight_peak: Default::default(),
                 root_syncs: Default::default(),

@@ -32,7 +32,7 @@ pub use budget::{plan_prune, RunMeta, TRUNCATION_NOTE_RESERVE_BYTES};
 pub use entry::{EntryBody, ToolCallSummary, TranscriptEntry, Usage};
 pub use excerpt::{excerpt, Excerpt, FINAL_ANSWER_EXCERPT_BYTES_MAX, TRUNCATION_MARK};
 pub use file::{
-    io_threads_at_once, FileTranscripts, TRANSCRIPT_IO_THREADS_MAX, TRANSCRIPT_IO_THREADS_MIN,
+    FileTranscripts, TRANSCRIPT_IO_THREADS_MAX, TRANSCRIPT_IO_THREADS_MIN,
     TRANSCRIPT_IO_THREADS_PER_CORE,
 };
 pub use memory::{CrashReport, MemoryTranscripts};

@@ -497,7 +497,7 @@ async fn at_most_the_bound_of_operations_use_the_blocking_pool_at_once() {
         run.await.unwrap();
     }
     let peak = store.in_flight_peak();
-    let bound = io_threads_at_once(cores());
+    let bound = io_threads_at_once(crate::parallel::cores());
     assert!(
         (1..=bound).contains(&peak),
         "{peak} operations at once, bound {bound}"
