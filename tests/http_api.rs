@@ -2278,7 +2278,7 @@ async fn the_node_snapshots_as_it_goes_and_a_restart_recovers_from_the_snapshot(
             .expect("a current snapshot");
         assert!(seq > 10, "snapshot at {seq}");
         // Recovering from the snapshot and the log after it gives what the whole log gives.
-        store.recover_observed(&mut |_| {}).unwrap();
+        store.recover_observed(None, &mut |_| {}).unwrap();
     }
     let f = start_on(path, clock).await;
     // The runs the manual clock kept going were failed by the restart, as without snapshots.

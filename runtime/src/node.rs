@@ -29,6 +29,7 @@ use crate::io::clock::SharedClock;
 use crate::io::entropy::SharedEntropy;
 use crate::io::storage::StorageLocation;
 use crate::shell::{CommitObserver, ExecuteError, Shell};
+use crate::store::recovery::CheckedReplay;
 use crate::store::{Store, StoreError};
 use crate::transcript::SharedTranscriptStore;
 use crate::writer::WhenFull;
@@ -99,12 +100,19 @@ pub struct NodeConfig {
 /// Why pages and not the whole log at once: the log was kept in memory for it, a copy of every
 /// event of a week's log at each restart of a simulated fleet.
 pub trait ReplayWatch: Send + Sync {
+    /// The replay the last start's check of this log ended with, if the watch kept it: this
+    /// start's goes on from it when the log still begins with the bytes it read
+    /// ([`Store::recover_observed`]). Called on the blocking pool, before the
+    /// first page.
+    fn resume_from(&self) -> Option<CheckedReplay>;
     /// The next page of replayed events, in order. Called on the blocking pool, during
     /// recovery.
     fn page(&self, events: &[Event]);
-    /// Recovery has read the whole log; called from the start-up task before it commits
-    /// anything.
-    fn done(&self);
+    /// Recovery has read the whole log. `resumed_through` is the last event of the replay it
+    /// went on from, whose events were not handed to [`ReplayWatch::page`] again (`None`: every
+    /// event was); `replay` is the whole log's, for the next start. Called from the start-up
+    /// task before it commits anything.
+    fn done(&self, resumed_through: Option<u64>, replay: CheckedReplay);
 }
 
 /// A shared [`ReplayWatch`].
@@ -354,21 +362,24 @@ async fn recover(config: NodeConfig) -> RecoveryOutcome {
     // madsim deprecates it (no thread blocks in its world); there it is a task, as for the
     // writer's commits.
     #[allow(deprecated)]
-    let (store, engine) = tokio::task::spawn_blocking(move || {
+    let (store, engine, checked) = tokio::task::spawn_blocking(move || {
         // Recovery allocates the whole fleet's state at once (runtime/src/heap.rs).
         let _growth = crate::heap::BulkGrowth::begin();
         let store = Store::open(storage)?;
-        let engine = match &watch {
-            None => store.recover()?,
-            Some(watch) => store.recover_observed(&mut |page| watch.page(page))?,
+        let Some(watch) = &watch else {
+            let engine = store.recover()?;
+            return Ok::<_, StoreError>((store, engine, None));
         };
-        Ok::<_, StoreError>((store, engine))
+        let recovered =
+            store.recover_observed(watch.resume_from(), &mut |page| watch.page(page))?;
+        let checked = (recovered.resumed_through, recovered.replay);
+        Ok((store, recovered.engine, Some(checked)))
     })
     .await
     .expect("recovery does not panic")?;
     crate::heap::keep_free_tops();
-    if let Some(watch) = &config.on_replayed {
-        watch.done();
+    if let (Some(watch), Some((resumed_through, replay))) = (&config.on_replayed, checked) {
+        watch.done(resumed_through, replay);
     }
     let events = engine.last_seq();
     tracing::info!(

@@ -204,10 +204,12 @@ impl RuntimeNode {
         let stop = Arc::new(StopSignal::default());
         let run_faults = RunFaults::default();
         let transcripts = Arc::new(MemoryTranscripts::new());
+        let checked = Arc::new(Mutex::new(CheckedLog::default()));
         let init = {
             let (clock, disk, recorder) = (clock.clone(), disk.clone(), recorder.clone());
             let (process, run_faults) = (process.clone(), run_faults.clone());
             let (transcripts, stop) = (transcripts.clone(), stop.clone());
+            let checked = checked.clone();
             let machine = processes.clone();
             let spawner: SharedSpawner = match &processes {
                 Some(processes) => Arc::new(processes.clone()),
@@ -226,6 +228,7 @@ impl RuntimeNode {
                         alert_sinks: alert_sinks.clone(),
                         snapshots,
                         processes: machine.clone(),
+                        checked: checked.clone(),
                     },
                     recorder.clone(),
                     entropy_seed,
@@ -477,6 +480,9 @@ struct NodeWorld {
     snapshots: vigil::snapshots::SnapshotPolicy,
     /// The machine's processes, whose live groups a graceful stop reports.
     processes: Option<SimProcesses>,
+    /// What the last start's check of the recovered log read: like the disk, it outlives
+    /// restarts, so the next check goes on from it ([`RecoveryWatch`]).
+    checked: Arc<Mutex<CheckedLog>>,
 }
 
 /// The body of a runtime node: start the production node, report what it recovered, run until
@@ -498,6 +504,7 @@ async fn run_node(
         alert_sinks,
         snapshots,
         processes,
+        checked,
     } = world;
     let injected_before_start = disk.stats().injected_errors;
     let observer: CommitObserver = {
@@ -579,7 +586,8 @@ async fn run_node(
         // snapshot, and by replaying every event); a compacting one has no whole log to replay,
         // so the harness reads what it kept before it starts (`report_kept_log`).
         on_replayed: (!compacts(&snapshots)).then(|| {
-            Arc::new(RecoveryWatch::new(name, recorder.clone())) as vigil::node::ReplayObserver
+            Arc::new(RecoveryWatch::new(name, recorder.clone(), checked))
+                as vigil::node::ReplayObserver
         }),
     };
     if compacts(&snapshots) {
@@ -772,7 +780,7 @@ fn report_recovery(name: &'static str, recorder: &Recorder, head_seq: u64, event
 
 /// The log a node's recovery read, as the oracle is told of it: each event's digest, and whole
 /// only the events the oracle never saw committed.
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct RecoveredLog {
     digests: Vec<(u64, u64)>,
     /// Events past what the oracle knew durable when they were read.
@@ -787,6 +795,12 @@ impl RecoveredLog {
         // interrupted, which may or may not have landed. Recorded whole so it can judge them.
         self.unreported
             .extend(events.iter().filter(|e| e.seq > known).cloned());
+    }
+
+    /// `later`'s events after these.
+    fn append(&mut self, later: RecoveredLog) {
+        self.digests.extend(later.digests);
+        self.unreported.extend(later.unreported);
     }
 
     fn report(mut self, name: &'static str, recorder: &Recorder, head_seq: u64) {
@@ -805,32 +819,72 @@ impl RecoveredLog {
     }
 }
 
+/// What a node's last recovery check read: the replay it ended with, and the log as the oracle
+/// was told of it. The next start's check goes on from the replay when the log still begins
+/// with the same bytes (`vigil::store::Store::recover_observed`), and then reports these
+/// digests for the events it did not read again: the same report a replay of the whole log
+/// gives, since reading, folding and digesting an event depend on its bytes alone.
+#[derive(Default)]
+struct CheckedLog {
+    /// Taken by a start's recovery; left empty if that recovery fails.
+    replay: Option<vigil::store::recovery::CheckedReplay>,
+    /// The log read through the replay's last event.
+    read: RecoveredLog,
+}
+
 /// Reports a node's replay of its whole log page by page as recovery reads it (digests only,
 /// not a copy of every event), then at the end of recovery (`vigil::node::ReplayWatch`).
 struct RecoveryWatch {
     name: &'static str,
     recorder: Recorder,
     read: Mutex<RecoveredLog>,
+    checked: Arc<Mutex<CheckedLog>>,
 }
 
 impl RecoveryWatch {
-    fn new(name: &'static str, recorder: Recorder) -> RecoveryWatch {
+    fn new(
+        name: &'static str,
+        recorder: Recorder,
+        checked: Arc<Mutex<CheckedLog>>,
+    ) -> RecoveryWatch {
         RecoveryWatch {
             name,
             recorder,
             read: Mutex::default(),
+            checked,
         }
     }
 }
 
 impl vigil::node::ReplayWatch for RecoveryWatch {
+    fn resume_from(&self) -> Option<vigil::store::recovery::CheckedReplay> {
+        self.checked.lock().expect("checked log lock").replay.take()
+    }
+
     fn page(&self, events: &[Event]) {
         let known = self.recorder.durable_events();
         self.read.lock().expect("recovery lock").add(known, events);
     }
 
-    fn done(&self) {
-        let read = std::mem::take(&mut *self.read.lock().expect("recovery lock"));
+    fn done(&self, resumed_through: Option<u64>, replay: vigil::store::recovery::CheckedReplay) {
+        let pages = std::mem::take(&mut *self.read.lock().expect("recovery lock"));
+        let mut checked = self.checked.lock().expect("checked log lock");
+        let read = match resumed_through {
+            Some(through) => {
+                let mut read = std::mem::take(&mut checked.read);
+                assert_eq!(
+                    read.digests.last().map_or(0, |&(seq, _)| seq),
+                    through,
+                    "a check goes on from the replay whose log it kept"
+                );
+                read.append(pages);
+                read
+            }
+            None => pages,
+        };
+        checked.replay = Some(replay);
+        checked.read = read.clone();
+        drop(checked);
         let head_seq = read.digests.last().map_or(0, |&(seq, _)| seq);
         read.report(self.name, &self.recorder, head_seq);
     }

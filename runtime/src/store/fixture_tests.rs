@@ -717,7 +717,10 @@ fn the_story_writes_every_event_type_of_the_current_format() {
         "events come after the snapshot"
     );
     assert_eq!(store.recover().unwrap(), engine);
-    assert_eq!(store.recover_observed(&mut |_| {}).unwrap(), engine);
+    assert_eq!(
+        store.recover_observed(None, &mut |_| {}).unwrap().engine,
+        engine
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -763,7 +766,7 @@ fn fixture_recovers_byte_for_byte(format: u64) -> String {
     );
     let engine = store.recover().unwrap();
     assert_eq!(
-        store.recover_observed(&mut |_| {}).unwrap(),
+        store.recover_observed(None, &mut |_| {}).unwrap().engine,
         engine,
         "the snapshot and the log after it recover what the whole log does"
     );

@@ -344,6 +344,17 @@ impl Store {
 
     /// Up to `limit` (at most `EVENTS_PAGE_MAX`) events with `seq > after`, in order.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<Event>, StoreError> {
+        self.events_after_seen(after, limit, &mut |_, _| {})
+    }
+
+    /// [`Store::events_after`], handing each event's seq and stored bytes to `seen` as it is
+    /// read.
+    fn events_after_seen(
+        &self,
+        after: u64,
+        limit: usize,
+        seen: &mut dyn FnMut(u64, &[u8]),
+    ) -> Result<Vec<Event>, StoreError> {
         let limit = limit.min(EVENTS_PAGE_MAX);
         let tx = self.db.begin_read().map_err(redb::Error::from)?;
         let table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
@@ -356,9 +367,29 @@ impl Store {
                 break;
             }
             let (key, value) = entry.map_err(redb::Error::from)?;
+            seen(key.value(), value.value());
             events.push(decode(record::FORMAT_VERSION, key.value(), value.value())?);
         }
         Ok(events)
+    }
+
+    /// Hands the stored events from seq `first` through `last`, in order, to `each` as their
+    /// seq and stored bytes, undecoded, until `each` answers `false`; whether it never did.
+    fn stored_events(
+        &self,
+        first: u64,
+        last: u64,
+        each: &mut dyn FnMut(u64, &[u8]) -> bool,
+    ) -> Result<bool, StoreError> {
+        let tx = self.db.begin_read().map_err(redb::Error::from)?;
+        let table = tx.open_table(EVENTS).map_err(redb::Error::from)?;
+        for entry in table.range(first..=last).map_err(redb::Error::from)? {
+            let (key, value) = entry.map_err(redb::Error::from)?;
+            if !each(key.value(), value.value()) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 }
 

@@ -631,7 +631,7 @@ mod tests {
         let store = Store::open(StorageLocation::File(path.clone())).unwrap();
         assert_eq!(store.recover().unwrap(), expected);
         assert!(matches!(
-            store.recover_observed(&mut |_| {}),
+            store.recover_observed(None, &mut |_| {}),
             Err(StoreError::Corrupt { seq: 2, .. })
         ));
     }
