@@ -69,11 +69,10 @@ pub fn decode(format: u64, seq: u64, bytes: &[u8]) -> Result<Event, RecordError>
         (1..=FORMAT_VERSION).contains(&format),
         "format {format} is refused at open"
     );
-    let record: current::EventRecord =
-        serde_json::from_slice(bytes).map_err(|error| RecordError {
-            event_type: type_of(bytes),
-            reason: error.to_string(),
-        })?;
+    let record = current::read::event_record(bytes).map_err(|error| RecordError {
+        event_type: type_of(bytes),
+        reason: error.to_string(),
+    })?;
     let event_type = record.kind.type_name();
     if record.seq != seq {
         return Err(RecordError {

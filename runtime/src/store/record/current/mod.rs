@@ -9,6 +9,7 @@
 
 pub mod heartbeat;
 pub mod manifest;
+pub mod read;
 pub mod snapshot;
 #[cfg(test)]
 mod snapshot_tests;
