@@ -1278,6 +1278,18 @@ async fn pulses_bring_agents_online_and_the_sweep_marks_silent_ones_offline() {
     assert_eq!(status, 200, "{batch}");
     assert_eq!(batch["accepted"], 2);
     assert_eq!(batch["came_online"], json!([b]));
+    // Out of order, with a duplicate apart: each agent once, in id order.
+    let (status, batch) = post(&f.acme, "/v1/pulses", json!({ "agents": [b, a, b] })).await;
+    assert_eq!(status, 200, "{batch}");
+    assert_eq!(batch["accepted"], 2);
+    let answered: Vec<_> = batch["pulses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|line| line["agent"].clone())
+        .collect();
+    assert_eq!(answered, vec![json!(a.min(b)), json!(a.max(b))]);
+    assert_eq!(batch["came_online"], json!([]));
 
     // 2.001 s of silence on the monotonic clock: a (threshold 2 s) goes offline at the next
     // sweep, b (30 s) stays online. The wall clock does not matter.

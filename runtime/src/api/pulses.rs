@@ -360,8 +360,12 @@ pub async fn batch(
             entry.request.into_report(|| format!("agents[{i}]."))?,
         ));
     }
-    // Each distinct agent once, in id order (a host's batch comes sorted, so this is one pass).
-    looked.sort_by_key(|(agent, _)| *agent);
+    // Each distinct agent once, in id order. Why look before sorting: a host's batch comes
+    // sorted, and the stable sort of a sorted batch still took a scratch buffer and about 9,000
+    // instructions for 75 agents (1 % of a simulated Heart fleet-day); looking takes a pass.
+    if !looked.is_sorted_by_key(|(agent, _)| *agent) {
+        looked.sort_by_key(|(agent, _)| *agent);
+    }
     looked.dedup_by_key(|(agent, _)| *agent);
     let heartbeat_at_ms = caller
         .shell
