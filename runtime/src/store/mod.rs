@@ -21,6 +21,8 @@ mod fixture_tests;
 #[cfg(test)]
 mod format_tests;
 #[cfg(test)]
+mod test_node;
+#[cfg(test)]
 mod wal_tests;
 
 use std::sync::{Mutex, MutexGuard};

@@ -289,86 +289,20 @@ mod tests {
 /// A check that goes on from an earlier one (`Store::recover_observed` with a `CheckedReplay`).
 #[cfg(test)]
 mod resume_tests {
-    use crate::engine::agent::{AgentId, AgentSpec};
-    use crate::engine::tenant::TokenHash;
-    use crate::engine::wakeup::{WakeupRequest, WakeupSource};
-    use crate::engine::{Command, Engine};
-    use crate::io::storage::StorageLocation;
+    use crate::store::test_node::{fresh, Node};
     use crate::store::{Store, StoreError, EVENTS};
 
-    fn fresh(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("vigil-resume-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        dir.join("vigil.redb")
-    }
-
-    /// A store and the engine its appends fold into.
-    struct Log {
-        store: Store,
-        engine: Engine,
-    }
-
-    impl Log {
-        fn open(path: &std::path::Path) -> Log {
-            let store = Store::open(StorageLocation::File(path.to_path_buf())).unwrap();
-            let engine = store.recover().unwrap();
-            Log { store, engine }
-        }
-
-        fn run(&mut self, command: Command, now_ms: u64) {
-            let events = self.engine.decide(&command, now_ms).unwrap().events;
-            self.store.append(&events).unwrap();
-            events.iter().for_each(|event| self.engine.apply(event));
-        }
-
-        /// A tenant and `agents` agents with timers.
-        fn fleet(&mut self, agents: u64) {
-            self.run(
-                Command::EnsureTenant {
-                    tenant: "t".into(),
-                    operator_token_hash: TokenHash::of("op"),
-                },
-                0,
-            );
-            for i in 0..agents {
-                let name = format!("agent-{i}");
-                self.run(
-                    Command::CreateAgent {
-                        tenant: "t".into(),
-                        spec: AgentSpec::with_interval(&name, Some(60_000)),
-                        token_hash: TokenHash::of(&name),
-                    },
-                    i,
-                );
-            }
-        }
-
-        fn wake(&mut self, agents: u64, now_ms: u64) {
-            for i in 1..=agents {
-                let request = WakeupRequest::new(WakeupSource::OnDemand, "hello");
-                self.run(
-                    Command::Wake {
-                        agent: AgentId(i),
-                        request,
-                    },
-                    now_ms,
-                );
-            }
-        }
-
-        /// Checks the log, going on from `from`: what it recovered, and the seqs of the events
-        /// it handed out.
-        fn check(
-            &self,
-            from: Option<super::CheckedReplay>,
-        ) -> Result<(super::ObservedRecovery, Vec<u64>), StoreError> {
-            let mut seen = Vec::new();
-            let recovered = self.store.recover_observed(from, &mut |page| {
-                seen.extend(page.iter().map(|event| event.seq))
-            })?;
-            Ok((recovered, seen))
-        }
+    /// Checks `node`'s log, going on from `from`: what it recovered, and the seqs of the events
+    /// it handed out.
+    fn check(
+        node: &Node,
+        from: Option<super::CheckedReplay>,
+    ) -> Result<(super::ObservedRecovery, Vec<u64>), StoreError> {
+        let mut seen = Vec::new();
+        let recovered = node.store.recover_observed(from, &mut |page| {
+            seen.extend(page.iter().map(|event| event.seq))
+        })?;
+        Ok((recovered, seen))
     }
 
     /// Replaces event `seq`'s stored record by `bytes`.
@@ -380,25 +314,25 @@ mod resume_tests {
 
     #[test]
     fn a_check_goes_on_from_the_last_while_the_log_begins_with_the_bytes_it_read() {
-        let path = fresh("same");
-        let mut log = Log::open(&path);
+        let path = fresh("resume-same");
+        let mut log = Node::open(&path);
         log.fleet(20);
-        let (first, seen) = log.check(None).unwrap();
+        let (first, seen) = check(&log, None).unwrap();
         let through = log.engine.last_seq();
         assert_eq!(first.resumed_through, None);
         assert_eq!(seen, (1..=through).collect::<Vec<_>>());
         assert_eq!(first.replay.through_seq(), through);
-        log.wake(20, 5_000);
+        log.wake_all(20, 5_000);
         log.store.write_snapshot(&log.engine.image()).unwrap();
-        log.wake(5, 9_000);
+        log.wake_all(5, 9_000);
         let head = log.engine.last_seq();
 
-        let (second, seen) = log.check(Some(first.replay)).unwrap();
+        let (second, seen) = check(&log, Some(first.replay)).unwrap();
         assert_eq!(second.resumed_through, Some(through));
         assert_eq!(seen, (through + 1..=head).collect::<Vec<_>>());
         assert_eq!(second.engine, log.engine);
         assert_eq!(second.replay.engine, log.engine);
-        let (whole, _) = log.check(None).unwrap();
+        let (whole, _) = check(&log, None).unwrap();
         assert_eq!(whole.replay.engine, second.replay.engine);
         assert_eq!(
             whole.replay.stored.value(),
@@ -406,7 +340,7 @@ mod resume_tests {
             "the digest of the bytes read is the same, read in one check or two"
         );
 
-        let (third, seen) = log.check(Some(second.replay)).unwrap();
+        let (third, seen) = check(&log, Some(second.replay)).unwrap();
         assert_eq!(third.resumed_through, Some(head));
         assert!(seen.is_empty(), "nothing new: {seen:?}");
         assert_eq!(third.engine, log.engine);
@@ -415,21 +349,21 @@ mod resume_tests {
 
     #[test]
     fn an_event_that_reads_differently_makes_the_check_replay_the_whole_log() {
-        let path = fresh("changed");
-        let mut log = Log::open(&path);
+        let path = fresh("resume-changed");
+        let mut log = Node::open(&path);
         log.fleet(5);
-        let (first, _) = log.check(None).unwrap();
-        log.wake(5, 5_000);
+        let (first, _) = check(&log, None).unwrap();
+        log.wake_all(5, 5_000);
 
         // Event 3 as a valid record that says it happened a millisecond later: the same log
         // length, other bytes.
         let mut later = log.store.events_after(2, 1).unwrap().remove(0);
         later.at_ms += 1;
         overwrite(&log.store, 3, &super::super::record::encode(&later));
-        let (second, seen) = log.check(Some(first.replay.clone())).unwrap();
+        let (second, seen) = check(&log, Some(first.replay.clone())).unwrap();
         assert_eq!(second.resumed_through, None);
         assert_eq!(seen.first(), Some(&1), "replayed from the first event");
-        let (whole, _) = log.check(None).unwrap();
+        let (whole, _) = check(&log, None).unwrap();
         assert_eq!(
             second.replay.engine, whole.replay.engine,
             "what the log now says"
@@ -439,7 +373,7 @@ mod resume_tests {
         // A record no build reads: the whole replay stops there, as without an earlier check.
         overwrite(&log.store, 2, b"not a record");
         assert!(matches!(
-            log.check(Some(first.replay)),
+            check(&log, Some(first.replay)),
             Err(StoreError::Corrupt { seq: 2, .. })
         ));
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
@@ -447,16 +381,16 @@ mod resume_tests {
 
     #[test]
     fn a_log_shorter_than_the_checked_replay_is_replayed_whole() {
-        let long_path = fresh("long");
-        let mut long = Log::open(&long_path);
+        let long_path = fresh("resume-long");
+        let mut long = Node::open(&long_path);
         long.fleet(8);
-        let (checked, _) = long.check(None).unwrap();
+        let (checked, _) = check(&long, None).unwrap();
 
         // The same first events, but fewer of them: another database, not this log grown.
-        let short_path = fresh("short");
-        let mut short = Log::open(&short_path);
+        let short_path = fresh("resume-short");
+        let mut short = Node::open(&short_path);
         short.fleet(3);
-        let (recovered, seen) = short.check(Some(checked.replay)).unwrap();
+        let (recovered, seen) = check(&short, Some(checked.replay)).unwrap();
         assert_eq!(recovered.resumed_through, None);
         assert_eq!(seen, (1..=short.engine.last_seq()).collect::<Vec<_>>());
         assert_eq!(recovered.engine, short.engine);
