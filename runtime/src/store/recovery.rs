@@ -107,25 +107,33 @@ impl Store {
         engine: Engine,
         observe: &mut dyn FnMut(&[Event]),
     ) -> Result<Engine, StoreError> {
-        Ok(self
-            .replay_digesting(engine, StoredDigest::default(), observe)?
-            .0)
+        self.replay_seeing(engine, &mut |_, _| {}, observe)
     }
 
-    /// [`Store::replay_after`], adding each replayed event's stored bytes to `stored`.
+    /// [`Store::replay_after`], adding each replayed event's stored bytes to `stored` (only
+    /// the simulator's check digests them; a production recovery does not pay for it).
     fn replay_digesting(
         &self,
-        mut engine: Engine,
+        engine: Engine,
         mut stored: StoredDigest,
         observe: &mut dyn FnMut(&[Event]),
     ) -> Result<(Engine, StoredDigest), StoreError> {
+        let engine =
+            self.replay_seeing(engine, &mut |seq, bytes| stored.add(seq, bytes), observe)?;
+        Ok((engine, stored))
+    }
+
+    /// [`Store::replay_after`], handing each replayed event's seq and stored bytes to `seen`.
+    fn replay_seeing(
+        &self,
+        mut engine: Engine,
+        seen: &mut dyn FnMut(u64, &[u8]),
+        observe: &mut dyn FnMut(&[Event]),
+    ) -> Result<Engine, StoreError> {
         loop {
-            let page =
-                self.events_after_seen(engine.last_seq(), EVENTS_PAGE_MAX, &mut |seq, bytes| {
-                    stored.add(seq, bytes)
-                })?;
+            let page = self.events_after_seen(engine.last_seq(), EVENTS_PAGE_MAX, seen)?;
             let Some(last) = page.last() else {
-                return Ok((engine, stored));
+                return Ok(engine);
             };
             let last_seq = last.seq;
             for event in &page {
